@@ -1,0 +1,252 @@
+"""The ``hpcfabric`` command line.
+
+Subcommands: ``check`` (validate a topology), ``plan`` (host addresses),
+``rules`` (compiled tables: summary, JSON or ``ovs-ofctl`` syntax) and
+``verify`` (all-pairs forwarding check). Errors print one line on stderr
+and exit 2 for bad input, never a traceback (set ``HPCFABRIC_DEBUG=1`` to
+see one for internal errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from hpcfabric import __version__
+from hpcfabric.addressing import MODES, AddressPlan, plan_addresses
+from hpcfabric.errors import ConfigError, HpcfabricError
+from hpcfabric.topology.model import Fabric
+
+DEFAULT_MODE = "compact"
+
+
+def _widths(text: str) -> dict[str, int]:
+    """``group=8,switch=4,host=3`` -> dict (argparse type)."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected FIELD=BITS[,FIELD=BITS...], got {part!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _load(path: str) -> Fabric:
+    from hpcfabric.topology.loader import load_topology
+
+    return load_topology(path)
+
+
+def _plan(fabric: Fabric, args: argparse.Namespace) -> AddressPlan:
+    """Mode and widths: command line first, then the file's ``addressing`` section."""
+    defaults = fabric.params.get("addressing") or {}
+    mode = args.addressing or defaults.get("mode") or DEFAULT_MODE
+    if args.widths is not None:
+        return plan_addresses(fabric, mode, args.widths)
+    file_widths = defaults.get("widths") if defaults.get("mode", mode) == mode else None
+    try:
+        return plan_addresses(fabric, mode, file_widths)
+    except ConfigError as err:
+        if file_widths and err.source is None:
+            raise type(err)(err.detail, source=fabric.params.get("source"), field=err.field) from None
+        raise
+
+
+def _emit(data: Any) -> None:
+    print(json.dumps(data, indent=None, separators=(", ", ": ")))
+
+
+# -- subcommands -----------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    fabric = _load(args.file)
+    s = fabric.summary()
+    if args.json:
+        _emit(s)
+        return 0
+    extra = " ".join(f"{k}={v}" for k, v in s.items() if k not in ("name", "kind", "switches", "hosts", "links", "radix"))
+    print(
+        f"{args.file}: ok: {s['name']}: {s['kind']}, {s['switches']} switches, {s['hosts']} hosts, "
+        f"{s['links']} links, radix {s['radix']}" + (f" ({extra})" if extra else "")
+    )
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    fabric = _load(args.file)
+    plan = _plan(fabric, args)
+    rows = plan.rows()
+    if args.format == "json":
+        _emit({"fabric": fabric.name, "addressing": plan.mode, "layout": plan.layout.describe(), "hosts": rows})
+    elif args.format == "csv":
+        import csv
+
+        names = list(plan.layout.names)
+        writer = csv.writer(sys.stdout)
+        writer.writerow(["host", "switch", "port", "mac", *names])
+        for r in rows:
+            writer.writerow([r["host"], r["switch"], r["port"], r["mac"], *(r["fields"][n] for n in names)])
+    else:
+        print(f"# {fabric.name}: {plan.mode} addressing, layout {plan.layout.describe()}")
+        fields = [n for n in plan.layout.names]
+        print(f"{'host':<16} {'switch':<12} {'port':>4}  {'mac':<17}  " + " ".join(f"{n:>7}" for n in fields))
+        for r in rows:
+            print(
+                f"{r['host']:<16} {r['switch']:<12} {r['port']:>4}  {r['mac']:<17}  "
+                + " ".join(f"{r['fields'][n]:>7}" for n in fields)
+            )
+    return 0
+
+
+def _rules_report(compiled: Any) -> dict[str, Any]:
+    from hpcfabric.compiler import dragonfly_band, eq1
+
+    fabric = compiled.fabric
+    stats = compiled.stats()
+    per_switch = []
+    for sw in fabric.switches:
+        table = compiled.tables[sw.name]
+        row = {"switch": sw.name, "dpid": sw.dpid, "role": sw.role, "ports": table.ports, "rules": table.forwarding}
+        if table.access:
+            row["eq1"] = eq1(fabric, sw)
+        per_switch.append(row)
+    stats["lower_bound_met"] = all(r["rules"] == r["ports"] for r in per_switch)
+    if fabric.kind == "dragonfly":
+        low, high = dragonfly_band(fabric)
+        stats["paper_band"] = [low, high]
+    stats["per_switch"] = per_switch
+    return stats
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.ofctl import flows_text
+
+    fabric = _load(args.file)
+    plan = _plan(fabric, args)
+    compiled = compile_fabric(fabric, plan)
+    if args.switch and not fabric.has_switch(args.switch):
+        raise ConfigError(f"no switch {args.switch!r} in {fabric.name}", field="--switch")
+    names = [args.switch] if args.switch else [sw.name for sw in fabric.switches]
+    if args.format == "ofctl":
+        for name in names:
+            sw = fabric.switch(name)
+            print(f"# switch {name} dpid {sw.dpid:#018x}: ovs-ofctl -O OpenFlow13 add-flows <bridge> <this block>")
+            sys.stdout.write(flows_text(compiled.flows(name)))
+        return 0
+    report = _rules_report(compiled)
+    if args.switch:
+        report["per_switch"] = [r for r in report["per_switch"] if r["switch"] == args.switch]
+    if args.format == "json":
+        _emit(report)
+        return 0
+    band = f", paper band {report['paper_band']}" if "paper_band" in report else ""
+    print(
+        f"{fabric.name}: {plan.mode} addressing ({report['layout']}), {report['switches']} switches, "
+        f"{report['hosts']} hosts"
+    )
+    print(
+        f"  routing entries per access switch: min {report['rules_min']}, max {report['rules_max']}, "
+        f"mean {report['rules_mean']}{band}; all switches {report['all_rules_min']}..{report['all_rules_max']}"
+    )
+    print(
+        f"  lower bound (rules == ports in use) met on every switch: {'yes' if report['lower_bound_met'] else 'no'}; "
+        f"DMP entries {report['dmp_rules']}; total flows {report['total_flows']}"
+    )
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.verify import verify
+
+    fabric = _load(args.file)
+    plan = _plan(fabric, args)
+    compiled = compile_fabric(fabric, plan)
+    report = verify(compiled, sample=args.sample)
+    data = {"fabric": fabric.name, "addressing": plan.mode, **report.as_dict()}
+    _emit(data)
+    ok = report.delivered == report.pairs and not report.loops and not report.invalid_probe_failures
+    return 0 if ok else 1
+
+
+# -- parser ----------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hpcfabric",
+        description="HPC fabrics on OpenFlow switches: topologies, hierarchical MACs, compacted rules.",
+    )
+    parser.add_argument("--version", action="version", version=f"hpcfabric {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        p.add_argument("file", metavar="FILE", help="topology YAML file (see docs/topology-yaml.md)")
+        return p
+
+    def addressing(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--addressing",
+            choices=MODES,
+            default=None,
+            help=f"addressing mode (default: the file's addressing.mode, else {DEFAULT_MODE})",
+        )
+        p.add_argument(
+            "--widths",
+            type=_widths,
+            default=None,
+            metavar="F=BITS,...",
+            help="field widths, e.g. group=18,switch=20,host=8 (default: the mode's)",
+        )
+
+    p = add("check", cmd_check, "validate a topology file and print a one-line summary")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    p = add("plan", cmd_plan, "print the hierarchical MAC of every host")
+    addressing(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+    p = add("rules", cmd_rules, "compile the flow tables and report rule counts or print them")
+    addressing(p)
+    p.add_argument("--format", choices=("summary", "json", "ofctl"), default="summary")
+    p.add_argument("--switch", help="only this switch")
+
+    p = add("verify", cmd_verify, "walk a frame between every pair of hosts through the compiled rules")
+    addressing(p)
+    p.add_argument("--sample", type=int, default=None, metavar="N", help="verify N random destinations only")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except HpcfabricError as err:
+        print(f"hpcfabric: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("hpcfabric: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # pragma: no cover - internal errors
+        if os.environ.get("HPCFABRIC_DEBUG"):
+            raise
+        print(
+            f"hpcfabric: internal error: {type(err).__name__}: {err} (set HPCFABRIC_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

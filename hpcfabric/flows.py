@@ -1,0 +1,143 @@
+"""Plain flow-rule values (no os-ken types): what the compiler emits and the
+controller, the ``ovs-ofctl`` printer and the fake pipeline consume.
+
+Pipeline (OpenFlow 1.3 tables):
+
+====  ===============  ====================================================
+0     ``INGRESS``      DMP echo per host port, control-frame punts (LLDP,
+                       PAUSE/PFC), then ``goto`` 1
+1     ``ROUTE``        host delivery and routing on ``eth_dst`` (the rules
+                       the paper counts); default rules of conditional
+                       routing write the port to ``metadata`` and go to 2
+2     ``PORT_STATE``   one entry per fabric port: output, or (while paused)
+                       go to 3 -- a PAUSE flips one entry, O(1)
+3     ``ALTERNATIVE``  alternative (minimal multipath / Valiant) rules
+====  ===============  ====================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+TABLE_INGRESS = 0
+TABLE_ROUTE = 1
+TABLE_PORT_STATE = 2
+TABLE_ALTERNATIVE = 3
+
+OFPP_IN_PORT = 0xFFFFFFF8
+OFPP_CONTROLLER = 0xFFFFFFFD
+OFP_NO_BUFFER_LEN = 0xFFFF  # send the whole frame to the controller
+
+ETH_TYPE_DMP = 0x88B5
+ETH_TYPE_LLDP = 0x88CC
+ETH_TYPE_PAUSE = 0x8808  # MAC control: 802.3x PAUSE (opcode 1) and PFC (opcode 0x101)
+ETH_TYPE_CNM = 0x22E9  # 802.1Qau congestion notification
+ETH_TYPE_IPV4 = 0x0800
+
+MAC_EXACT = (1 << 48) - 1
+
+#: Cookies: high 16 bits tag hpcfabric's own flows, next 8 bits the rule class.
+COOKIE_APP = 0x4846  # "HF"
+COOKIE_APP_SHIFT = 48
+COOKIE_CLASS_SHIFT = 40
+COOKIE_APP_MASK = 0xFFFF << COOKIE_APP_SHIFT
+
+
+class RuleClass:
+    """Rule classes carried in the cookie (and used to count rules per kind)."""
+
+    HOST = 1  # delivery to a directly attached host
+    ROUTE = 2  # routing towards a switch / group / dimension (default rules)
+    ALTERNATIVE = 3  # lower-priority alternatives (conditional routing)
+    DMP = 4  # DMP echo on a host port
+    PUNT = 5  # control frames to the controller
+    INFRA = 6  # table-miss / goto entries
+    PORT_STATE = 7  # per-port state entries
+    GUARD = 8  # ingress guards (anti-spoofing)
+
+    NAMES = {1: "host", 2: "route", 3: "alternative", 4: "dmp", 5: "punt", 6: "infra", 7: "port_state", 8: "guard"}
+    #: classes counted as "routing/forwarding entries" (what the paper counts)
+    FORWARDING = frozenset({1, 2})
+
+
+def make_cookie(rule_class: int, detail: int = 0) -> int:
+    return (COOKIE_APP << COOKIE_APP_SHIFT) | (rule_class << COOKIE_CLASS_SHIFT) | (detail & ((1 << 40) - 1))
+
+
+def cookie_class(cookie: int) -> int | None:
+    """Rule class of an hpcfabric cookie, None for foreign flows."""
+    if cookie >> COOKIE_APP_SHIFT != COOKIE_APP:
+        return None
+    return (cookie >> COOKIE_CLASS_SHIFT) & 0xFF
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Match fields; ``None`` means wildcard. Masked fields are (value, mask)."""
+
+    in_port: int | None = None
+    eth_type: int | None = None
+    eth_src: tuple[int, int] | None = None
+    eth_dst: tuple[int, int] | None = None
+    vlan_pcp: int | None = None
+    metadata: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("eth_src", "eth_dst", "metadata"):
+            vm = getattr(self, name)
+            if vm is not None and vm[0] & ~vm[1]:
+                raise ValueError(f"{name} value {vm[0]:#x} has bits outside mask {vm[1]:#x}")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetField:
+    field: str  # 'eth_src' | 'eth_dst' | 'vlan_pcp'
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushVlan:
+    ethertype: int = 0x8100
+
+
+@dataclass(frozen=True, slots=True)
+class PopVlan:
+    pass
+
+
+Action = Union[Output, SetField, PushVlan, PopVlan]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSpec:
+    """One flow entry: apply ``actions``, optionally write metadata, then go to ``goto``.
+
+    With no actions and no ``goto`` the entry drops the frame.
+    """
+
+    table: int
+    priority: int
+    match: Match
+    actions: tuple[Action, ...] = ()
+    cookie: int = 0
+    goto: int | None = None
+    write_metadata: tuple[int, int] | None = None
+
+    @property
+    def rule_class(self) -> int | None:
+        return cookie_class(self.cookie)
+
+    def key(self) -> tuple[int, int, Match]:
+        """Identity of the entry in a switch (OpenFlow: table, priority, match)."""
+        return (self.table, self.priority, self.match)
+
+
+def sort_flows(flows: list[FlowSpec] | tuple[FlowSpec, ...]) -> tuple[FlowSpec, ...]:
+    """By table, then priority descending; ties keep their (deterministic) emission order."""
+    return tuple(sorted(flows, key=lambda f: (f.table, -f.priority)))

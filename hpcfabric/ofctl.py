@@ -1,0 +1,80 @@
+"""Render FlowSpecs in ``ovs-ofctl -O OpenFlow13 add-flows`` syntax."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hpcfabric.addressing import format_mac
+from hpcfabric.flows import (
+    MAC_EXACT,
+    OFPP_CONTROLLER,
+    OFPP_IN_PORT,
+    FlowSpec,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    SetField,
+)
+
+
+def _masked_mac(value: int, mask: int) -> str:
+    if mask == MAC_EXACT:
+        return format_mac(value)
+    return f"{format_mac(value)}/{format_mac(mask)}"
+
+
+def match_text(match: Match) -> list[str]:
+    parts = []
+    if match.in_port is not None:
+        parts.append(f"in_port={match.in_port}")
+    if match.eth_type is not None:
+        parts.append(f"dl_type={match.eth_type:#06x}")
+    if match.vlan_pcp is not None:
+        parts.append(f"dl_vlan_pcp={match.vlan_pcp}")
+    if match.eth_src is not None:
+        parts.append(f"dl_src={_masked_mac(*match.eth_src)}")
+    if match.eth_dst is not None:
+        parts.append(f"dl_dst={_masked_mac(*match.eth_dst)}")
+    if match.metadata is not None:
+        parts.append(f"metadata={match.metadata[0]:#x}/{match.metadata[1]:#x}")
+    return parts
+
+
+def _port_text(port: int) -> str:
+    if port == OFPP_IN_PORT:
+        return "in_port"
+    if port == OFPP_CONTROLLER:
+        return "CONTROLLER:65535"
+    return f"output:{port}"
+
+
+def actions_text(flow: FlowSpec) -> str:
+    out = []
+    for action in flow.actions:
+        if isinstance(action, Output):
+            out.append(_port_text(action.port))
+        elif isinstance(action, SetField):
+            value = format_mac(action.value) if action.field.startswith("eth_") else str(action.value)
+            out.append(f"set_field:{value}->{action.field}")
+        elif isinstance(action, PushVlan):
+            out.append(f"push_vlan:{action.ethertype:#06x}")
+        elif isinstance(action, PopVlan):
+            out.append("pop_vlan")
+        else:  # pragma: no cover - exhaustive over flows.Action
+            raise TypeError(f"unknown action {action!r}")
+    if flow.write_metadata is not None:
+        out.append(f"write_metadata:{flow.write_metadata[0]:#x}/{flow.write_metadata[1]:#x}")
+    if flow.goto is not None:
+        out.append(f"goto_table:{flow.goto}")
+    return ",".join(out) if out else "drop"
+
+
+def flow_line(flow: FlowSpec) -> str:
+    """One ``add-flows`` line, e.g. ``table=1,priority=1007,cookie=0x…,dl_dst=…,actions=output:3``."""
+    head = [f"table={flow.table}", f"priority={flow.priority}", f"cookie={flow.cookie:#x}"]
+    return ",".join(head + match_text(flow.match)) + f",actions={actions_text(flow)}"
+
+
+def flows_text(flows: Iterable[FlowSpec]) -> str:
+    return "".join(flow_line(f) + "\n" for f in flows)

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Bootstrap the hpcfabric development / CI environment.
+#
+# Idempotent: safe to run repeatedly and from any directory. A second run on a
+# ready machine makes no apt and no pip call.
+#
+#   scripts/bootstrap.sh            apt packages + .venv + pip install + OVS
+#   scripts/bootstrap.sh --no-ovs   skip starting Open vSwitch (pure unit tests)
+#   scripts/bootstrap.sh --ovs-only only make sure OVS is installed and running
+#
+# Environment:
+#   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
+set -euo pipefail
+
+log() { printf '[bootstrap] %s\n' "$*"; }
+die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+DO_OVS=1
+DO_PY=1
+DO_APT=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-ovs)   DO_OVS=0 ;;
+        --ovs-only) DO_PY=0 ;;
+        -h|--help)  usage; exit 0 ;;
+        *)          usage >&2; die "unknown option: $arg" ;;
+    esac
+done
+if [[ $DO_OVS -eq 0 && $DO_PY -eq 0 ]]; then
+    die "--no-ovs and --ovs-only are mutually exclusive"
+fi
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+VENV="$ROOT/.venv"
+SYS_PY=/usr/bin/python3
+STAMP="$VENV/.hpcfabric-bootstrap.stamp"
+OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
+
+# Debian packages. Mininet from Debian is only importable from a venv created
+# by Debian's python with --system-site-packages (see below).
+APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping python3-venv ethtool tcpdump iproute2 procps)
+if [[ $DO_PY -eq 0 ]]; then
+    APT_PKGS=(openvswitch-switch)
+fi
+# Extra PyPI packages installed on top of setup.py's '.[controller,test]'.
+# Editing this list (i.e. this file) triggers a reinstall on the next run.
+PIP_EXTRA=()
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || die "not root and sudo is not available"
+    SUDO="sudo"
+fi
+
+# --------------------------------------------------------------------------
+# 1. apt packages (only when something is missing)
+# --------------------------------------------------------------------------
+pkg_installed() {
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" == "installed" ]]
+}
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    pkg_installed "$p" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    command -v apt-get >/dev/null 2>&1 || die "missing packages (${missing[*]}) and no apt-get"
+    log "installing apt packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq >/dev/null || die "apt-get update failed"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null \
+        || die "apt-get install ${missing[*]} failed"
+    for p in "${missing[@]}"; do
+        pkg_installed "$p" || die "package $p still not installed after apt-get"
+    done
+else
+    log "apt packages present"
+fi
+
+# --------------------------------------------------------------------------
+# 2. virtualenv + Python packages
+# --------------------------------------------------------------------------
+if [[ $DO_PY -eq 1 ]]; then
+    [[ -x $SYS_PY ]] || die "$SYS_PY not found (Debian python3 is required for mininet)"
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        log "creating $VENV (system site packages, $SYS_PY)"
+        rm -rf "$VENV"
+        "$SYS_PY" -m venv --system-site-packages "$VENV" || die "venv creation failed"
+        rm -f "$STAMP"
+        # Debian's bundled pip (23.0) does legacy 'setup.py develop' editable
+        # installs; a current pip does PEP 660 ones (metadata in site-packages).
+        log "upgrading pip in $VENV"
+        "$VENV/bin/python" -m pip --disable-pip-version-check -q install --upgrade pip \
+            >/dev/null 2>&1 || die "pip upgrade failed"
+    fi
+
+    need_pip=0
+    if [[ ${BOOTSTRAP_FORCE_PIP:-0} == 1 || ! -f $STAMP ]]; then
+        need_pip=1
+    elif [[ setup.py -nt $STAMP || $ROOT/scripts/bootstrap.sh -nt $STAMP ]]; then
+        need_pip=1
+    elif [[ -f pyproject.toml && pyproject.toml -nt $STAMP ]]; then
+        need_pip=1
+    elif ! "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("hpcfabric")' \
+            >/dev/null 2>&1; then
+        need_pip=1   # editable install lost its metadata (e.g. egg-info removed)
+    fi
+
+    if [[ $need_pip -eq 1 ]]; then
+        [[ -f setup.py ]] || die "setup.py not found in $ROOT"
+        log "pip install -e '.[controller,test]' ${PIP_EXTRA[*]:-}"
+        PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+        pip_log="$VENV/pip-install.log"
+        if ! "${PIP[@]}" install -e '.[controller,test]' ${PIP_EXTRA[@]+"${PIP_EXTRA[@]}"} \
+                >"$pip_log" 2>&1; then
+            tail -n 40 "$pip_log" >&2
+            die "pip install failed (full log: $pip_log)"
+        fi
+        touch "$STAMP"
+    else
+        log "python packages up to date (stamp newer than setup.py)"
+    fi
+
+    # Sanity check: mininet (Debian, system site) + os_ken importable, and our
+    # package resolvable (not imported: a broken module is pytest's business).
+    "$VENV/bin/python" - <<'PYEOF' || die "import check failed (see above)"
+import importlib.util, sys
+import mininet.net, os_ken  # noqa: F401
+if importlib.util.find_spec("hpcfabric") is None:
+    sys.exit("hpcfabric is not installed in the venv")
+PYEOF
+fi
+
+# --------------------------------------------------------------------------
+# 3. Open vSwitch (userspace datapath: the kernel has no openvswitch module)
+# --------------------------------------------------------------------------
+ovs_ok() { $SUDO timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
+
+if [[ $DO_OVS -eq 1 ]]; then
+    if ovs_ok; then
+        log "Open vSwitch running"
+    else
+        [[ -x $OVS_CTL ]] || die "$OVS_CTL not found (is openvswitch-switch installed?)"
+        log "starting Open vSwitch (ovs-ctl, userspace datapath)"
+        out=$($SUDO "$OVS_CTL" start --system-id=random --no-monitor 2>&1) || {
+            printf '%s\n' "$out" >&2
+            die "ovs-ctl start failed"
+        }
+        for _ in $(seq 1 20); do
+            ovs_ok && break
+            sleep 0.5
+        done
+        ovs_ok || { printf '%s\n' "$out" >&2; die "OVS started but 'ovs-vsctl show' still fails"; }
+        log "Open vSwitch started"
+    fi
+fi
+
+log "done"
