@@ -37,7 +37,9 @@ from hpcfabric.flows import (
     OFP_NO_BUFFER_LEN,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
+    TABLE_ALTERNATIVE,
     TABLE_INGRESS,
+    TABLE_PORT_STATE,
     TABLE_ROUTE,
     FlowSpec,
     Match,
@@ -56,7 +58,19 @@ PRIO_LPM_BASE = 1000
 PRIO_UP = 500
 PRIO_MISS = 0
 
-ROUTINGS = ("minimal",)
+ROUTINGS = ("minimal", "conditional")
+
+PRIO_PORT_STATE = 100
+PRIO_ALT_DIM = 30
+PRIO_VALIANT = 20
+PRIO_FALLBACK = 1
+
+#: metadata written by conditional default rules: output port in the low 16
+#: bits, FB lower dimensions allowed as alternatives in the next 8.
+METADATA_PORT_MASK = 0xFFFF
+METADATA_DIMS_SHIFT = 16
+METADATA_MASK = 0xFFFFFF
+COND_HOP = 1 << 24  # marks conditional next hops inside ORTC
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +80,7 @@ class Route:
     fields: tuple[tuple[str, int], ...]
     port: int | None
     rule_class: int
+    conditional: bool = False  # a default rule that may switch off while its port is paused
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,8 +175,11 @@ def _per_host_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Swit
     for i, h in enumerate(fabric.hosts):
         if h.name in own:
             continue
-        port = router.to_switch(sw, fabric.switch(h.switch), spread=i)
-        routes.append(Route((("host", plan.host_fields[h.name]["host"]),), port, RuleClass.ROUTE))
+        dst = fabric.switch(h.switch)
+        port = router.to_switch(sw, dst, spread=i)
+        routes.append(
+            Route((("host", plan.host_fields[h.name]["host"]),), port, RuleClass.ROUTE, dst.group != sw.group)
+        )
     return routes
 
 
@@ -171,7 +189,8 @@ def _per_switch_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Sw
         if dst.name == sw.name:
             continue
         rank = plan.switch_fields(dst)["switch"]
-        routes.append(Route((("switch", rank),), router.to_switch(sw, dst, spread=rank), RuleClass.ROUTE))
+        port = router.to_switch(sw, dst, spread=rank)
+        routes.append(Route((("switch", rank),), port, RuleClass.ROUTE, dst.group != sw.group))
     return routes
 
 
@@ -191,7 +210,7 @@ def _per_group_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Swi
     for g in groups:
         if g == sw.group:
             continue
-        routes.append(Route((("group", g),), router.to_group(sw, g, spread=g), RuleClass.ROUTE))
+        routes.append(Route((("group", g),), router.to_group(sw, g, spread=g), RuleClass.ROUTE, True))
     return routes
 
 
@@ -213,79 +232,89 @@ def _prefix(layout: Layout, fields: Iterable[tuple[str, int]]) -> tuple[int, int
 
 
 class FlowCache:
-    """Interns route flows per layout: identical entries (same prefix, port and
-    class) recur on many switches, so each is built once and shared."""
+    """Interns route flows per layout: identical entries (same prefix, port,
+    class and condition) recur on many switches, so each is built once and shared."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.flows: dict[tuple[int, int, int | None, int], FlowSpec] = {}
+        self.flows: dict[tuple[int, int, int | None, int, int | None], FlowSpec] = {}
 
-
-    def route(self, bits: int, length: int, port: int | None, rule_class: int) -> FlowSpec:
-        key = (bits, length, port, rule_class)
+    def route(
+        self, bits: int, length: int, port: int | None, rule_class: int, metadata: int | None = None
+    ) -> FlowSpec:
+        """A table-ROUTE prefix entry: output ``port`` (drop if None), or, for a
+        conditional default rule (``metadata`` given), write it and go to PORT_STATE."""
+        key = (bits, length, port, rule_class, metadata)
         flow = self.flows.get(key)
         if flow is None:
             value, mask = self.layout.prefix_match(bits, length)
-            actions = () if port is None else (Output(port),)
-            flow = FlowSpec(
-                TABLE_ROUTE,
-                PRIO_LPM_BASE + length,
-                Match(eth_dst=(value, mask)),
-                actions,
-                make_cookie(rule_class, port or 0),
-            )
+            flow = _route_entry(PRIO_LPM_BASE + length, Match(eth_dst=(value, mask)), port, rule_class, metadata)
             self.flows[key] = flow
         return flow
 
 
-def _lpm_flows(cache: FlowCache, routes: list[Route], compact: bool) -> list[FlowSpec]:
+def _route_entry(priority: int, match: Match, port: int | None, rule_class: int, metadata: int | None) -> FlowSpec:
+    cookie = make_cookie(rule_class, port or 0)
+    if metadata is not None:
+        return FlowSpec(TABLE_ROUTE, priority, match, (), cookie, goto=TABLE_PORT_STATE, write_metadata=(metadata, METADATA_MASK))
+    return FlowSpec(TABLE_ROUTE, priority, match, () if port is None else (Output(port),), cookie)
+
+
+def _lpm_flows(cache: FlowCache, routes: list[Route], compact: bool, conditional: bool = False) -> list[FlowSpec]:
+    """Prefix entries for ``routes``; compacted with ORTC when ``compact``.
+
+    With ``conditional``, routes marked conditional become default rules
+    (metadata = port, go to PORT_STATE); ORTC then keeps conditional and
+    unconditional next hops apart, so it never merges the two kinds.
+    """
     layout = cache.layout
-    if not compact:
-        out = []
-        for r in routes:
-            bits, length = _prefix(layout, r.fields)
-            out.append(cache.route(bits, length, r.port, r.rule_class))
-        return out
+    hops: list[tuple[int, int, int]] = []
     classes: dict[int, int] = {}
-    prefixes = []
     for r in routes:
         bits, length = _prefix(layout, r.fields)
-        port = DROP if r.port is None else r.port
-        prefixes.append((bits, length, port))
+        hop = DROP if r.port is None else r.port | (COND_HOP if conditional and r.conditional else 0)
+        hops.append((bits, length, hop))
         if r.rule_class == RuleClass.HOST:
-            classes[port] = RuleClass.HOST
+            classes[hop] = RuleClass.HOST
+    if compact:
+        hops = compact_prefixes(hops, layout.used_bits)
     flows = []
-    for bits, length, port in compact_prefixes(prefixes, layout.used_bits):
-        rule_class = classes.get(port, RuleClass.ROUTE)
-        flows.append(cache.route(bits, length, None if port == DROP else port, rule_class))
+    for bits, length, hop in hops:
+        port = None if hop == DROP else hop & ~COND_HOP
+        metadata = port if hop & COND_HOP else None
+        flows.append(cache.route(bits, length, port, classes.get(hop, RuleClass.ROUTE), metadata))
     return flows
 
 
-def _fb_compact_flows(fabric: Fabric, plan: AddressPlan, cache: FlowCache, sw: Switch) -> list[FlowSpec]:
-    """Flattened Butterfly at the lower bound: one entry per port in use."""
+def _fb_dim_ports(fabric: Fabric, sw: Switch) -> list[tuple[int, int, int]]:
+    """(dimension, coordinate, port) of every fabric port of an FB switch."""
+    out = []
+    base = fabric.params["hosts_per_switch"] + 1
+    for d, k in enumerate(fabric.params["dims"]):
+        for v in range(k):
+            if v != sw.coords[d]:
+                out.append((d, v, base + (v if v < sw.coords[d] else v - 1)))
+        base += k - 1
+    return out
+
+
+def _fb_compact_flows(
+    fabric: Fabric, plan: AddressPlan, cache: FlowCache, sw: Switch, conditional: bool = False
+) -> list[FlowSpec]:
+    """Flattened Butterfly at the lower bound: one entry per port in use.
+
+    Conditional default rules carry in metadata, above the port, the mask of
+    the lower dimensions a paused frame may turn to (minimal adaptive routing).
+    """
     layout = plan.layout
-    dims = fabric.params["dims"]
     flows = []
     for r in _host_routes(fabric, plan, sw):
         bits, length = _prefix(layout, r.fields)
         flows.append(cache.route(bits, length, r.port, RuleClass.HOST))
-    base = fabric.params["hosts_per_switch"] + 1
-    for d, k in enumerate(dims):
-        for v in range(k):
-            if v == sw.coords[d]:
-                continue
-            port = base + (v if v < sw.coords[d] else v - 1)
-            value, mask = layout.match({f"dim{d}": v})
-            flows.append(
-                FlowSpec(
-                    TABLE_ROUTE,
-                    PRIO_LPM_BASE + 1 + d,
-                    Match(eth_dst=(value, mask)),
-                    (Output(port),),
-                    make_cookie(RuleClass.ROUTE, port),
-                )
-            )
-        base += k - 1
+    for d, v, port in _fb_dim_ports(fabric, sw):
+        value, mask = layout.match({f"dim{d}": v})
+        metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional else None
+        flows.append(_route_entry(PRIO_LPM_BASE + 1 + d, Match(eth_dst=(value, mask)), port, RuleClass.ROUTE, metadata))
     return flows
 
 
@@ -344,6 +373,88 @@ def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> 
     return flows
 
 
+def port_state_flow(port: int, paused: bool) -> FlowSpec:
+    """The PORT_STATE entry of one fabric port: output it, or (paused) go to ALTERNATIVE.
+
+    Both states share table, priority and match, so a flip is one
+    OFPFC_MODIFY_STRICT flow-mod however many default rules use the port.
+    """
+    match = Match(metadata=(port, METADATA_PORT_MASK))
+    cookie = make_cookie(RuleClass.PORT_STATE, port)
+    if paused:
+        return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (), cookie, goto=TABLE_ALTERNATIVE)
+    return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (Output(port),), cookie)
+
+
+def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[FlowSpec]:
+    """PORT_STATE and ALTERNATIVE entries of one switch for conditional routing.
+
+    ALTERNATIVE holds, by priority: FB lower-dimension routes (minimal
+    adaptive, taken only when the metadata allows that dimension), Valiant
+    rules for frames injected by this switch's hosts (one intermediate per
+    host port, as in the paper's Fig. 10, and a second one for when the first
+    sits behind the paused port itself), and per-port fallbacks: transit
+    frames whose default port is paused keep their minimal path and wait
+    (lossless), so they can never loop.
+    """
+    flows = []
+    fabric_ports = sorted(fabric.fabric_ports(sw.name))
+    for port in fabric_ports:
+        flows.append(port_state_flow(port, paused=False))
+        flows.append(
+            FlowSpec(
+                TABLE_ALTERNATIVE,
+                PRIO_FALLBACK,
+                Match(metadata=(port, METADATA_PORT_MASK)),
+                (Output(port),),
+                make_cookie(RuleClass.PORT_STATE, port),
+            )
+        )
+    if fabric.kind == "flattened_butterfly":
+        dims = fabric.params["dims"]
+        for d, v, port in _fb_dim_ports(fabric, sw):
+            if d == len(dims) - 1:
+                continue
+            value, mask = plan.layout.match({f"dim{d}": v})
+            bit = 1 << (METADATA_DIMS_SHIFT + d)
+            flows.append(
+                FlowSpec(
+                    TABLE_ALTERNATIVE,
+                    PRIO_ALT_DIM + d,
+                    Match(eth_dst=(value, mask), metadata=(bit, bit)),
+                    (Output(port),),
+                    make_cookie(RuleClass.ALTERNATIVE, port),
+                )
+            )
+        top = len(dims) - 1
+        valiant = [port for d, _, port in _fb_dim_ports(fabric, sw) if d == top]
+    else:
+        valiant = [port for port in fabric_ports if fabric.peer(sw.name, port).kind == "global"]  # type: ignore[union-attr]
+    for host in fabric.hosts_on(sw.name) if valiant else ():
+        out = valiant[host.index % len(valiant)]
+        flows.append(
+            FlowSpec(
+                TABLE_ALTERNATIVE,
+                PRIO_VALIANT,
+                Match(in_port=host.port),
+                (Output(out),),
+                make_cookie(RuleClass.ALTERNATIVE, out),
+            )
+        )
+        if len(valiant) > 1:  # the host's intermediate is behind the paused port itself: take the next one
+            second = valiant[(host.index + 1) % len(valiant)]
+            flows.append(
+                FlowSpec(
+                    TABLE_ALTERNATIVE,
+                    PRIO_VALIANT + 1,
+                    Match(in_port=host.port, metadata=(out, METADATA_PORT_MASK)),
+                    (Output(second),),
+                    make_cookie(RuleClass.ALTERNATIVE, second),
+                )
+            )
+    return flows
+
+
 def compile_switch(
     fabric: Fabric,
     plan: AddressPlan,
@@ -357,18 +468,21 @@ def compile_switch(
     """Compile the flow table of one switch (``cache`` shares identical entries between switches)."""
     cache = cache or FlowCache(plan.layout)
     mode = plan.mode
+    cond = routing == "conditional"
     if mode == "flat":
-        flows = _lpm_flows(cache, _per_host_routes(fabric, plan, router, sw), compact=False)
+        flows = _lpm_flows(cache, _per_host_routes(fabric, plan, router, sw), False, cond)
     elif mode == "per-switch":
-        flows = _lpm_flows(cache, _per_switch_routes(fabric, plan, router, sw), compact=False)
+        flows = _lpm_flows(cache, _per_switch_routes(fabric, plan, router, sw), False, cond)
     elif mode == "per-group":
-        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), compact=False)
+        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), False, cond)
     elif fabric.kind == "flattened_butterfly":
-        flows = _fb_compact_flows(fabric, plan, cache, sw)
+        flows = _fb_compact_flows(fabric, plan, cache, sw, cond)
     elif fabric.kind == "fat_tree":
         flows = _fat_tree_compact_flows(fabric, plan, router, cache, sw)
     else:
-        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), compact=True)
+        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), True, cond)
+    if cond:
+        flows += _conditional_flows(fabric, plan, sw)
     flows += _infra_flows(fabric, plan, sw, punts)
     return SwitchTable(sw.name, sw.dpid, sort_flows(flows), fabric.radix(sw.name), bool(fabric.hosts_on(sw.name)))
 
@@ -386,6 +500,13 @@ def compile_fabric(
     """
     if routing not in ROUTINGS:
         raise CompileError(f"unknown routing policy {routing!r}; expected one of {', '.join(ROUTINGS)}")
+    if routing == "conditional":
+        supported = fabric.kind == "dragonfly" or (fabric.kind == "flattened_butterfly" and plan.mode == "compact")
+        if not supported:
+            raise CompileError(
+                f"conditional routing is implemented for Dragonfly (any addressing) and Flattened Butterfly "
+                f"(compact addressing); not for {fabric.kind} with {plan.mode} addressing"
+            )
     if plan.fabric is not fabric:
         raise CompileError("address plan was made for another fabric")
     router = router_for(fabric)

@@ -1,0 +1,304 @@
+"""A fake OpenFlow 1.3 switch: the scalar reference for what compiled flows do.
+
+Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
+
+* processing starts in table 0; in each table the highest-priority entry
+  whose match covers the frame wins. Equal-priority entries that overlap
+  make the winner undefined in OpenFlow; here the earlier one (in the
+  order the flows were given) wins, and :func:`check_overlaps` reports
+  such pairs as the compile bugs they are;
+* the winner's actions are applied in order (apply-actions): ``Output``
+  records an egress port and the frame *as it is at that moment*
+  (``OFPP_IN_PORT`` means the frame's ``in_port``, ``OFPP_CONTROLLER``
+  records a punt), ``SetField`` rewrites ``eth_src``/``eth_dst``/``vlan_pcp``
+  for later actions and tables, ``PushVlan`` tags an untagged frame with
+  PCP 0 (a tagged frame keeps its PCP: the new tag copies the outer one),
+  ``PopVlan`` untags it;
+* then ``write_metadata`` (value, mask), then ``goto`` (must name a later
+  table, checked when the pipeline is built); no ``goto`` ends processing;
+* no matching entry in a table is a table miss: processing ends (the frame
+  is dropped unless an earlier table already output it).
+
+Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
+never matches an untagged frame); ``eth_src``, ``eth_dst`` and ``metadata``
+are ``(value, mask)`` and match when ``field & mask == value``.
+
+This module is deliberately simple: it is the reference the fast verifier
+(:mod:`hpcfabric.verify`) is cross-checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from hpcfabric.errors import HpcfabricError
+from hpcfabric.flows import (
+    ETH_TYPE_IPV4,
+    OFPP_CONTROLLER,
+    OFPP_IN_PORT,
+    FlowSpec,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    SetField,
+)
+
+#: Frame fields a ``SetField`` action may rewrite.
+SETTABLE_FIELDS = ("eth_src", "eth_dst", "vlan_pcp")
+
+
+class PipelineError(HpcfabricError):
+    """A flow table OpenFlow would reject, or an action impossible on this frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A frame at a switch. ``vlan_pcp`` None = untagged; ``metadata`` is
+    pipeline-internal (it is reset to 0 in frames as sent)."""
+
+    in_port: int
+    eth_src: int
+    eth_dst: int
+    eth_type: int = ETH_TYPE_IPV4
+    vlan_pcp: int | None = None
+    metadata: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What one switch did with one frame.
+
+    ``outputs``: (egress port, frame as sent) in action order (``OFPP_IN_PORT``
+    already resolved to the ingress port); ``punted``: sent to the controller;
+    ``hits``: the entries that matched, table by table; ``miss_table``: the
+    table where a table miss ended processing (None if none did);
+    ``dropped``: neither output nor punted.
+    """
+
+    outputs: tuple[tuple[int, Frame], ...]
+    punted: bool
+    hits: tuple[FlowSpec, ...]
+    miss_table: int | None = None
+    punts: tuple[Frame, ...] = field(default=())
+
+    @property
+    def dropped(self) -> bool:
+        return not self.outputs and not self.punted
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(p for p, _ in self.outputs)
+
+
+def match_frame(match: Match, frame: Frame) -> bool:
+    """True when ``match`` covers ``frame`` (OpenFlow 1.3 field semantics)."""
+    if match.in_port is not None and match.in_port != frame.in_port:
+        return False
+    if match.eth_type is not None and match.eth_type != frame.eth_type:
+        return False
+    if match.vlan_pcp is not None and (frame.vlan_pcp is None or match.vlan_pcp != frame.vlan_pcp):
+        return False
+    if match.eth_dst is not None and frame.eth_dst & match.eth_dst[1] != match.eth_dst[0]:
+        return False
+    if match.eth_src is not None and frame.eth_src & match.eth_src[1] != match.eth_src[0]:
+        return False
+    if match.metadata is not None and frame.metadata & match.metadata[1] != match.metadata[0]:
+        return False
+    return True
+
+
+class FlowTable:
+    """One table: entries by priority, highest first; ties keep the given order."""
+
+    def __init__(self, table_id: int, flows: Iterable[FlowSpec]) -> None:
+        self.table_id = table_id
+        self.entries: tuple[FlowSpec, ...] = tuple(sorted(flows, key=lambda f: -f.priority))
+        for f in self.entries:
+            if f.table != table_id:
+                raise PipelineError(f"entry of table {f.table} placed in table {table_id}")
+            if f.goto is not None and f.goto <= table_id:
+                raise PipelineError(
+                    f"entry {_describe(f)} in table {table_id} goes to table {f.goto}; "
+                    "goto must name a later table"
+                )
+
+    def lookup(self, frame: Frame) -> FlowSpec | None:
+        """The winning entry for ``frame``, None on a table miss."""
+        for f in self.entries:
+            if match_frame(f.match, frame):
+                return f
+        return None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class Pipeline:
+    """The flow tables of one switch. ``process`` is pure: it never changes the tables."""
+
+    def __init__(self, flows: Iterable[FlowSpec]) -> None:
+        by_table: dict[int, list[FlowSpec]] = {}
+        self.flows: tuple[FlowSpec, ...] = tuple(flows)
+        for f in self.flows:
+            by_table.setdefault(f.table, []).append(f)
+        self.tables: dict[int, FlowTable] = {t: FlowTable(t, fl) for t, fl in sorted(by_table.items())}
+
+    def process(self, frame: Frame) -> Result:
+        outputs: list[tuple[int, Frame]] = []
+        punts: list[Frame] = []
+        hits: list[FlowSpec] = []
+        table: int | None = 0
+        miss: int | None = None
+        while table is not None:
+            ft = self.tables.get(table)
+            entry = ft.lookup(frame) if ft is not None else None
+            if entry is None:
+                miss = table
+                break
+            hits.append(entry)
+            for action in entry.actions:
+                frame = _apply(action, frame, outputs, punts)
+            if entry.write_metadata is not None:
+                value, mask = entry.write_metadata
+                frame = replace(frame, metadata=(frame.metadata & ~mask) | (value & mask))
+            if entry.goto is not None and entry.goto <= table:  # pragma: no cover - checked at build
+                raise PipelineError(f"goto {entry.goto} from table {table} does not go forward")
+            table = entry.goto
+        return Result(tuple(outputs), bool(punts), tuple(hits), miss, tuple(punts))
+
+    def check_overlaps(self) -> list[tuple[FlowSpec, FlowSpec]]:
+        return check_overlaps(self.flows)
+
+
+def _apply(action: object, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
+    if isinstance(action, Output):
+        sent = replace(frame, metadata=0)
+        if action.port == OFPP_CONTROLLER:
+            punts.append(sent)
+        elif action.port == OFPP_IN_PORT:
+            outputs.append((frame.in_port, sent))
+        else:
+            outputs.append((action.port, sent))
+        return frame
+    if isinstance(action, SetField):
+        if action.field not in SETTABLE_FIELDS:
+            raise PipelineError(f"set_field on unsupported field {action.field!r} (supported: {SETTABLE_FIELDS})")
+        if action.field == "vlan_pcp" and frame.vlan_pcp is None:
+            raise PipelineError("set_field vlan_pcp on an untagged frame (push a VLAN tag first)")
+        return replace(frame, **{action.field: action.value})
+    if isinstance(action, PushVlan):
+        return replace(frame, vlan_pcp=0 if frame.vlan_pcp is None else frame.vlan_pcp)
+    if isinstance(action, PopVlan):
+        if frame.vlan_pcp is None:
+            raise PipelineError("pop_vlan on an untagged frame")
+        return replace(frame, vlan_pcp=None)
+    raise PipelineError(f"unsupported action {action!r}")
+
+
+# ---------------------------------------------------------------------------
+# overlap check
+
+
+def matches_overlap(a: Match, b: Match) -> bool:
+    """True when some frame matches both ``a`` and ``b``."""
+    for name in ("in_port", "eth_type", "vlan_pcp"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is not None and y is not None and x != y:
+            return False
+    for name in ("eth_src", "eth_dst", "metadata"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is not None and y is not None and (x[0] ^ y[0]) & x[1] & y[1]:
+            return False
+    return True
+
+
+def check_overlaps(flows: Iterable[FlowSpec]) -> list[tuple[FlowSpec, FlowSpec]]:
+    """Pairs of entries in the same table with the same priority whose matches
+    overlap (OpenFlow leaves the winner undefined: a compile bug), in flow order.
+
+    Entries are bucketed by the exactly-matched fields first, so the usual
+    tables (hundreds of disjoint exact or prefix entries) are checked quickly.
+    """
+    groups: dict[tuple[int, int], list[FlowSpec]] = {}
+    for f in flows:
+        groups.setdefault((f.table, f.priority), []).append(f)
+    out: list[tuple[FlowSpec, FlowSpec]] = []
+    for entries in groups.values():
+        if len(entries) < 2:
+            continue
+        # Fast path: every entry has the same masks on the same fields; then
+        # two entries overlap iff their (in_port, eth_type, vlan_pcp, values) agree.
+        if len({_shape(f.match) for f in entries}) == 1:
+            seen: dict[tuple, FlowSpec] = {}
+            for f in entries:
+                k = _values(f.match)
+                if k in seen:
+                    out.append((seen[k], f))
+                else:
+                    seen[k] = f
+            continue
+        for i, a in enumerate(entries):
+            for b in entries[i + 1 :]:
+                if matches_overlap(a.match, b.match):
+                    out.append((a, b))
+    return out
+
+
+def _shape(m: Match) -> tuple:
+    """Which fields an entry matches and with which masks."""
+    return (
+        m.in_port is not None,
+        m.eth_type is not None,
+        m.vlan_pcp is not None,
+        m.eth_src[1] if m.eth_src else None,
+        m.eth_dst[1] if m.eth_dst else None,
+        m.metadata[1] if m.metadata else None,
+    )
+
+
+def _values(m: Match) -> tuple:
+    return (
+        m.in_port,
+        m.eth_type,
+        m.vlan_pcp,
+        m.eth_src[0] if m.eth_src else 0,
+        m.eth_dst[0] if m.eth_dst else 0,
+        m.metadata[0] if m.metadata else 0,
+    )
+
+
+def _describe(f: FlowSpec) -> str:
+    m = f.match
+    parts = [f"table={f.table}", f"priority={f.priority}"]
+    for name in ("in_port", "eth_type", "vlan_pcp"):
+        v = getattr(m, name)
+        if v is not None:
+            parts.append(f"{name}={v:#x}" if name == "eth_type" else f"{name}={v}")
+    for name in ("eth_src", "eth_dst", "metadata"):
+        v = getattr(m, name)
+        if v is not None:
+            parts.append(f"{name}={v[0]:#x}/{v[1]:#x}")
+    return ",".join(parts)
+
+
+def describe_flow(f: FlowSpec) -> str:
+    """Short ``ovs-ofctl``-like text for one entry (for error messages and reports)."""
+    acts = []
+    for a in f.actions:
+        if isinstance(a, Output):
+            acts.append(
+                "output:IN_PORT" if a.port == OFPP_IN_PORT else "CONTROLLER" if a.port == OFPP_CONTROLLER else f"output:{a.port}"
+            )
+        elif isinstance(a, SetField):
+            acts.append(f"set_field:{a.value:#x}->{a.field}")
+        elif isinstance(a, PushVlan):
+            acts.append(f"push_vlan:{a.ethertype:#x}")
+        else:
+            acts.append("pop_vlan")
+    if f.write_metadata is not None:
+        acts.append(f"write_metadata:{f.write_metadata[0]:#x}/{f.write_metadata[1]:#x}")
+    if f.goto is not None:
+        acts.append(f"goto_table:{f.goto}")
+    return _describe(f) + " actions=" + (",".join(acts) or "drop")
