@@ -49,7 +49,7 @@ from hpcfabric.flows import (
     make_cookie,
     sort_flows,
 )
-from hpcfabric.routing import ExplicitRouter, Router, router_for
+from hpcfabric.routing import ExplicitRouter, router_for
 from hpcfabric.topology.model import Fabric, Switch
 
 PRIO_DMP = 2000
@@ -75,9 +75,11 @@ COND_HOP = 1 << 24  # marks conditional next hops inside ORTC
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A destination unit (leading address fields) and the port serving it (None = drop)."""
+    """A destination prefix (``bits``/``length`` over the layout's used bits) and
+    the port serving it (None = drop)."""
 
-    fields: tuple[tuple[str, int], ...]
+    bits: int
+    length: int
     port: int | None
     rule_class: int
     conditional: bool = False  # a default rule that may switch off while its port is paused
@@ -161,56 +163,77 @@ def dragonfly_band(fabric: Fabric) -> tuple[int, int]:
 # destination functions
 
 
-def _host_routes(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[Route]:
-    names = plan.layout.names
-    return [
-        Route(tuple((n, plan.host_fields[h.name][n]) for n in names), h.port, RuleClass.HOST)
-        for h in fabric.hosts_on(sw.name)
-    ]
+class Context:
+    """What every switch's compilation shares: the fabric, plan, router, the
+    prefixes of every host, switch and group, and interned flow entries."""
+
+    def __init__(self, fabric: Fabric, plan: AddressPlan, routing: str = "minimal") -> None:
+        self.fabric = fabric
+        self.plan = plan
+        self.layout = plan.layout
+        self.routing = routing
+        self.router = router_for(fabric)
+        self.cache = FlowCache(plan.layout)
+        self.members: dict[int, list[Switch]] = {}
+        for sw in fabric.access_switches:
+            self.members.setdefault(sw.group, []).append(sw)
+        self.groups = sorted(self.members)
+        names = self.layout.names
+        self.host_prefix = {
+            h.name: _prefix(self.layout, [(n, plan.host_fields[h.name][n]) for n in names]) for h in fabric.hosts
+        }
+        self.switch_prefix: dict[str, tuple[int, int]] = {}
+        self.group_prefix: dict[int, tuple[int, int]] = {}
+        if "switch" in names:
+            for sw in fabric.access_switches:
+                fv = plan.switch_fields(sw)
+                lead = [(n, fv[n]) for n in names if n != "host"]
+                self.switch_prefix[sw.name] = _prefix(self.layout, lead)
+        if "group" in names:
+            self.group_prefix = {g: _prefix(self.layout, [("group", g)]) for g in self.groups}
 
 
-def _per_host_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Switch) -> list[Route]:
-    own = {h.name for h in fabric.hosts_on(sw.name)}
-    routes = _host_routes(fabric, plan, sw)
+def _host_routes(ctx: Context, sw: Switch) -> list[Route]:
+    return [Route(*ctx.host_prefix[h.name], h.port, RuleClass.HOST) for h in ctx.fabric.hosts_on(sw.name)]
+
+
+def _per_host_routes(ctx: Context, sw: Switch) -> list[Route]:
+    fabric, router = ctx.fabric, ctx.router
+    routes = _host_routes(ctx, sw)
     for i, h in enumerate(fabric.hosts):
-        if h.name in own:
+        if h.switch == sw.name:
             continue
         dst = fabric.switch(h.switch)
         port = router.to_switch(sw, dst, spread=i)
-        routes.append(
-            Route((("host", plan.host_fields[h.name]["host"]),), port, RuleClass.ROUTE, dst.group != sw.group)
-        )
+        routes.append(Route(*ctx.host_prefix[h.name], port, RuleClass.ROUTE, dst.group != sw.group))
     return routes
 
 
-def _per_switch_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Switch) -> list[Route]:
-    routes = _host_routes(fabric, plan, sw)
-    for dst in fabric.access_switches:
+def _per_switch_routes(ctx: Context, sw: Switch) -> list[Route]:
+    routes = _host_routes(ctx, sw)
+    for rank, dst in enumerate(ctx.fabric.access_switches):
         if dst.name == sw.name:
             continue
-        rank = plan.switch_fields(dst)["switch"]
-        port = router.to_switch(sw, dst, spread=rank)
-        routes.append(Route((("switch", rank),), port, RuleClass.ROUTE, dst.group != sw.group))
+        port = ctx.router.to_switch(sw, dst, spread=rank)
+        routes.append(Route(*ctx.switch_prefix[dst.name], port, RuleClass.ROUTE, dst.group != sw.group))
     return routes
 
 
-def _per_group_routes(fabric: Fabric, plan: AddressPlan, router: Router, sw: Switch) -> list[Route]:
-    routes = _host_routes(fabric, plan, sw)
+def _per_group_routes(ctx: Context, sw: Switch) -> list[Route]:
+    router = ctx.router
+    routes = _host_routes(ctx, sw)
     within = isinstance(router, ExplicitRouter)
-    groups = sorted({d.group for d in fabric.access_switches})
-    for dst in fabric.access_switches:
-        if dst.group != sw.group or dst.name == sw.name:
+    for dst in ctx.members.get(sw.group, ()):
+        if dst.name == sw.name:
             continue
-        fv = plan.switch_fields(dst)
         if within:
             port = router.to_switch(sw, dst, within_group=True)  # type: ignore[call-arg]
         else:
-            port = router.to_switch(sw, dst, spread=fv["switch"])
-        routes.append(Route((("group", fv["group"]), ("switch", fv["switch"])), port, RuleClass.ROUTE))
-    for g in groups:
-        if g == sw.group:
-            continue
-        routes.append(Route((("group", g),), router.to_group(sw, g, spread=g), RuleClass.ROUTE, True))
+            port = router.to_switch(sw, dst, spread=dst.index)
+        routes.append(Route(*ctx.switch_prefix[dst.name], port, RuleClass.ROUTE))
+    for g in ctx.groups:
+        if g != sw.group:
+            routes.append(Route(*ctx.group_prefix[g], router.to_group(sw, g, spread=g), RuleClass.ROUTE, True))
     return routes
 
 
@@ -232,12 +255,12 @@ def _prefix(layout: Layout, fields: Iterable[tuple[str, int]]) -> tuple[int, int
 
 
 class FlowCache:
-    """Interns route flows per layout: identical entries (same prefix, port,
-    class and condition) recur on many switches, so each is built once and shared."""
+    """Interns flow entries: identical entries (same prefix, port, class and
+    condition) recur on many switches, so each is built once and shared."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.flows: dict[tuple[int, int, int | None, int, int | None], FlowSpec] = {}
+        self.flows: dict[tuple, FlowSpec] = {}
 
     def route(
         self, bits: int, length: int, port: int | None, rule_class: int, metadata: int | None = None
@@ -249,6 +272,16 @@ class FlowCache:
         if flow is None:
             value, mask = self.layout.prefix_match(bits, length)
             flow = _route_entry(PRIO_LPM_BASE + length, Match(eth_dst=(value, mask)), port, rule_class, metadata)
+            self.flows[key] = flow
+        return flow
+
+    def dimension(self, d: int, v: int, port: int, metadata: int | None) -> FlowSpec:
+        """The FB entry matching only ``dim_d == v``."""
+        key = ("dim", d, v, port, metadata)
+        flow = self.flows.get(key)
+        if flow is None:
+            value, mask = self.layout.match({f"dim{d}": v})
+            flow = _route_entry(PRIO_LPM_BASE + 1 + d, Match(eth_dst=(value, mask)), port, RuleClass.ROUTE, metadata)
             self.flows[key] = flow
         return flow
 
@@ -267,17 +300,15 @@ def _lpm_flows(cache: FlowCache, routes: list[Route], compact: bool, conditional
     (metadata = port, go to PORT_STATE); ORTC then keeps conditional and
     unconditional next hops apart, so it never merges the two kinds.
     """
-    layout = cache.layout
     hops: list[tuple[int, int, int]] = []
     classes: dict[int, int] = {}
     for r in routes:
-        bits, length = _prefix(layout, r.fields)
         hop = DROP if r.port is None else r.port | (COND_HOP if conditional and r.conditional else 0)
-        hops.append((bits, length, hop))
+        hops.append((r.bits, r.length, hop))
         if r.rule_class == RuleClass.HOST:
             classes[hop] = RuleClass.HOST
     if compact:
-        hops = compact_prefixes(hops, layout.used_bits)
+        hops = compact_prefixes(hops, cache.layout.used_bits)
     flows = []
     for bits, length, hop in hops:
         port = None if hop == DROP else hop & ~COND_HOP
@@ -298,46 +329,32 @@ def _fb_dim_ports(fabric: Fabric, sw: Switch) -> list[tuple[int, int, int]]:
     return out
 
 
-def _fb_compact_flows(
-    fabric: Fabric, plan: AddressPlan, cache: FlowCache, sw: Switch, conditional: bool = False
-) -> list[FlowSpec]:
+def _fb_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> list[FlowSpec]:
     """Flattened Butterfly at the lower bound: one entry per port in use.
 
     Conditional default rules carry in metadata, above the port, the mask of
     the lower dimensions a paused frame may turn to (minimal adaptive routing).
     """
-    layout = plan.layout
-    flows = []
-    for r in _host_routes(fabric, plan, sw):
-        bits, length = _prefix(layout, r.fields)
-        flows.append(cache.route(bits, length, r.port, RuleClass.HOST))
-    for d, v, port in _fb_dim_ports(fabric, sw):
-        value, mask = layout.match({f"dim{d}": v})
+    flows = [ctx.cache.route(r.bits, r.length, r.port, RuleClass.HOST) for r in _host_routes(ctx, sw)]
+    for d, v, port in _fb_dim_ports(ctx.fabric, sw):
         metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional else None
-        flows.append(_route_entry(PRIO_LPM_BASE + 1 + d, Match(eth_dst=(value, mask)), port, RuleClass.ROUTE, metadata))
+        flows.append(ctx.cache.dimension(d, v, port, metadata))
     return flows
 
 
-def _fat_tree_compact_flows(
-    fabric: Fabric, plan: AddressPlan, router: Router, cache: FlowCache, sw: Switch
-) -> list[FlowSpec]:
+def _fat_tree_compact_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     """Fat-tree at the lower bound: down by destination prefix, up by in_port."""
-    layout = plan.layout
-    half = fabric.params["k"] // 2
+    half = ctx.fabric.params["k"] // 2
     if sw.role == "core":
-        return _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), compact=True)
-    down: list[Route] = []
+        return _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), compact=True)
     if sw.role == "edge":
-        down = _host_routes(fabric, plan, sw)
+        down = _host_routes(ctx, sw)
         # host on port 1+t (rank t) goes up to aggregation (t + edge index) mod k/2
-        ups = [(h.port, half + 1 + (h.index + sw.index) % half) for h in fabric.hosts_on(sw.name)]
+        ups = [(h.port, half + 1 + (h.index + sw.index) % half) for h in ctx.fabric.hosts_on(sw.name)]
     else:  # aggregation: edges of its pod below, edge i goes up to core index i
-        for dst in fabric.access_switches:
-            if dst.group == sw.group:
-                fv = plan.switch_fields(dst)
-                down.append(Route((("group", fv["group"]), ("switch", fv["switch"])), 1 + dst.index, RuleClass.ROUTE))
+        down = [Route(*ctx.switch_prefix[e.name], 1 + e.index, RuleClass.ROUTE) for e in ctx.members[sw.group]]
         ups = [(1 + i, half + 1 + i % half) for i in range(half)]
-    flows = _lpm_flows(cache, down, compact=True)
+    flows = _lpm_flows(ctx.cache, down, compact=True)
     for in_port, out in ups:
         flows.append(
             FlowSpec(TABLE_ROUTE, PRIO_UP, Match(in_port=in_port), (Output(out),), make_cookie(RuleClass.ROUTE, out))
@@ -455,35 +472,25 @@ def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[Fl
     return flows
 
 
-def compile_switch(
-    fabric: Fabric,
-    plan: AddressPlan,
-    router: Router,
-    sw: Switch,
-    *,
-    routing: str = "minimal",
-    punts: bool = True,
-    cache: FlowCache | None = None,
-) -> SwitchTable:
-    """Compile the flow table of one switch (``cache`` shares identical entries between switches)."""
-    cache = cache or FlowCache(plan.layout)
-    mode = plan.mode
-    cond = routing == "conditional"
+def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTable:
+    """Compile the flow table of one switch."""
+    fabric, mode = ctx.fabric, ctx.plan.mode
+    cond = ctx.routing == "conditional"
     if mode == "flat":
-        flows = _lpm_flows(cache, _per_host_routes(fabric, plan, router, sw), False, cond)
+        flows = _lpm_flows(ctx.cache, _per_host_routes(ctx, sw), False, cond)
     elif mode == "per-switch":
-        flows = _lpm_flows(cache, _per_switch_routes(fabric, plan, router, sw), False, cond)
+        flows = _lpm_flows(ctx.cache, _per_switch_routes(ctx, sw), False, cond)
     elif mode == "per-group":
-        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), False, cond)
+        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), False, cond)
     elif fabric.kind == "flattened_butterfly":
-        flows = _fb_compact_flows(fabric, plan, cache, sw, cond)
+        flows = _fb_compact_flows(ctx, sw, cond)
     elif fabric.kind == "fat_tree":
-        flows = _fat_tree_compact_flows(fabric, plan, router, cache, sw)
+        flows = _fat_tree_compact_flows(ctx, sw)
     else:
-        flows = _lpm_flows(cache, _per_group_routes(fabric, plan, router, sw), True, cond)
+        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), True, cond)
     if cond:
-        flows += _conditional_flows(fabric, plan, sw)
-    flows += _infra_flows(fabric, plan, sw, punts)
+        flows += _conditional_flows(fabric, ctx.plan, sw)
+    flows += _infra_flows(fabric, ctx.plan, sw, punts)
     return SwitchTable(sw.name, sw.dpid, sort_flows(flows), fabric.radix(sw.name), bool(fabric.hosts_on(sw.name)))
 
 
@@ -509,10 +516,6 @@ def compile_fabric(
             )
     if plan.fabric is not fabric:
         raise CompileError("address plan was made for another fabric")
-    router = router_for(fabric)
-    cache = FlowCache(plan.layout)
-    tables = {
-        sw.name: compile_switch(fabric, plan, router, sw, routing=routing, punts=punts, cache=cache)
-        for sw in fabric.switches
-    }
+    ctx = Context(fabric, plan, routing)
+    tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches}
     return CompiledFabric(fabric, plan, routing, tables)
