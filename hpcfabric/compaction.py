@@ -25,67 +25,60 @@ class _Node:
     __slots__ = ("children", "nh", "hops")
 
     def __init__(self) -> None:
-        self.children: list[_Node | None] | None = None
+        self.children: list[_Node] | None = None
         self.nh: int | None = None
-        self.hops: frozenset[int] | set[int] = frozenset()
+        self.hops = 0  # candidate next hops as a bit set over sorted hop indices
 
 
 def compact_prefixes(routes: Iterable[Route], length: int) -> list[Route]:
     """Return the minimal LPM-equivalent route list (table-miss = DROP).
 
     Routes with the same prefix must agree; the last one wins otherwise.
-    Output is sorted by prefix length, then bits (deterministic).
+    Output is sorted by prefix length, then bits (deterministic; among equal
+    candidates the lowest next hop is chosen).
     """
+    routes = list(routes)
+    values = sorted({nh for _, _, nh in routes} | {DROP})
+    index = {nh: i for i, nh in enumerate(values)}
     root = _Node()
     for bits, plen, nh in routes:
         if not 0 <= plen <= length or bits >> plen:
             raise ValueError(f"bad prefix {bits:#x}/{plen} for {length}-bit addresses")
         node = root
         for depth in range(plen):
-            b = (bits >> (plen - 1 - depth)) & 1
-            if node.children is None:
-                node.children = [None, None]
-            child = node.children[b]
-            if child is None:
-                child = node.children[b] = _Node()
-            node = child
-        node.nh = nh
+            if node.children is None:  # always both children: missing ones inherit (ORTC pass 1)
+                node.children = [_Node(), _Node()]
+            node = node.children[(bits >> (plen - 1 - depth)) & 1]
+        node.nh = index[nh]
 
-    # Pass 1+2: push inherited next hops into missing siblings, then compute
-    # candidate sets bottom-up (intersection if non-empty, else union).
-    def sets(node: _Node, inherited: int) -> None:
+    # Pass 1+2: leaves take the inherited next hop; inner nodes the intersection
+    # of their children's candidates if non-empty, else the union.
+    def sets(node: _Node, inherited: int) -> int:
         nh = node.nh if node.nh is not None else inherited
         if node.children is None:
-            node.hops = frozenset((nh,))
-            return
-        for i in (0, 1):
-            if node.children[i] is None:
-                leaf = _Node()
-                leaf.hops = frozenset((nh,))
-                node.children[i] = leaf
-            else:
-                sets(node.children[i], nh)  # type: ignore[arg-type]
-        a = node.children[0].hops  # type: ignore[union-attr]
-        b = node.children[1].hops  # type: ignore[union-attr]
-        both = a & b
-        node.hops = both if both else a | b
+            node.hops = 1 << nh
+            return node.hops
+        a = sets(node.children[0], nh)
+        b = sets(node.children[1], nh)
+        node.hops = (a & b) or (a | b)
+        return node.hops
 
-    sets(root, DROP)
-
+    sets(root, index[DROP])
     out: list[Route] = []
 
     # Pass 3: top-down, emit an entry only where the inherited hop is not a candidate.
     def choose(node: _Node, bits: int, plen: int, inherited: int) -> None:
-        if inherited in node.hops:
+        if node.hops >> inherited & 1:
             chosen = inherited
         else:
-            chosen = min(node.hops)
-            out.append((bits, plen, chosen))
+            low = node.hops & -node.hops
+            chosen = low.bit_length() - 1
+            out.append((bits, plen, values[chosen]))
         if node.children is not None:
-            for i in (0, 1):
-                choose(node.children[i], (bits << 1) | i, plen + 1, chosen)  # type: ignore[arg-type]
+            choose(node.children[0], bits << 1, plen + 1, chosen)
+            choose(node.children[1], (bits << 1) | 1, plen + 1, chosen)
 
-    choose(root, 0, 0, DROP)
+    choose(root, 0, 0, index[DROP])
     out.sort(key=lambda r: (r[1], r[0]))
     return out
 
