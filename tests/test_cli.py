@@ -124,3 +124,37 @@ def test_console_script_runs_without_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and str(bad) in proc.stderr
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "verify" in proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TOPO.glob("*.yaml") if "table3" not in p.name))
+@pytest.mark.parametrize("mode", ["flat", "per-switch", "per-group", "compact"])
+def test_verify_every_shipped_topology_and_mode(capsys, name, mode):
+    code, out, _ = run(capsys, "verify", str(TOPO / name), "--addressing", mode)
+    data = json.loads(out)
+    assert code == 0
+    assert data["pairs"] == data["delivered"] > 0
+    assert data["loops"] == 0 and data["invalid_probe_failures"] == 0
+    assert data["max_hops"] >= 1
+
+
+def test_verify_exits_1_when_frames_are_not_delivered(capsys, monkeypatch):
+    import dataclasses
+
+    import hpcfabric.compiler as compiler
+    from hpcfabric.flows import RuleClass
+
+    real = compiler.compile_fabric
+
+    def broken(fabric, plan, **kw):
+        compiled = real(fabric, plan, **kw)
+        name = fabric.switches[0].name
+        table = compiled.tables[name]
+        flows = tuple(f for f in table.flows if f.rule_class != RuleClass.ROUTE)
+        tables = dict(compiled.tables)
+        tables[name] = dataclasses.replace(table, flows=flows)
+        return dataclasses.replace(compiled, tables=tables)
+
+    monkeypatch.setattr(compiler, "compile_fabric", broken)
+    code, out, _ = run(capsys, "verify", DEFAULT)
+    data = json.loads(out)
+    assert code == 1 and data["delivered"] < data["pairs"] and data["failures"]

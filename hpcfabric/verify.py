@@ -1,0 +1,1100 @@
+"""All-pairs forwarding verifier for compiled fabrics (fast, vectorised).
+
+What is checked
+---------------
+Every host ``s`` sends a data frame (``eth_type`` 0x0800, untagged, ``eth_src``
+= its planned MAC, ``in_port`` = its switch port) to every other host ``d``
+(``eth_dst`` = the planned MAC of ``d``); self-pairs are excluded, so an
+all-pairs run checks ``H*(H-1)`` pairs. The frame walks switch to switch
+through ``compiled.tables`` exactly as :mod:`hpcfabric.pipeline` (the scalar
+OpenFlow reference) would forward it; an egress port leads, via
+``Fabric.peer``, to the next switch (and its ingress port) or to a host.
+Outcomes per pair:
+
+``delivered``     reaches ``d``. ``hops`` = switches traversed, the source's
+                  and the destination's switch included (two hosts on one
+                  switch: 1; ``hops - 1`` links between switches). Minimal
+                  routing: Dragonfly <= 4 (local-global-local), a
+                  k-dimensional Flattened Butterfly <= k+1, a 3-level
+                  fat-tree <= 5 (edge-agg-core-agg-edge)
+``misdelivered``  reaches another host
+``dropped``       a switch outputs nothing (table miss or drop entry), or
+                  outputs to a port with nothing behind it
+``loops``         traverses more than ``hop_bound`` = switches + 1 switches
+                  (a revisited switch with an identical frame is a cycle and
+                  counts as a loop at once)
+``punted``        a switch sends it to the controller
+``floods``        a switch outputs it more than once
+
+Invalid probes: the first host of every access switch also sends frames to
+addresses nobody owns -- for each address field, a real address with that
+field set to a value no host uses under the same higher fields (smallest and
+largest such value, from two base addresses), a bit just above the used
+address bits, and the multicast and globally-administered flag bits. Each
+must be dropped (outputs to nowhere count as drops), never delivered,
+looped, punted or flooded.
+
+How it is fast
+--------------
+Forwarding of a data frame at a switch depends only on the ingress port and
+the destination address (rules matching ``eth_src`` are resolved statically
+on host ports, where the source is known). So:
+
+1. per switch, ingress ports that no data-relevant rule tells apart form one
+   *row* (typically one row per switch); rules with an ``eth_type`` other
+   than IPv4 or a ``vlan_pcp`` never match a data frame and are ignored. A
+   port named by ``in_port`` rules only in tables that no frame reaches from
+   the other ports (checked over every destination and probe, e.g. per-host
+   Valiant rules in ALTERNATIVE while no port is paused) joins the others;
+2. for every row, the decision over all destinations is computed with numpy:
+   per table, entries are bucketed by ``eth_dst`` mask (and by ``metadata``
+   mask), the masked destinations are looked up in each bucket
+   (``searchsorted`` against the unique masked destinations, shared by all
+   switches) and the highest-priority hit wins (ties: the earlier entry, as
+   in the pipeline); ``goto``/``write_metadata``/outputs are followed
+   vectorised. The decision is stored as the *next state*: the next
+   row, a delivered host, or drop/punt/flood -- an ``int32`` matrix
+   ``rows x destinations`` (136 MB for the paper's Table III Dragonfly;
+   destinations are processed in chunks when it would exceed ~256 MB);
+3. sources whose first-hop rows are identical form one class; each class
+   walks all destinations at once by fancy indexing into the matrix, and its
+   counts are multiplied by the class size (self-pairs subtracted).
+
+Fallbacks: rules matching ``eth_src`` that can see frames from other
+switches make the decision source-dependent; those rows are evaluated per
+frame by the scalar pipeline during the walk (sources are then not grouped).
+Rules that rewrite data frames (``set_field``, VLAN push/pop) break the
+"frame unchanged along the path" premise: the whole run then uses the scalar
+reference walk. ``coverage`` and ``engine`` in the report say what was done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from hpcfabric.addressing import MAC_BITS, USABLE_BITS, format_mac, from_mac, to_mac
+from hpcfabric.flows import (
+    ETH_TYPE_IPV4,
+    OFPP_CONTROLLER,
+    OFPP_IN_PORT,
+    FlowSpec,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    SetField,
+)
+from hpcfabric.pipeline import Frame, Pipeline, PipelineError, check_overlaps, describe_flow
+
+__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses"]
+
+# Next-state codes (>= 0: next row of the decision matrix).
+DROP = -1  # no output: table miss or drop entry
+PUNT = -2  # sent to the controller
+FLOOD = -3  # more than one output
+DEAD = -4  # output to a port with nothing behind it
+SCALAR = -5  # matrix only: decide this row with the scalar pipeline
+LOOP = -6  # walk only: hop bound exceeded / cycle
+SINK = -7  # matrix only: the row where finished walks park
+DELIVER = -16  # delivered to host id h: DELIVER - h
+
+MAX_FAILURES = 20
+MATRIX_BYTES = 256 << 20  # decision-matrix budget per destination chunk
+BATCH_ELEMENTS = 1 << 20  # (source, destination) elements walked at once
+
+KINDS = ("delivered", "misdelivered", "dropped", "loop", "punted", "flood")
+
+
+def _kind(code: int, dst_hid: int | None) -> str:
+    if code <= DELIVER:
+        return "delivered" if dst_hid is not None and DELIVER - code == dst_hid else "misdelivered"
+    if code in (DROP, DEAD):
+        return "dropped"
+    if code == PUNT:
+        return "punted"
+    if code == FLOOD:
+        return "flood"
+    if code == LOOP:
+        return "loop"
+    raise AssertionError(f"unexpected code {code}")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------
+# report
+
+
+@dataclass(frozen=True)
+class Report:
+    """Outcome of one verification run (``as_dict`` is JSON-ready)."""
+
+    fabric: str
+    mode: str
+    switches: int
+    hosts: int
+    pairs: int
+    delivered: int
+    misdelivered: int
+    dropped: int
+    loops: int
+    punted: int
+    floods: int
+    max_hops: int
+    mean_hops: float
+    hop_histogram: Mapping[int, int]
+    invalid_probes: int
+    invalid_probe_failures: int
+    failures: tuple[dict[str, Any], ...]
+    seconds: float
+    coverage: str
+    engine: str
+    hop_bound: int
+    overlaps: int = 0
+    overlap_examples: tuple[str, ...] = ()
+    probe_addresses: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """Every pair delivered, every invalid probe dropped, no equal-priority overlap."""
+        return self.delivered == self.pairs and self.invalid_probe_failures == 0 and self.overlaps == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fabric": self.fabric,
+            "mode": self.mode,
+            "ok": self.ok,
+            "switches": self.switches,
+            "hosts": self.hosts,
+            "pairs": self.pairs,
+            "delivered": self.delivered,
+            "misdelivered": self.misdelivered,
+            "dropped": self.dropped,
+            "loops": self.loops,
+            "punted": self.punted,
+            "floods": self.floods,
+            "max_hops": self.max_hops,
+            "mean_hops": self.mean_hops,
+            "hop_histogram": {str(k): v for k, v in sorted(self.hop_histogram.items())},
+            "hop_bound": self.hop_bound,
+            "invalid_probes": self.invalid_probes,
+            "invalid_probe_failures": self.invalid_probe_failures,
+            "probe_addresses": list(self.probe_addresses),
+            "overlaps": self.overlaps,
+            "overlap_examples": list(self.overlap_examples),
+            "failures": [dict(f) for f in self.failures],
+            "seconds": round(self.seconds, 3),
+            "coverage": self.coverage,
+            "engine": self.engine,
+        }
+
+
+# ---------------------------------------------------------------------------
+# scalar reference walk
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One frame's journey: ``code`` (see module constants), switches visited, why it stopped."""
+
+    code: int
+    host: str | None
+    path: tuple[str, ...]
+    reason: str
+
+    @property
+    def hops(self) -> int:
+        return len(self.path)
+
+
+class _Pipelines(dict):
+    """switch name -> Pipeline, built on first use."""
+
+    def __init__(self, compiled: Any) -> None:
+        super().__init__()
+        self.compiled = compiled
+
+    def __missing__(self, switch: str) -> Pipeline:
+        pipe = Pipeline(self.compiled.tables[switch].flows)
+        self[switch] = pipe
+        return pipe
+
+
+def walk_pair(
+    compiled: Any,
+    src: str,
+    dst_mac: int,
+    *,
+    pipelines: Mapping[str, Pipeline] | None = None,
+    bound: int | None = None,
+) -> Walk:
+    """Walk one data frame from host ``src`` to ``dst_mac`` with the scalar pipeline."""
+    fabric = compiled.fabric
+    pipes = pipelines if pipelines is not None else _Pipelines(compiled)
+    bound = bound if bound is not None else len(fabric.switches) + 1
+    host = fabric.host(src)
+    switch = host.switch
+    frame = Frame(in_port=host.port, eth_src=compiled.plan.host_mac[src], eth_dst=dst_mac)
+    path: list[str] = []
+    seen: set[tuple[str, Frame]] = set()
+    while True:
+        if len(path) >= bound:
+            return Walk(LOOP, None, tuple(path), f"loop: exceeded the hop bound of {bound} switches")
+        state = (switch, frame)
+        if state in seen:
+            return Walk(LOOP, None, tuple(path + [switch]), f"loop: {switch} revisited on port {frame.in_port}")
+        seen.add(state)
+        path.append(switch)
+        try:
+            res = pipes[switch].process(frame)
+        except PipelineError as err:
+            return Walk(DROP, None, tuple(path), f"dropped at {switch}: pipeline error: {err}")
+        if res.punted:
+            return Walk(PUNT, None, tuple(path), f"punted to the controller by {switch} ({_hit(res)})")
+        if len(res.outputs) > 1:
+            return Walk(FLOOD, None, tuple(path), f"flooded by {switch} to ports {list(res.ports)} ({_hit(res)})")
+        if not res.outputs:
+            if res.miss_table is not None:
+                why = f"table miss in table {res.miss_table}"
+            elif res.hits[-1].priority == 0 and res.hits[-1].match == Match():
+                why = f"table-miss entry of table {res.hits[-1].table} (no route for this address)"
+            else:
+                why = f"drop entry {_hit(res)}"
+            return Walk(DROP, None, tuple(path), f"dropped at {switch}: {why}")
+        port, sent = res.outputs[0]
+        peer = fabric.peer(switch, port)
+        if peer is None:
+            return Walk(DEAD, None, tuple(path), f"dropped at {switch}: output to port {port}, which leads nowhere")
+        if peer.is_host:
+            hid = _host_ids(compiled)[peer.node]
+            return Walk(DELIVER - hid, peer.node, tuple(path), f"delivered to {peer.node} by {switch} port {port}")
+        switch = peer.node
+        frame = replace(sent, in_port=peer.port, metadata=0)
+
+
+def _hit(res: Any) -> str:
+    return describe_flow(res.hits[-1]) if res.hits else "no entry"
+
+
+_HOST_IDS: dict[int, tuple[Any, dict[str, int]]] = {}
+
+
+def _host_ids(compiled: Any) -> dict[str, int]:
+    fabric = compiled.fabric
+    cached = _HOST_IDS.get(id(fabric))
+    if cached is None or cached[0] is not fabric:
+        cached = (fabric, {h.name: i for i, h in enumerate(fabric.hosts)})
+        _HOST_IDS.clear()
+        _HOST_IDS[id(fabric)] = cached
+    return cached[1]
+
+
+# ---------------------------------------------------------------------------
+# invalid probe addresses
+
+
+def probe_addresses(plan: Any) -> list[tuple[int, str]]:
+    """Addresses nobody owns, as (MAC, why): see the module docstring."""
+    layout = plan.layout
+    hosts = [h.name for h in plan.fabric.hosts]
+    if not hosts:
+        return []
+    bases = list(dict.fromkeys([hosts[0], hosts[-1]]))
+    fields = plan.host_fields
+    owned = plan.host_mac
+    out: dict[int, str] = {}
+    names = layout.names
+    for i, f in enumerate(layout.fields):
+        used: dict[tuple[int, ...], set[int]] = {}
+        for h in hosts:
+            used.setdefault(tuple(fields[h][n] for n in names[:i]), set()).add(fields[h][f.name])
+        top = (1 << f.width) - 1
+        for base in bases:
+            pre = tuple(fields[base][n] for n in names[:i])
+            taken = used.get(pre, set())
+            free = [v for v in (_first_free(taken, 0, 1, top), _first_free(taken, top, -1, top)) if v is not None]
+            for v in dict.fromkeys(free):
+                mac = layout.encode({**fields[base], f.name: v})
+                where = ", ".join(f"{n}={x}" for n, x in zip(names[:i], pre)) or "any"
+                out.setdefault(mac, f"{f.name}={v} (unused under {where})")
+    base_mac = owned[hosts[0]]
+    used_bits = layout.used_bits
+    if used_bits < USABLE_BITS:
+        out.setdefault(to_mac(from_mac(base_mac) | (1 << used_bits)), f"bit {used_bits} set above the {used_bits} address bits")
+    out.setdefault(base_mac | (1 << (MAC_BITS - 8)), "multicast (I/G) bit set")
+    out.setdefault(base_mac & ~(1 << (MAC_BITS - 7)), "globally administered (U/L bit clear)")
+    by_mac = set(owned.values())
+    return [(mac, why) for mac, why in out.items() if mac not in by_mac]
+
+
+def _first_free(taken: set[int], start: int, step: int, top: int) -> int | None:
+    v = start
+    while 0 <= v <= top:
+        if v not in taken:
+            return v
+        v += step
+    return None
+
+
+# ---------------------------------------------------------------------------
+# fast engine
+
+
+class _Unsupported(Exception):
+    """The vectorised engine cannot model this fabric's rules (reason in args[0])."""
+
+
+class _Dst:
+    """A destination set: MACs and, per ``eth_dst`` mask, the sorted unique masked
+    values, each destination's position among them, and the destinations grouped
+    by value (``order[starts[u]:starts[u+1]]`` have masked value ``uniq[u]``)."""
+
+    def __init__(self, macs: np.ndarray) -> None:
+        self.macs = macs.astype(np.uint64)
+        self.n = len(macs)
+        self._index: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def index(self, mask: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        got = self._index.get(mask)
+        if got is None:
+            uniq, inv = np.unique(self.macs & np.uint64(mask), return_inverse=True)
+            inv = inv.astype(np.intp).reshape(-1)
+            order = np.argsort(inv, kind="stable")
+            starts = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            got = self._index[mask] = (uniq, inv, order, starts)
+        return got
+
+
+@dataclass
+class _View:
+    """One table of one row: its statically matching entries in priority order,
+    as arrays (index ``len(entries)`` stands for the table miss)."""
+
+    entries: list[FlowSpec]
+    nout: np.ndarray  # outputs other than the controller
+    port: np.ndarray  # the output port when nout == 1 (IN_PORT resolved)
+    punt: np.ndarray
+    goto: np.ndarray  # -1: none
+    wm_value: np.ndarray  # write_metadata (0/0 when none: metadata unchanged)
+    wm_mask: np.ndarray
+    const: int  # best entry matching everything (no eth_dst/metadata condition)
+    by_dst: list[tuple[int, np.ndarray, np.ndarray]]  # eth_dst mask, values, ranks
+    by_meta: list[tuple[int, np.ndarray, np.ndarray]]  # metadata mask, sorted unique values, best ranks
+    by_both: list[tuple[int, int, int, int, int]]  # dst value, dst mask, meta value, meta mask, rank
+    targets: tuple[int, ...]  # tables the entries go to
+
+    @property
+    def miss(self) -> int:
+        return len(self.entries)
+
+    @classmethod
+    def build(cls, entries: list[FlowSpec], in_port: int, cache: dict[int, tuple] | None = None) -> "_View":
+        cache = {} if cache is None else cache
+        n = len(entries)
+        cols: list[list[int]] = [[], [], [], [], [], []]  # nout, port, punt, goto, wm value, wm mask
+        const = n
+        dsts: dict[int, dict[int, int]] = {}
+        metas: dict[int, dict[int, int]] = {}
+        both = []
+        for i, f in enumerate(entries):
+            a = cache.get(id(f))
+            if a is None or a[0] is not f:
+                a = cache[id(f)] = (f, *_flow_attrs(f))
+            _, nout, port, punt, goto, wmv, wmm, dv, dm, mv, mm = a
+            for col, x in zip(cols, (nout, in_port if port == OFPP_IN_PORT else port, punt, goto, wmv, wmm)):
+                col.append(x)
+            if dm == 0 and mm == 0:
+                if const == n:
+                    const = i
+            elif mm == 0:
+                dsts.setdefault(dm, {}).setdefault(dv, i)  # first (best) entry per value
+            elif dm == 0:
+                metas.setdefault(mm, {}).setdefault(mv, i)  # first (best) entry per value
+            else:
+                both.append((dv, dm, mv, mm, i))
+        miss = (0, 0, 0, -1, 0, 0)
+        for col, x in zip(cols, miss):
+            col.append(x)
+        by_dst = [
+            (m, np.fromiter(best.keys(), np.uint64, len(best)), np.fromiter(best.values(), np.int32, len(best)))
+            for m, best in dsts.items()
+        ]
+        by_meta = []
+        for m, best in metas.items():
+            vals = sorted(best)
+            by_meta.append((m, np.array(vals, dtype=np.uint64), np.array([best[v] for v in vals], dtype=np.int32)))
+        targets = tuple(sorted({f.goto for f in entries if f.goto is not None}))
+        return cls(
+            entries,
+            np.array(cols[0], dtype=np.int16),
+            np.array(cols[1], dtype=np.int64),
+            np.array(cols[2], dtype=bool),
+            np.array(cols[3], dtype=np.int64),
+            np.array(cols[4], dtype=np.uint64),
+            np.array(cols[5], dtype=np.uint64),
+            const,
+            by_dst,
+            by_meta,
+            both,
+            targets,
+        )
+
+    def winners(self, dst: _Dst, idx: np.ndarray | None, meta: np.ndarray | None) -> np.ndarray:
+        """Index of the winning entry per element (``miss`` when none matches);
+        ``idx`` selects destinations (None: all), ``meta`` their metadata (None: all 0)."""
+        n = dst.n
+        best = np.full(n, self.const, dtype=np.int32)
+        for mask, values, ranks in self.by_dst:
+            uniq, inv, order, starts = dst.index(mask)
+            if not len(uniq):
+                continue
+            pos = np.minimum(np.searchsorted(uniq, values), len(uniq) - 1)
+            hit = uniq[pos] == values
+            if not hit.any():
+                continue
+            p, r = pos[hit], ranks[hit]  # values are unique per mask, so p is too
+            lens = starts[p + 1] - starts[p]
+            total = int(lens.sum())
+            if total * 4 > n:  # dense: one gather over every destination
+                cand = np.full(len(uniq), self.miss, dtype=np.int32)
+                cand[p] = r
+                np.minimum(best, cand[inv], out=best)
+            else:  # sparse: touch only the destinations under the hit values
+                ends = np.cumsum(lens)
+                el = order[np.repeat(starts[p] - ends + lens, lens) + np.arange(total)]
+                best[el] = np.minimum(best[el], np.repeat(r, lens))
+        if idx is not None:
+            best = best[idx]
+        for mask, values, ranks in self.by_meta:
+            if meta is None:
+                if values[0] == 0:  # sorted: a 0 value, if any, comes first
+                    np.minimum(best, ranks[0], out=best)
+                continue
+            key = meta & np.uint64(mask)
+            pos = np.minimum(np.searchsorted(values, key), len(values) - 1)
+            np.minimum(best, np.where(values[pos] == key, ranks[pos], self.miss), out=best)
+        if self.by_both:
+            macs = dst.macs if idx is None else dst.macs[idx]
+            for dv, dm, mv, mm, rank in self.by_both:
+                hit = macs & np.uint64(dm) == np.uint64(dv)
+                if meta is None:
+                    hit &= mv == 0
+                else:
+                    hit &= meta & np.uint64(mm) == np.uint64(mv)
+                best[hit & (best > rank)] = rank
+        return best
+
+
+def _flow_attrs(f: FlowSpec) -> tuple[int, ...]:
+    """(outputs, port or OFPP_IN_PORT, punt, goto, wm value, wm mask, dst value, dst mask, meta value, meta mask)."""
+    nout, port, punt = 0, 0, 0
+    for a in f.actions:
+        if isinstance(a, Output):
+            if a.port == OFPP_CONTROLLER:
+                punt = 1
+            else:
+                nout += 1
+                port = a.port
+    wmv, wmm = (f.write_metadata[0] & f.write_metadata[1], f.write_metadata[1]) if f.write_metadata else (0, 0)
+    dv, dm = f.match.eth_dst if f.match.eth_dst is not None else (0, 0)
+    mv, mm = f.match.metadata if f.match.metadata is not None else (0, 0)
+    return nout, port, punt, -1 if f.goto is None else f.goto, wmv, wmm, dv, dm, mv, mm
+
+
+def _relevant(f: FlowSpec) -> bool:
+    """Can this entry ever match a data frame (IPv4, untagged)?"""
+    m = f.match
+    return (m.eth_type is None or m.eth_type == ETH_TYPE_IPV4) and m.vlan_pcp is None
+
+
+@dataclass
+class _Row:
+    """One switch and a set of its ingress ports that no data-relevant rule tells apart."""
+
+    switch: str
+    ports: tuple[int, ...]
+    src_mac: int | None  # known source (a host port)
+    scalar: bool  # source-dependent: decided per frame by the scalar pipeline
+    tables: dict[int, _View] = field(default_factory=dict)
+
+    @property
+    def rep(self) -> int:
+        return self.ports[0] if self.ports else 0
+
+    def build(self, relevant: list[FlowSpec], cache: dict[int, tuple] | None = None) -> "_Row":
+        by_table: dict[int, list[FlowSpec]] = {}
+        for f in relevant:
+            m = f.match
+            if m.in_port is not None and not (len(self.ports) == 1 and m.in_port == self.rep):
+                continue
+            if m.eth_src is not None and (self.src_mac is None or self.src_mac & m.eth_src[1] != m.eth_src[0]):
+                continue
+            by_table.setdefault(f.table, []).append(f)
+        for t, entries in by_table.items():
+            entries.sort(key=lambda f: -f.priority)  # stable: ties keep emission order (as Pipeline)
+            self.tables[t] = _View.build(entries, self.rep, cache)
+        return self
+
+
+@dataclass
+class _Outcome:
+    """Per destination, what one switch did: outputs (count, last port), punt; tables reached."""
+
+    out_n: np.ndarray
+    out_port: np.ndarray
+    punt: np.ndarray
+    reached: set[int]
+
+
+def _evaluate(row: _Row, dst: _Dst) -> _Outcome:
+    """Run every destination of ``dst`` through the tables of ``row`` at once."""
+    n = dst.n
+    res = _Outcome(np.zeros(n, dtype=np.int16), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), set())
+    pending: dict[int, list[tuple[np.ndarray | None, np.ndarray | None]]] = {0: [(None, None)]}
+    while pending:
+        table = min(pending)
+        parts = pending.pop(table)
+        if len(parts) == 1:
+            idx, meta = parts[0]
+        else:
+            idx = np.concatenate([np.arange(n) if i is None else i for i, _ in parts])
+            sizes = [n if i is None else len(i) for i, _ in parts]
+            if all(m is None for _, m in parts):
+                meta = None
+            else:
+                meta = np.concatenate(
+                    [np.zeros(s, dtype=np.uint64) if m is None else m for (_, m), s in zip(parts, sizes)]
+                )
+        view = row.tables.get(table)
+        res.reached.add(table)
+        if view is None:
+            continue  # table miss for all of them
+        w = view.winners(dst, idx, meta)
+        k = view.nout[w]
+        sel = k > 0
+        if sel.any():
+            if idx is None:
+                res.out_n += k
+                res.out_port[sel] = view.port[w[sel]]
+            else:
+                res.out_n[idx] += k
+                res.out_port[idx[sel]] = view.port[w[sel]]
+        p = view.punt[w]
+        if p.any():
+            res.punt[p if idx is None else idx[p]] = True
+        if not view.targets:
+            continue
+        g = view.goto[w]
+        if view.wm_mask[w].any():
+            old = np.zeros(len(w), dtype=np.uint64) if meta is None else meta
+            meta = (old & ~view.wm_mask[w]) | view.wm_value[w]
+        for t in view.targets:
+            s = g == t
+            if not s.any():
+                continue
+            if s.all():
+                pending.setdefault(t, []).append((idx, meta))
+            else:
+                sub = np.flatnonzero(s) if idx is None else idx[s]
+                pending.setdefault(t, []).append((sub, None if meta is None else meta[s]))
+    return res
+
+
+class _Engine:
+    def __init__(self, compiled: Any, extra_macs: Iterable[int] = ()) -> None:
+        self.compiled = compiled
+        fabric = self.fabric = compiled.fabric
+        self.plan = compiled.plan
+        self.hosts = fabric.hosts
+        self.hid = _host_ids(compiled)
+        self.host_macs = np.array([self.plan.host_mac[h.name] for h in self.hosts], dtype=np.uint64)
+        self.bound = len(fabric.switches) + 1
+        self.pipes = _Pipelines(compiled)
+        self.rows: list[_Row] = []
+        self.row_of: dict[tuple[str, int], int] = {}
+        self.merged_ports = 0
+        self._attrs: dict[int, tuple] = {}  # id(flow) -> (flow, *_flow_attrs(flow))
+        extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
+        self._every_dst = _Dst(np.concatenate([self.host_macs, extra]))
+        rewrites = []
+        for sw in fabric.switches:
+            flows = compiled.tables[sw.name].flows
+            for f in flows:
+                if f.goto is not None and f.goto <= f.table:
+                    raise PipelineError(
+                        f"{sw.name}: entry {describe_flow(f)} goes to table {f.goto}; goto must name a later table"
+                    )
+            relevant = [f for f in flows if _relevant(f)]
+            for f in relevant:
+                if any(isinstance(a, (SetField, PushVlan, PopVlan)) for a in f.actions):
+                    rewrites.append(f"{sw.name}: {describe_flow(f)}")
+            self._add_rows(sw.name, relevant)
+        if rewrites:
+            raise _Unsupported(f"{len(rewrites)} entries rewrite data frames (first: {rewrites[0]})")
+        self.scalar_rows = sum(r.scalar for r in self.rows)
+        self.port_next: dict[str, np.ndarray] = {}
+        for sw in fabric.switches:
+            ports = fabric.ports(sw.name)
+            top = max(ports, default=0)
+            pn = np.full(top + 2, DEAD, dtype=np.int32)
+            for p, peer in ports.items():
+                pn[p] = DELIVER - self.hid[peer.node] if peer.is_host else self.row_of[(peer.node, peer.port)]
+            self.port_next[sw.name] = pn
+
+    # -- rows ---------------------------------------------------------------
+    def _add_rows(self, switch: str, relevant: list[FlowSpec]) -> None:
+        """Split the ports of ``switch`` into rows (ingress classes)."""
+        ports = self.fabric.ports(switch)
+        by_src = [f for f in relevant if f.match.eth_src is not None]
+        in_port_out = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions)
+        split = bool(by_src) or in_port_out
+        named: dict[int, set[int]] = {}  # in_port -> tables of the entries naming it
+        for f in relevant:
+            if f.match.in_port is not None and f.match.in_port in ports:
+                named.setdefault(f.match.in_port, set()).add(f.table)
+        if named and not split:
+            # A port whose own entries sit only in tables that frames from the other
+            # ports never reach behaves like the other ports: e.g. the per-host-port
+            # Valiant entries in ALTERNATIVE while no port is paused. Cheap static
+            # check first (no goto leads there), then, if needed, an evaluation over
+            # every destination and probe.
+            base = _Row(switch, (), None, False).build(relevant, self._attrs)
+            reached = {0}
+            todo = [0]
+            while todo:
+                view = base.tables.get(todo.pop())
+                for t in view.targets if view is not None else ():
+                    if t not in reached:
+                        reached.add(t)
+                        todo.append(t)
+            if any(tables & reached for tables in named.values()):
+                reached = _evaluate(base, self._every_dst).reached
+            for p in [p for p, tables in named.items() if not tables & reached]:
+                del named[p]
+                self.merged_ports += 1
+        classes: list[tuple[int, ...]] = []
+        other: list[int] = []
+        for p in ports:
+            if split or p in named:
+                classes.append((p,))
+            else:
+                other.append(p)
+        if other:
+            classes.append(tuple(other))
+        for cls in classes:
+            peer = ports[cls[0]]
+            src_mac = self.plan.host_mac[peer.node] if len(cls) == 1 and peer.is_host else None
+            scalar = src_mac is None and any(f.match.in_port is None or f.match.in_port in cls for f in by_src)
+            row = _Row(switch, cls, src_mac, scalar)
+            if not scalar:
+                row.build(relevant, self._attrs)
+            for p in cls:
+                self.row_of[(switch, p)] = len(self.rows)
+            self.rows.append(row)
+
+    # -- decisions ----------------------------------------------------------
+    def decide(self, row: _Row, dst: _Dst) -> np.ndarray:
+        """Next-state code (int32) of ``row`` for every destination of ``dst``."""
+        if row.scalar:
+            return np.full(dst.n, SCALAR, dtype=np.int32)
+        res = _evaluate(row, dst)
+        pn = self.port_next[row.switch]
+        nxt = pn[np.clip(res.out_port, 0, len(pn) - 1)]
+        code = np.where(res.out_n == 1, nxt, np.where(res.out_n > 1, FLOOD, DROP))
+        return np.where(res.punt, PUNT, code).astype(np.int32)
+
+    def decide_scalar(self, row: _Row, src: int, dst_mac: int) -> int:
+        """Next-state code of one frame at a source-dependent row."""
+        frame = Frame(in_port=row.rep, eth_src=src, eth_dst=dst_mac)
+        try:
+            res = self.pipes[row.switch].process(frame)
+        except PipelineError:
+            return DROP
+        if res.punted:
+            return PUNT
+        if len(res.outputs) > 1:
+            return FLOOD
+        if not res.outputs:
+            return DROP
+        port, sent = res.outputs[0]
+        if replace(sent, in_port=frame.in_port) != frame:  # pragma: no cover - rewrites are rejected earlier
+            raise _Unsupported(f"{row.switch} rewrites a data frame")
+        pn = self.port_next[row.switch]
+        return int(pn[min(port, len(pn) - 1)])
+
+    def matrix(self, dst: _Dst) -> np.ndarray:
+        """Decision matrix: one row per ingress class, one column per destination,
+        plus a last all-``SINK`` row (see :meth:`walk`)."""
+        m = np.empty((len(self.rows) + 1, dst.n), dtype=np.int32)
+        for r, row in enumerate(self.rows):
+            m[r] = self.decide(row, dst)
+        m[-1] = SINK
+        return m
+
+    # -- sources and walks --------------------------------------------------
+    def first_row(self, host: Any) -> int:
+        return self.row_of[(host.switch, host.port)]
+
+    def source_classes(self, m: np.ndarray, hosts: Sequence[int]) -> list[tuple[int, np.ndarray]]:
+        """(first row, host ids) per class of sources that behave identically."""
+        if self.scalar_rows:
+            return [(self.first_row(self.hosts[h]), np.array([h])) for h in hosts]
+        by_row: dict[int, list[int]] = {}
+        for h in hosts:
+            by_row.setdefault(self.first_row(self.hosts[h]), []).append(h)
+        merged: dict[tuple[str, bytes], tuple[int, list[int]]] = {}
+        per_switch = Counter(self.rows[r].switch for r in by_row)
+        out: list[tuple[int, list[int]]] = []
+        for r, members in by_row.items():
+            sw = self.rows[r].switch
+            if per_switch[sw] > 1:
+                k = (sw, m[r].tobytes())
+                if k in merged:
+                    merged[k][1].extend(members)
+                    continue
+                merged[k] = (r, members)
+            out.append((r, members))
+        return [(r, np.array(sorted(mem))) for r, mem in out]
+
+    def walk(
+        self, m: np.ndarray, dst: _Dst, classes: list[tuple[int, np.ndarray]]
+    ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Yield (first class, class count, codes, hops) per batch; element e of a
+        batch is class ``first + e // n`` sending to destination ``e % n``.
+
+        ``m`` comes from :meth:`matrix`: its last row is the sink (every cell
+        ``SINK``) where finished elements park, so arrays never shrink.
+        """
+        n = dst.n
+        if n == 0:
+            return
+        flat = m.reshape(-1)
+        sink = m.shape[0] - 1
+        cols = np.arange(n, dtype=np.int64)
+        per = max(1, BATCH_ELEMENTS // n)
+        for c0 in range(0, len(classes), per):
+            batch = classes[c0 : c0 + per]
+            nb = len(batch)
+            cur = np.repeat(np.array([r for r, _ in batch], dtype=np.int64), n).reshape(nb, n)
+            codes = np.zeros((nb, n), dtype=np.int32)
+            hops = np.zeros((nb, n), dtype=np.int32)
+            hop = 1
+            snap: np.ndarray | None = None
+            next_snap = 2
+            while True:
+                code = flat[cur * n + cols]
+                if self.scalar_rows:
+                    for b, j in zip(*np.nonzero(code == SCALAR)):
+                        src = int(batch[b][1][0])
+                        row = self.rows[int(cur[b, j])]
+                        code[b, j] = self.decide_scalar(row, int(self.host_macs[src]), int(dst.macs[j]))
+                done = code < 0
+                term = done & (code != SINK)
+                if term.any():
+                    codes[term] = code[term]
+                    hops[term] = hop
+                cur = code.astype(np.int64)
+                cur[done] = sink
+                alive = ~done
+                if not alive.any():
+                    break
+                hop += 1
+                if hop > self.bound:
+                    codes[alive] = LOOP
+                    hops[alive] = 0
+                    break
+                if snap is not None:
+                    cyc = alive & (cur == snap)
+                    if cyc.any():
+                        codes[cyc] = LOOP
+                        hops[cyc] = 0
+                        cur[cyc] = sink
+                if hop == next_snap:
+                    snap = cur.copy()
+                    next_snap *= 2
+            yield c0, nb, codes.reshape(-1), hops.reshape(-1)
+
+
+# ---------------------------------------------------------------------------
+# tallies
+
+
+class _Tally:
+    def __init__(self, compiled: Any, max_failures: int) -> None:
+        self.compiled = compiled
+        self.counts = Counter({k: 0 for k in KINDS})
+        self.hist: Counter[int] = Counter()
+        self.pair_failures: list[dict[str, Any]] = []
+        self.probe_failures: list[dict[str, Any]] = []
+        self.probes = 0
+        self.probe_fail = 0
+        self.max_failures = max_failures
+        self.pipes = _Pipelines(compiled)
+
+    def failure(self, src: str, dst_mac: int, kind: str, probe: str | None = None) -> dict[str, Any]:
+        w = walk_pair(self.compiled, src, dst_mac, pipelines=self.pipes)
+        dst = self.compiled.plan.host_by_mac(dst_mac)
+        path = list(w.path)
+        if len(path) > 16:
+            path = path[:15] + [f"... ({len(path) - 15} more)"]
+        out: dict[str, Any] = {
+            "kind": kind,
+            "src": src,
+            "dst": dst,
+            "dst_mac": format_mac(dst_mac),
+            "reached": w.host,
+            "path": path,
+            "hops": None if w.code == LOOP else w.hops,
+            "reason": w.reason,
+        }
+        if probe is not None:
+            out["probe"] = probe
+        got = _kind(w.code, self.compiled_hid(dst))
+        if got != kind:  # the fast engine and the reference disagree: say so loudly
+            out["note"] = f"scalar reference walk says {got!r}"
+        return out
+
+    def compiled_hid(self, name: str | None) -> int | None:
+        return None if name is None else _host_ids(self.compiled)[name]
+
+    def want_pair_failures(self) -> int:
+        return self.max_failures - len(self.pair_failures)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+
+
+def verify(
+    compiled: Any,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    engine: str = "auto",
+    max_failures: int = MAX_FAILURES,
+) -> Report:
+    """Verify forwarding of ``compiled`` (a :class:`~hpcfabric.compiler.CompiledFabric`).
+
+    Parameters
+    ----------
+    sample : int, optional
+        Check every source against ``sample`` random destinations (seeded by
+        ``seed``) instead of all of them.
+    engine : {'auto', 'fast', 'scalar'}
+        'auto' uses the vectorised engine and falls back to the scalar
+        reference walk when the rules rewrite frames; 'fast' raises instead
+        of falling back (:class:`~hpcfabric.pipeline.PipelineError`);
+        'scalar' always uses the reference walk (slow: small fabrics only).
+    """
+    if engine not in ("auto", "fast", "scalar"):
+        raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")
+    t0 = time.perf_counter()
+    fabric = compiled.fabric
+    n_hosts = len(fabric.hosts)
+    if sample is not None and sample < n_hosts:
+        if sample < 1:
+            raise ValueError("sample must be >= 1")
+        dst_ids = np.sort(np.random.default_rng(seed).choice(n_hosts, size=sample, replace=False))
+        coverage = f"{n_hosts} sources x {sample} random destinations (seed {seed}) of {n_hosts}"
+    else:
+        dst_ids = np.arange(n_hosts)
+        coverage = f"all {n_hosts}x{n_hosts} host pairs (self-pairs excluded)"
+    probes = probe_addresses(compiled.plan)
+    probe_src = [fabric.hosts_on(sw.name)[0].name for sw in fabric.access_switches]
+    tally = _Tally(compiled, max_failures)
+    engine_used = "vectorised"
+    fast: _Engine | None = None
+    if engine != "scalar":
+        try:
+            fast = _Engine(compiled, (mac for mac, _ in probes))
+        except _Unsupported as why:
+            if engine == "fast":
+                raise PipelineError(f"the vectorised verifier cannot model these rules: {why}") from None
+            engine_used = f"scalar (fallback: {why})"
+    else:
+        engine_used = "scalar"
+    if fast is not None:
+        if fast.scalar_rows:
+            engine_used = f"vectorised + scalar pipeline for {fast.scalar_rows} source-dependent ingress classes"
+        _run_fast(fast, tally, dst_ids, probes, probe_src)
+    else:
+        _run_scalar(compiled, tally, dst_ids, probes, probe_src)
+    pairs = n_hosts * len(dst_ids) - len(dst_ids)
+    coverage = f"{coverage}: {pairs} pairs"
+    overlaps, examples = 0, []
+    for sw in fabric.switches:
+        for a, b in check_overlaps(compiled.tables[sw.name].flows):
+            overlaps += 1
+            if len(examples) < 5:
+                examples.append(f"{sw.name}: {describe_flow(a)} | {describe_flow(b)}")
+    c = tally.counts
+    assert sum(c.values()) == pairs, (dict(c), pairs)
+    delivered = c["delivered"]
+    total_hops = sum(h * k for h, k in tally.hist.items())
+    n_probe_fail = len(tally.probe_failures)
+    keep_pairs = max_failures - min(n_probe_fail, 5) if tally.probe_failures else max_failures
+    failures = tally.pair_failures[:keep_pairs]
+    failures += tally.probe_failures[: max_failures - len(failures)]
+    return Report(
+        fabric=fabric.name,
+        mode=compiled.plan.mode,
+        switches=len(fabric.switches),
+        hosts=n_hosts,
+        pairs=pairs,
+        delivered=delivered,
+        misdelivered=c["misdelivered"],
+        dropped=c["dropped"],
+        loops=c["loop"],
+        punted=c["punted"],
+        floods=c["flood"],
+        max_hops=max((h for h, k in tally.hist.items() if k), default=0),
+        mean_hops=round(total_hops / delivered, 4) if delivered else 0.0,
+        hop_histogram=dict(sorted((h, k) for h, k in tally.hist.items() if k)),
+        invalid_probes=tally.probes,
+        invalid_probe_failures=tally.probe_fail,
+        failures=tuple(failures),
+        seconds=time.perf_counter() - t0,
+        coverage=coverage,
+        engine=engine_used,
+        hop_bound=len(fabric.switches) + 1,
+        overlaps=overlaps,
+        overlap_examples=tuple(examples),
+        probe_addresses=tuple(f"{format_mac(mac)} {why}" for mac, why in probes),
+    )
+
+
+def _chunks(engine: _Engine, dst_ids: np.ndarray) -> Iterator[np.ndarray]:
+    rows = len(engine.rows) + 1
+    size = max(1, MATRIX_BYTES // (4 * rows))
+    for i in range(0, len(dst_ids), size):
+        yield dst_ids[i : i + size]
+
+
+def _run_fast(
+    eng: _Engine, tally: _Tally, dst_ids: np.ndarray, probes: list[tuple[int, str]], probe_src: list[str]
+) -> None:
+    n_hosts = len(eng.hosts)
+    all_src = range(n_hosts)
+    for chunk in _chunks(eng, dst_ids):
+        dst = _Dst(eng.host_macs[chunk])
+        m = eng.matrix(dst)
+        classes = eng.source_classes(m, all_src)
+        col_of = np.full(n_hosts, -1, dtype=np.int64)
+        col_of[chunk] = np.arange(len(chunk))
+        want = DELIVER - chunk.astype(np.int64)  # the correct code per column
+        n = dst.n
+        for c0, nb, codes, hops in eng.walk(m, dst, classes):
+            batch = classes[c0 : c0 + nb]
+            weight = np.repeat(np.array([len(mem) for _, mem in batch], dtype=np.int64), n)
+            for j, (_, mem) in enumerate(batch):
+                cols = col_of[mem]
+                cols = cols[cols >= 0]
+                np.subtract.at(weight, j * n + cols, 1)
+            codes64 = codes.astype(np.int64)
+            colv = np.tile(np.arange(n), nb)
+            ok = codes64 == want[colv]
+            _count(tally, codes64, ok, hops, weight)
+            bad = np.flatnonzero(~ok & (weight > 0))
+            for e in bad[: tally.want_pair_failures()]:
+                _, mem = batch[int(e) // n]
+                dst_h = int(chunk[int(e) % n])
+                src_h = int(mem[0]) if mem[0] != dst_h else int(mem[1])
+                tally.pair_failures.append(
+                    tally.failure(eng.hosts[src_h].name, int(eng.host_macs[dst_h]), _kind(int(codes64[e]), dst_h))
+                )
+    if probes and probe_src:
+        dst = _Dst(np.array([mac for mac, _ in probes], dtype=np.uint64))
+        m = eng.matrix(dst)
+        ids = [eng.hid[name] for name in probe_src]
+        classes = [(eng.first_row(eng.hosts[h]), np.array([h])) for h in ids]
+        for c0, nb, codes, _hops in eng.walk(m, dst, classes):
+            tally.probes += len(codes)
+            bad = np.flatnonzero((codes != DROP) & (codes != DEAD))
+            tally.probe_fail += len(bad)
+            for e in bad[: max(0, tally.max_failures - len(tally.probe_failures))]:
+                src_h = int(classes[c0 + int(e) // dst.n][1][0])
+                mac, why = probes[int(e) % dst.n]
+                tally.probe_failures.append(
+                    tally.failure(eng.hosts[src_h].name, mac, _kind(int(codes[e]), None), probe=why)
+                )
+
+
+def _count(tally: _Tally, codes: np.ndarray, ok: np.ndarray, hops: np.ndarray, weight: np.ndarray) -> None:
+    c = tally.counts
+    c["delivered"] += int(weight[ok].sum())
+    c["misdelivered"] += int(weight[(codes <= DELIVER) & ~ok].sum())
+    c["dropped"] += int(weight[(codes == DROP) | (codes == DEAD)].sum())
+    c["loop"] += int(weight[codes == LOOP].sum())
+    c["punted"] += int(weight[codes == PUNT].sum())
+    c["flood"] += int(weight[codes == FLOOD].sum())
+    if ok.any():
+        hist = np.bincount(hops[ok], weights=weight[ok])
+        for h in np.flatnonzero(hist):
+            tally.hist[int(h)] += int(round(hist[h]))
+
+
+def _run_scalar(
+    compiled: Any, tally: _Tally, dst_ids: np.ndarray, probes: list[tuple[int, str]], probe_src: list[str]
+) -> None:
+    hosts = compiled.fabric.hosts
+    macs = [compiled.plan.host_mac[h.name] for h in hosts]
+    pipes = tally.pipes
+    for s, src in enumerate(hosts):
+        for d in dst_ids:
+            d = int(d)
+            if d == s:
+                continue
+            w = walk_pair(compiled, src.name, macs[d], pipelines=pipes)
+            kind = _kind(w.code, d)
+            tally.counts[kind] += 1
+            if kind == "delivered":
+                tally.hist[w.hops] += 1
+            elif tally.want_pair_failures() > 0:
+                tally.pair_failures.append(tally.failure(src.name, macs[d], kind))
+    for name in probe_src:
+        for mac, why in probes:
+            tally.probes += 1
+            w = walk_pair(compiled, name, mac, pipelines=pipes)
+            if w.code not in (DROP, DEAD):
+                tally.probe_fail += 1
+                if len(tally.probe_failures) < tally.max_failures:
+                    tally.probe_failures.append(tally.failure(name, mac, _kind(w.code, None), probe=why))
+
+
+def pair_outcomes(compiled: Any, *, engine: str = "fast") -> dict[tuple[str, str], tuple[str, str | None, int | None]]:
+    """Per ordered host pair: (kind, host reached or None, hops or None for loops).
+
+    For cross-checking the engines on small fabrics (H*(H-1) entries).
+    """
+    hosts = compiled.fabric.hosts
+    out: dict[tuple[str, str], tuple[str, str | None, int | None]] = {}
+    if engine == "scalar":
+        pipes = _Pipelines(compiled)
+        for s, src in enumerate(hosts):
+            for d, dst in enumerate(hosts):
+                if s != d:
+                    w = walk_pair(compiled, src.name, compiled.plan.host_mac[dst.name], pipelines=pipes)
+                    out[(src.name, dst.name)] = _outcome(w.code, d, w.hops, hosts)
+        return out
+    eng = _Engine(compiled)
+    ids = np.arange(len(hosts))
+    for chunk in _chunks(eng, ids):
+        dst = _Dst(eng.host_macs[chunk])
+        m = eng.matrix(dst)
+        classes = eng.source_classes(m, range(len(hosts)))
+        for c0, nb, codes, hops in eng.walk(m, dst, classes):
+            for e in range(nb * dst.n):
+                d = int(chunk[e % dst.n])
+                for s in classes[c0 + e // dst.n][1]:
+                    if int(s) != d:
+                        out[(hosts[int(s)].name, hosts[d].name)] = _outcome(int(codes[e]), d, int(hops[e]), hosts)
+    return out
+
+
+def _outcome(code: int, d: int, hops: int, hosts: Sequence[Any]) -> tuple[str, str | None, int | None]:
+    kind = _kind(code, d)
+    host = hosts[DELIVER - code].name if code <= DELIVER else None
+    return kind, host, None if code == LOOP else hops
