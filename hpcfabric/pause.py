@@ -114,9 +114,18 @@ class Flip:
 
 @dataclass
 class PauseState:
-    """Per-port pause deadlines. Feed frames with :meth:`on_frame`, time with :meth:`expire`."""
+    """Per-port pause deadlines. Feed frames with :meth:`on_frame`, time with :meth:`expire`.
+
+    ``hold`` (seconds) is the shortest time a port stays paused after a PAUSE.
+    A congested receiver refreshes its PAUSE before the previous one runs out
+    (at 10 Gb/s one frame lasts at most 3.36 ms); a controller that reacts in
+    milliseconds would otherwise see each refresh arrive just after the
+    expiry and flap the port. With a hold of a few reaction times the train
+    keeps the port paused; an XON still resumes at once.
+    """
 
     link_speed_bps: float
+    hold: float = 0.0
     until: dict[tuple[str, int], float] = field(default_factory=dict)
     flips: int = 0
 
@@ -134,7 +143,7 @@ class PauseState:
             del self.until[key]
             self.flips += 1
             return [Flip(switch, port, False, now, "xon")]
-        end = now + pause_seconds(frame.quanta, self.link_speed_bps)
+        end = now + max(pause_seconds(frame.quanta, self.link_speed_bps), self.hold)
         # a new PAUSE replaces the running timer (802.3x semantics), never shortens to the past
         self.until[key] = end
         if was:

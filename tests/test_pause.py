@@ -103,3 +103,19 @@ def test_ports_are_independent_and_expire_in_deadline_order():
     assert state.paused_ports() == [("a", 1), ("b", 2)]
     flips = state.expire(1.0)
     assert [(f.switch, f.port) for f in flips] == [("b", 2), ("a", 1)]
+
+
+def test_hold_keeps_a_refreshed_port_paused():
+    """A PAUSE train refreshed every 3 ms at 10 Gb/s, each frame handled 1 ms late."""
+    frame = parse_mac_control(build_pause(SRC, 0xFFFF))  # 3.36 ms at 10 Gb/s
+    flapping, held = PauseState(GBPS10), PauseState(GBPS10, hold=0.05)
+    for state in (flapping, held):
+        for i in range(10):
+            state.expire(0.004 * i + 0.001)  # timer runs before the late refresh is handled
+            state.on_frame("s", 3, frame, now=0.004 * i + 0.001)
+    assert flapping.flips > 10
+    assert held.flips == 1 and held.is_paused("s", 3, 0.04)
+    assert held.expire(0.086) == [] and held.expire(0.088) != []  # released one hold after the last refresh
+    xon = parse_mac_control(build_pause(SRC, 0))
+    held.on_frame("s", 3, frame, now=1.0)
+    assert [f.cause for f in held.on_frame("s", 3, xon, now=1.001)] == ["xon"]
