@@ -9,14 +9,14 @@ VENV         := .venv
 PY           := $(VENV)/bin/python
 BOOTSTRAP    := scripts/bootstrap.sh
 
-# Flags for the bootstrap run before `make test`. Unit tests need no OVS;
-# set TEST_BOOTSTRAP_FLAGS= (empty) once tests need a running Open vSwitch.
-TEST_BOOTSTRAP_FLAGS ?= --no-ovs
+# Flags for the bootstrap run before `make test`.
+# The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch.
+TEST_BOOTSTRAP_FLAGS ?=
 PYTEST_ARGS  ?= -q
 TESTS        ?= tests
 
 DEMO_TOPO    ?= topologies/dragonfly-a4-p2-h2.yaml
-DEMO_CMD     ?= $(VENV)/bin/hpcfabric verify $(DEMO_TOPO) --addressing compact
+DEMO_CMD     ?= $(VENV)/bin/python mininet/run_fabric.py --topology topologies/dragonfly-a4-p2-h2.yaml --config configs/dragonfly-a4-p2-h2.conf
 
 BENCH_GLOB   ?= bench/*.py
 

@@ -24,6 +24,7 @@ setup(
     entry_points={
         "console_scripts": [
             "hpcfabric=hpcfabric.cli:main",
+            "hpcfabric-dmp=hpcfabric.dmp_client:main",
         ],
     },
 )

@@ -44,7 +44,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 
 # Debian packages. Mininet from Debian is only importable from a venv created
 # by Debian's python with --system-site-packages (see below).
-APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping python3-venv ethtool tcpdump iproute2 procps)
+APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv ethtool tcpdump iproute2 procps)
 if [[ $DO_PY -eq 0 ]]; then
     APT_PKGS=(openvswitch-switch)
 fi

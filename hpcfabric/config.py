@@ -1,0 +1,514 @@
+"""Controller configuration: an INI file -> a validated, compiled :class:`ControllerConfig` (pure).
+
+Example (``configs/dragonfly-a4-p2-h2.conf``)::
+
+    [hpcfabric]
+    topology = ../topologies/dragonfly-a4-p2-h2.yaml   ; relative to this file
+    addressing = compact        ; flat | per-switch | per-group | compact
+    widths =                    ; optional "group=8,switch=4,host=3"
+    routing = conditional       ; minimal | conditional
+    link_speed_gbps = 10        ; converts PAUSE quanta to seconds
+    pause_hold_ms = 50          ; a paused port stays paused at least this long (damps PAUSE trains)
+    host_mac = dmp              ; dmp | rewrite (rewrite needs a [hosts] section)
+    status_file =               ; optional JSON status path (relative to this file)
+    log_level = INFO
+    lldp_interval = 1.0
+    lldp_timeout =              ; optional, default 3.5 x lldp_interval
+
+    [openflow]
+    listen_host = 127.0.0.1
+    listen_port = 6653
+    bundles = auto              ; auto | on | off  (OF1.3 ONF bundles for installs)
+
+    [hosts]                     ; only with host_mac = rewrite: real MAC per host
+    g0s0h0 = aa:bb:cc:dd:ee:01
+
+``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
+ignored here. Everything is checked at load time -- the topology is loaded,
+addresses planned and the rules compiled -- so a controller never starts with
+a configuration it cannot apply. Every problem raises
+:class:`~hpcfabric.errors.ConfigError` with ``source`` = the file and ``field``
+= ``section.key`` (topology-file problems keep their own source and field).
+"""
+
+from __future__ import annotations
+
+import configparser
+import difflib
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from hpcfabric.addressing import MODES, AddressPlan, format_mac, parse_mac, plan_addresses
+from hpcfabric.errors import AddressingError, CompileError, ConfigError, HpcfabricError
+from hpcfabric.flows import (
+    MAC_EXACT,
+    TABLE_INGRESS,
+    TABLE_ROUTE,
+    FlowSpec,
+    Match,
+    Output,
+    RuleClass,
+    SetField,
+    make_cookie,
+    sort_flows,
+)
+from hpcfabric.topology.model import Fabric
+
+ROUTINGS = ("minimal", "conditional")
+HOST_MAC_MODES = ("dmp", "rewrite")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+BUNDLE_MODES = ("auto", "on", "off")
+
+#: Priority of the ingress rewrite entries (host_mac = rewrite): below the
+#: control-frame punts (1900), above the table-miss goto.
+PRIO_REWRITE = 1800
+
+#: section -> key -> default ("" = unset/optional, None = required)
+SCHEMA: dict[str, dict[str, str | None]] = {
+    "hpcfabric": {
+        "topology": None,
+        "addressing": "",
+        "widths": "",
+        "routing": "minimal",
+        "link_speed_gbps": "10",
+        "pause_hold_ms": "50",
+        "host_mac": "dmp",
+        "status_file": "",
+        "log_level": "INFO",
+        "lldp_interval": "1.0",
+        "lldp_timeout": "",
+    },
+    "openflow": {
+        "listen_host": "127.0.0.1",
+        "listen_port": "6653",
+        "bundles": "auto",
+    },
+}
+#: sections that hold free-form keys
+FREE_SECTIONS = ("hosts",)
+#: sections owned by somebody else (oslo.config reads [DEFAULT] for osken-manager)
+IGNORED_SECTIONS = ("DEFAULT",)
+
+
+@dataclass(frozen=True, eq=False)
+class ControllerConfig:
+    """A validated controller configuration, with the fabric it compiles to.
+
+    ``desired`` holds, per switch name, the flows the controller installs
+    (the compiled table, adapted to ``host_mac``), PORT_STATE entries unpaused.
+    """
+
+    path: str
+    topology: str
+    addressing: str
+    widths: tuple[tuple[str, int], ...] | None
+    routing: str
+    link_speed_gbps: float
+    pause_hold_ms: float
+    host_mac: str
+    real_macs: tuple[tuple[str, int], ...]
+    status_file: str | None
+    log_level: str
+    lldp_interval: float
+    lldp_timeout: float
+    listen_host: str
+    listen_port: int
+    bundles: str
+    fabric: Fabric = field(repr=False)
+    plan: AddressPlan | None = field(default=None, repr=False)
+    compiled: Any = field(default=None, repr=False)  # hpcfabric.compiler.CompiledFabric
+    desired: Mapping[str, tuple[FlowSpec, ...]] = field(default_factory=dict, repr=False)
+
+    @property
+    def link_speed_bps(self) -> float:
+        return self.link_speed_gbps * 1e9
+
+    @property
+    def dpid_to_switch(self) -> dict[int, str]:
+        return {sw.dpid: sw.name for sw in self.fabric.switches}
+
+    @property
+    def rules_expected(self) -> int:
+        return sum(len(f) for f in self.desired.values())
+
+    def summary(self) -> dict[str, Any]:
+        """What ``hpcfabric check`` prints for a config file."""
+        return {
+            "config": self.path,
+            "topology": self.topology,
+            "fabric": self.fabric.name,
+            "kind": self.fabric.kind,
+            "switches": len(self.fabric.switches),
+            "hosts": len(self.fabric.hosts),
+            "links": len(self.fabric.links),
+            "addressing": self.addressing,
+            "layout": self.plan.layout.describe() if self.plan else None,
+            "routing": self.routing,
+            "link_speed_gbps": self.link_speed_gbps,
+            "pause_hold_ms": self.pause_hold_ms,
+            "host_mac": self.host_mac,
+            "rules_expected": self.rules_expected,
+            "listen": f"{self.listen_host}:{self.listen_port}",
+            "status_file": self.status_file,
+        }
+
+
+# ---------------------------------------------------------------------------
+# parsing helpers
+
+
+def _err(path: str, key: str, message: str) -> ConfigError:
+    return ConfigError(message, source=path, field=key)
+
+
+def _closest(word: str, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if not match:
+        match = difflib.get_close_matches(word.lower(), [c.lower() for c in choices], n=1, cutoff=0.6)
+        match = [c for c in choices if c.lower() in match]
+    if match:
+        return f"; did you mean {match[0]!r}?"
+    return f"; expected one of: {', '.join(choices)}" if len(choices) <= 12 else ""
+
+
+def _choice(path: str, key: str, value: str, choices: Iterable[str], fold: Callable[[str], str] = str.lower) -> str:
+    choices = tuple(choices)
+    folded = fold(value)
+    if folded in choices:
+        return folded
+    hint = difflib.get_close_matches(folded, choices, n=1, cutoff=0.6)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+    raise _err(path, key, f"{value!r} is not one of {', '.join(choices)}{suggestion}")
+
+
+def _number(path: str, key: str, value: str, *, low: float, high: float = math.inf, low_open: bool = True) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise _err(path, key, f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise _err(path, key, f"{value!r} must be a finite number")
+    if (number <= low if low_open else number < low) or number > high:
+        bound = f"> {low:g}" if low_open else f">= {low:g}"
+        top = "" if high == math.inf else f" and <= {high:g}"
+        raise _err(path, key, f"{value} out of range: must be {bound}{top}")
+    return number
+
+
+def _integer(path: str, key: str, value: str, *, low: int, high: int) -> int:
+    try:
+        number = int(value, 10)
+    except ValueError:
+        raise _err(path, key, f"{value!r} is not an integer") from None
+    if not low <= number <= high:
+        raise _err(path, key, f"{number} out of range {low}..{high}")
+    return number
+
+
+def parse_widths(path: str, key: str, text: str) -> tuple[tuple[str, int], ...] | None:
+    """``group=8,switch=4,host=3`` -> (("group", 8), ...); empty -> None."""
+    text = text.strip()
+    if not text:
+        return None
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value.isdigit():
+            raise _err(path, key, f"expected FIELD=BITS[,FIELD=BITS...] like group=8,switch=4,host=3, got {part!r}")
+        if name in out:
+            raise _err(path, key, f"field {name!r} given twice")
+        bits = int(value)
+        if not 1 <= bits <= 46:
+            raise _err(path, key, f"width of {name!r} must be 1..46 bits, got {bits}")
+        out[name] = bits
+    return tuple(out.items())
+
+
+def _read_ini(path: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(
+        interpolation=None,
+        inline_comment_prefixes=(";", "#"),
+        comment_prefixes=(";", "#"),
+        strict=True,
+        empty_lines_in_values=False,
+        default_section="\0no-default-section",  # [DEFAULT] is a plain (ignored) section here
+    )
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # host names are case-sensitive
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("no such config file", source=path) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected an INI config file", source=path) from None
+    except PermissionError:
+        raise ConfigError("permission denied", source=path) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not UTF-8 text (invalid byte at offset {err.start})", source=path) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the file: {err.strerror or err}", source=path) from None
+    try:
+        parser.read_string(text, source=path)
+    except configparser.MissingSectionHeaderError as err:
+        raise ConfigError(
+            f"line {err.lineno}: expected a [section] header before {err.line.strip()!r}", source=path
+        ) from None
+    except configparser.DuplicateSectionError as err:
+        raise ConfigError(f"line {err.lineno}: section [{err.section}] appears twice", source=path, field=err.section) from None
+    except configparser.DuplicateOptionError as err:
+        raise ConfigError(
+            f"line {err.lineno}: key {err.option!r} appears twice", source=path, field=f"{err.section}.{err.option}"
+        ) from None
+    except configparser.ParsingError as err:
+        lineno, line = err.errors[0] if err.errors else (0, "")
+        raise ConfigError(f"line {lineno}: cannot parse {line.strip()!r} (expected key = value)", source=path) from None
+    except configparser.Error as err:
+        raise ConfigError(f"malformed INI: {err}", source=path) from None
+    return parser
+
+
+def _check_names(path: str, parser: configparser.ConfigParser) -> None:
+    known = list(SCHEMA) + list(FREE_SECTIONS)
+    for section in parser.sections():
+        if section in IGNORED_SECTIONS:
+            continue
+        if section not in known:
+            raise _err(path, section, f"unknown section [{section}]{_closest(section, known)}")
+        if section in FREE_SECTIONS:
+            continue
+        for key in parser[section]:
+            if key not in SCHEMA[section]:
+                raise _err(path, f"{section}.{key}", f"unknown key {key!r} in [{section}]{_closest(key, SCHEMA[section])}")
+    if "hpcfabric" not in parser:
+        raise ConfigError("missing section [hpcfabric] (it needs at least 'topology = FILE')", source=path, field="hpcfabric")
+
+
+def _get(parser: configparser.ConfigParser, section: str, key: str) -> str:
+    default = SCHEMA[section][key]
+    if section in parser and key in parser[section]:
+        value = parser[section][key].strip()
+        if value or default is None:
+            return value
+    return default or ""
+
+
+# ---------------------------------------------------------------------------
+# rule set adaptation (pure)
+
+
+def rewrite_flows(
+    fabric: Fabric, plan: AddressPlan, tables: Mapping[str, Iterable[FlowSpec]], real_macs: Mapping[str, int]
+) -> dict[str, tuple[FlowSpec, ...]]:
+    """Adapt compiled tables to ``host_mac = rewrite`` (the paper's PortLand-like alternative to DMP).
+
+    On every access switch: frames from a host (``in_port`` = its port,
+    ``eth_src`` = its real MAC) get ``eth_src`` rewritten to its hierarchical
+    MAC in INGRESS before routing; every entry that outputs to a host port
+    first rewrites ``eth_dst`` back to that host's real MAC. The DMP echo
+    entries are dropped: a host that adopted its HMAC would not accept
+    frames rewritten to its real MAC.
+    """
+    out: dict[str, tuple[FlowSpec, ...]] = {}
+    for sw in fabric.switches:
+        hosts = {h.port: h for h in fabric.hosts_on(sw.name)}
+        flows: list[FlowSpec] = []
+        for flow in tables[sw.name]:
+            if flow.rule_class == RuleClass.DMP:
+                continue
+            if any(isinstance(a, Output) and a.port in hosts for a in flow.actions):
+                actions: list = []
+                for a in flow.actions:
+                    if isinstance(a, Output) and a.port in hosts:
+                        actions.append(SetField("eth_dst", real_macs[hosts[a.port].name]))
+                    actions.append(a)
+                flow = replace(flow, actions=tuple(actions))
+            flows.append(flow)
+        for port, host in hosts.items():
+            flows.append(
+                FlowSpec(
+                    TABLE_INGRESS,
+                    PRIO_REWRITE,
+                    Match(in_port=port, eth_src=(real_macs[host.name], MAC_EXACT)),
+                    (SetField("eth_src", plan.host_mac[host.name]),),
+                    make_cookie(RuleClass.DMP, port),
+                    goto=TABLE_ROUTE,
+                )
+            )
+        out[sw.name] = sort_flows(flows)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# loading
+
+
+def _resolve(base: Path, value: str) -> str:
+    p = Path(os.path.expanduser(value))
+    return os.path.normpath(p if p.is_absolute() else base / p)
+
+
+def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> ControllerConfig:
+    """Read, validate and (with ``compile``) compile the controller config at ``path``.
+
+    Raises
+    ------
+    ConfigError
+        Anything wrong with the file, the topology it names, the address plan
+        or the rules (``source`` = file, ``field`` = ``section.key``).
+    """
+    source = os.fspath(path)
+    parser = _read_ini(source)
+    _check_names(source, parser)
+    base = Path(source).resolve().parent
+
+    topo_value = _get(parser, "hpcfabric", "topology")
+    if not topo_value:
+        raise _err(source, "hpcfabric.topology", "missing: the topology YAML file this controller runs")
+    topology = _resolve(base, topo_value)
+    if not os.path.exists(topology):
+        raise _err(
+            source,
+            "hpcfabric.topology",
+            f"topology file {topology} does not exist (relative paths are resolved against the config file's directory)",
+        )
+
+    routing = _choice(source, "hpcfabric.routing", _get(parser, "hpcfabric", "routing"), ROUTINGS)
+    link_speed = _number(source, "hpcfabric.link_speed_gbps", _get(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
+    hold_ms = _number(source, "hpcfabric.pause_hold_ms", _get(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
+                      low_open=False)
+    host_mac = _choice(source, "hpcfabric.host_mac", _get(parser, "hpcfabric", "host_mac"), HOST_MAC_MODES)
+    status = _get(parser, "hpcfabric", "status_file")
+    status_file = _resolve(base, status) if status else None
+    if status_file and os.path.isdir(status_file):
+        raise _err(source, "hpcfabric.status_file", f"{status_file} is a directory; expected a file path")
+    if status_file and not os.path.isdir(os.path.dirname(status_file) or "."):
+        raise _err(source, "hpcfabric.status_file", f"directory {os.path.dirname(status_file)} does not exist")
+    log_level = _choice(source, "hpcfabric.log_level", _get(parser, "hpcfabric", "log_level"), LOG_LEVELS, str.upper)
+    interval = _number(source, "hpcfabric.lldp_interval", _get(parser, "hpcfabric", "lldp_interval"), low=0.01, high=3600, low_open=False)
+    timeout_text = _get(parser, "hpcfabric", "lldp_timeout")
+    timeout = (
+        _number(source, "hpcfabric.lldp_timeout", timeout_text, low=0, high=36000) if timeout_text else 3.5 * interval
+    )
+    if timeout <= interval:
+        raise _err(source, "hpcfabric.lldp_timeout", f"{timeout:g} must be longer than lldp_interval ({interval:g})")
+    widths = parse_widths(source, "hpcfabric.widths", _get(parser, "hpcfabric", "widths"))
+    addressing_text = _get(parser, "hpcfabric", "addressing")
+
+    listen_host = _get(parser, "openflow", "listen_host")
+    if any(c.isspace() for c in listen_host) or not listen_host:
+        raise _err(source, "openflow.listen_host", f"{listen_host!r} is not a host name or address")
+    listen_port = _integer(source, "openflow.listen_port", _get(parser, "openflow", "listen_port"), low=1, high=65535)
+    bundles = _choice(source, "openflow.bundles", _get(parser, "openflow", "bundles"), BUNDLE_MODES)
+
+    # -- the fabric (topology errors carry their own source and field) ----
+    from hpcfabric.topology.loader import load_topology
+
+    fabric = load_topology(topology)
+    file_addr = fabric.params.get("addressing") or {}
+    if addressing_text:
+        addressing = _choice(source, "hpcfabric.addressing", addressing_text, MODES)
+    else:
+        addressing = file_addr.get("mode") or "compact"
+
+    real_macs = _hosts_section(source, parser, fabric, host_mac)
+
+    cfg = ControllerConfig(
+        path=source,
+        topology=topology,
+        addressing=addressing,
+        widths=widths,
+        routing=routing,
+        link_speed_gbps=link_speed,
+        pause_hold_ms=hold_ms,
+        host_mac=host_mac,
+        real_macs=real_macs,
+        status_file=status_file,
+        log_level=log_level,
+        lldp_interval=interval,
+        lldp_timeout=timeout,
+        listen_host=listen_host,
+        listen_port=listen_port,
+        bundles=bundles,
+        fabric=fabric,
+    )
+    # -- address plan --------------------------------------------------
+    if widths is not None:
+        plan_widths, widths_field = dict(widths), "hpcfabric.widths"
+    elif file_addr.get("widths") and file_addr.get("mode", addressing) == addressing:
+        plan_widths, widths_field = dict(file_addr["widths"]), None
+    else:
+        plan_widths, widths_field = None, "hpcfabric.addressing"
+    try:
+        plan = plan_addresses(fabric, addressing, plan_widths)
+    except AddressingError as err:
+        if err.source:  # already names its file
+            raise
+        if widths_field is None:  # widths from the topology file
+            raise AddressingError(err.detail, source=topology, field=err.field) from None
+        raise AddressingError(err.detail, source=source, field=widths_field) from None
+    cfg = replace(cfg, plan=plan)
+    if not compile:
+        return cfg
+    # -- rules ------------------------------------------------------------
+    from hpcfabric.compiler import compile_fabric
+
+    try:
+        compiled = compile_fabric(fabric, plan, routing=routing)
+    except CompileError as err:
+        key = "hpcfabric.routing" if routing == "conditional" and "conditional" in str(err) else "hpcfabric.addressing"
+        raise _err(source, key, f"cannot compile rules for {fabric.name}: {err}") from None
+    tables = {name: t.flows for name, t in compiled.tables.items()}
+    if host_mac == "rewrite":
+        tables = rewrite_flows(fabric, plan, tables, dict(real_macs))
+    return replace(cfg, compiled=compiled, desired=tables)
+
+
+def _hosts_section(
+    source: str, parser: configparser.ConfigParser, fabric: Fabric, host_mac: str
+) -> tuple[tuple[str, int], ...]:
+    section = parser["hosts"] if "hosts" in parser else None
+    if host_mac != "rewrite":
+        if section is not None and len(section):
+            raise _err(source, "hosts", "a [hosts] section is only used with host_mac = rewrite (this config uses dmp)")
+        return ()
+    if section is None:
+        raise _err(
+            source,
+            "hpcfabric.host_mac",
+            "host_mac = rewrite needs a [hosts] section with the real MAC of every host (hostname = aa:bb:cc:dd:ee:ff)",
+        )
+    names = [h.name for h in fabric.hosts]
+    known = set(names)
+    macs: dict[str, int] = {}
+    seen: dict[int, str] = {}
+    for name, value in section.items():
+        key = f"hosts.{name}"
+        if name not in known:
+            raise _err(source, key, f"no host {name!r} in {fabric.name}{_closest(name, names)}")
+        try:
+            mac = parse_mac(value.strip())
+        except HpcfabricError as err:
+            raise _err(source, key, str(err)) from None
+        if mac >> 40 & 1:
+            raise _err(source, key, f"{format_mac(mac)} is a multicast address; a host needs a unicast MAC")
+        if mac == 0:
+            raise _err(source, key, "00:00:00:00:00:00 is not a usable host MAC")
+        if mac in seen:
+            raise _err(source, key, f"{format_mac(mac)} is also the MAC of {seen[mac]!r}")
+        seen[mac] = name
+        macs[name] = mac
+    missing = [n for n in names if n not in macs]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise _err(source, "hosts", f"host_mac = rewrite: no real MAC for {', '.join(missing[:3])}{more}")
+    return tuple((n, macs[n]) for n in names)
+
+
+def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load and compile ``path`` completely; return its summary (raises ConfigError)."""
+    return load_config(path).summary()

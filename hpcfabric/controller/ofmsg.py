@@ -1,0 +1,174 @@
+"""FlowSpec <-> os-ken OpenFlow 1.3 objects.
+
+* :func:`to_flow_mod`: a :class:`~hpcfabric.flows.FlowSpec` as an ``OFPFlowMod``
+  (same field choices as :mod:`hpcfabric.ofwire`, so both serialise to the
+  same bytes);
+* :func:`from_flow_stats` / :func:`from_flow_mod`: what a switch reports back
+  (``OFPFlowStats``) or a parsed ``OFPFlowMod`` as a FlowSpec, for
+  reconciliation. Anything a FlowSpec cannot express raises
+  :class:`Unrepresentable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from hpcfabric.addressing import format_mac
+from hpcfabric.flows import MAC_EXACT, OFPP_CONTROLLER, FlowSpec, Match, Output, PopVlan, PushVlan, SetField
+from hpcfabric.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
+
+_ALL64 = (1 << 64) - 1
+_MAC_FIELDS = ("eth_src", "eth_dst")
+
+
+class Unrepresentable(ValueError):
+    """An installed flow uses match fields, actions or instructions a FlowSpec has no word for."""
+
+
+def _mac(value: int) -> str:
+    return format_mac(value)
+
+
+def _parse_mac(text: str) -> int:
+    return int(text.replace(":", ""), 16)
+
+
+def to_match(match: Match) -> Any:
+    kw: dict[str, Any] = {}
+    if match.in_port is not None:
+        kw["in_port"] = match.in_port
+    if match.eth_type is not None:
+        kw["eth_type"] = match.eth_type
+    if match.vlan_pcp is not None:
+        kw["vlan_pcp"] = match.vlan_pcp
+    for name in _MAC_FIELDS:
+        vm = getattr(match, name)
+        if vm is not None:
+            kw[name] = _mac(vm[0]) if vm[1] == MAC_EXACT else (_mac(vm[0]), _mac(vm[1]))
+    if match.metadata is not None:
+        v, m = match.metadata
+        kw["metadata"] = v if m == _ALL64 else (v, m)
+    return parser.OFPMatch(**kw)
+
+
+def to_action(action: Any) -> Any:
+    if isinstance(action, Output):
+        max_len = ofp.OFPCML_NO_BUFFER if action.port == OFPP_CONTROLLER else 0
+        return parser.OFPActionOutput(action.port, max_len)
+    if isinstance(action, SetField):
+        value = _mac(action.value) if action.field in _MAC_FIELDS else action.value
+        return parser.OFPActionSetField(**{action.field: value})
+    if isinstance(action, PushVlan):
+        return parser.OFPActionPushVlan(action.ethertype)
+    if isinstance(action, PopVlan):
+        return parser.OFPActionPopVlan()
+    raise TypeError(f"unknown action {action!r}")
+
+
+def to_instructions(flow: FlowSpec) -> list[Any]:
+    inst: list[Any] = []
+    if flow.actions:
+        inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [to_action(a) for a in flow.actions]))
+    if flow.write_metadata is not None:
+        inst.append(parser.OFPInstructionWriteMetadata(*flow.write_metadata))
+    if flow.goto is not None:
+        inst.append(parser.OFPInstructionGotoTable(flow.goto))
+    return inst
+
+
+def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
+    """``OFPFlowMod`` for ``flow`` (see :func:`hpcfabric.ofwire.flow_mod_body` for the command semantics)."""
+    if command == OFPFC_ADD:
+        cookie, mask, out_port, out_group = flow.cookie, 0, 0, 0
+    elif command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
+        cookie, mask, out_port, out_group = OUR_COOKIE, COOKIE_APP_MASK, ofp.OFPP_ANY, ofp.OFPG_ANY
+    else:
+        cookie, mask, out_port, out_group = flow.cookie, COOKIE_APP_MASK, 0, 0
+    instructions = [] if command in (OFPFC_DELETE, OFPFC_DELETE_STRICT) else to_instructions(flow)
+    return parser.OFPFlowMod(
+        datapath,
+        cookie=cookie,
+        cookie_mask=mask,
+        table_id=flow.table,
+        command=command,
+        idle_timeout=0,
+        hard_timeout=0,
+        priority=flow.priority,
+        buffer_id=ofp.OFP_NO_BUFFER,
+        out_port=out_port,
+        out_group=out_group,
+        flags=0,
+        match=to_match(flow.match),
+        instructions=instructions,
+    )
+
+
+# ---------------------------------------------------------------------------
+# back from the switch
+
+
+def _masked_mac(value: Any) -> tuple[int, int]:
+    if isinstance(value, tuple):
+        return _parse_mac(value[0]), _parse_mac(value[1])
+    return _parse_mac(value), MAC_EXACT
+
+
+def from_match(match: Any) -> Match:
+    kw: dict[str, Any] = {}
+    for name, value in match.items():
+        if name in ("in_port", "eth_type", "vlan_pcp"):
+            if isinstance(value, tuple):
+                raise Unrepresentable(f"masked {name}")
+            kw[name] = value
+        elif name in _MAC_FIELDS:
+            kw[name] = _masked_mac(value)
+        elif name == "metadata":
+            kw[name] = tuple(value) if isinstance(value, tuple) else (value, _ALL64)
+        else:
+            raise Unrepresentable(f"match field {name}")
+    return Match(**kw)
+
+
+def from_action(action: Any) -> Any:
+    if isinstance(action, parser.OFPActionOutput):
+        return Output(action.port)
+    if isinstance(action, parser.OFPActionSetField):
+        if action.key in _MAC_FIELDS:
+            return SetField(action.key, _parse_mac(action.value))
+        if action.key == "vlan_pcp":
+            return SetField(action.key, action.value)
+        raise Unrepresentable(f"set_field {action.key}")
+    if isinstance(action, parser.OFPActionPushVlan):
+        return PushVlan(action.ethertype)
+    if isinstance(action, parser.OFPActionPopVlan):
+        return PopVlan()
+    raise Unrepresentable(f"action {type(action).__name__}")
+
+
+def _spec(table: int, priority: int, cookie: int, match: Any, instructions: list[Any]) -> FlowSpec:
+    actions: tuple = ()
+    goto = None
+    metadata = None
+    for inst in instructions:
+        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions = tuple(from_action(a) for a in inst.actions)
+        elif isinstance(inst, parser.OFPInstructionGotoTable):
+            goto = inst.table_id
+        elif isinstance(inst, parser.OFPInstructionWriteMetadata):
+            metadata = (inst.metadata, inst.metadata_mask)
+        else:
+            raise Unrepresentable(f"instruction {type(inst).__name__} (type {getattr(inst, 'type', '?')})")
+    return FlowSpec(table, priority, from_match(match), actions, cookie, goto, metadata)
+
+
+def from_flow_stats(stats: Any) -> FlowSpec:
+    """An ``OFPFlowStats`` entry as a FlowSpec (raises :class:`Unrepresentable`)."""
+    return _spec(stats.table_id, stats.priority, stats.cookie, stats.match, stats.instructions)
+
+
+def from_flow_mod(msg: Any) -> FlowSpec:
+    """A parsed ADD ``OFPFlowMod`` as a FlowSpec (round-trip tests)."""
+    return _spec(msg.table_id, msg.priority, msg.cookie, msg.match, msg.instructions)

@@ -1,0 +1,224 @@
+"""Controller config files: shipped configs, every error names file and field, exit code 2."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hpcfabric.config import load_config, rewrite_flows, validate_config
+from hpcfabric.errors import ConfigError
+from hpcfabric.flows import TABLE_INGRESS, Output, RuleClass, SetField
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+TOPO = ROOT / "topologies"
+
+SHIPPED = [
+    "dragonfly-a4-p2-h2.conf",
+    "dragonfly-a2-p1-h1.conf",
+    "fb-2d-3x3.conf",
+    "fb-2d-4x4.conf",
+    "fat-tree-k4.conf",
+    "dragonfly-table3.conf",
+]
+
+
+def write(tmp_path: Path, body: str, name: str = "c.conf") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body).lstrip(), encoding="utf-8")
+    return path
+
+
+def base(extra: str = "", topo: str = "dragonfly-a2-p1-h1.yaml", openflow: str = "") -> str:
+    return f"[hpcfabric]\ntopology = {TOPO / topo}\n{extra}\n[openflow]\n{openflow}\n"
+
+
+# ---------------------------------------------------------------------------
+# shipped and valid files
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "dragonfly-table3.conf"])
+def test_shipped_configs_load(name):
+    cfg = load_config(CONFIGS / name)
+    assert cfg.rules_expected == cfg.compiled.total_flows
+    assert set(cfg.desired) == {sw.name for sw in cfg.fabric.switches}
+    assert cfg.lldp_timeout > cfg.lldp_interval
+
+
+def test_all_shipped_configs_listed():
+    assert sorted(p.name for p in CONFIGS.glob("*.conf")) == sorted(SHIPPED)
+
+
+def test_table3_config_parses_without_compiling():
+    cfg = load_config(CONFIGS / "dragonfly-table3.conf", compile=False)
+    assert len(cfg.fabric.switches) == 2064 and cfg.listen_host == "0.0.0.0"
+
+
+def test_demo_defaults():
+    cfg = load_config(CONFIGS / "dragonfly-a4-p2-h2.conf")
+    assert (cfg.addressing, cfg.routing, cfg.host_mac) == ("compact", "conditional", "dmp")
+    assert cfg.listen_port == 6653 and cfg.status_file is None and cfg.bundles == "auto"
+    assert cfg.link_speed_bps == 10e9
+    assert cfg.pause_hold_ms == 50
+
+
+def test_relative_paths_resolve_against_config_dir(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.yaml").write_text((TOPO / "dragonfly-a2-p1-h1.yaml").read_text())
+    path = write(tmp_path, "[hpcfabric]\ntopology = sub/t.yaml\nstatus_file = status.json\n")
+    cfg = load_config(path)
+    assert cfg.topology == str(tmp_path / "sub" / "t.yaml")
+    assert cfg.status_file == str(tmp_path / "status.json")
+
+
+def test_defaults_and_inline_comments(tmp_path):
+    path = write(tmp_path, base("routing = minimal   ; comment\nwidths =   # none\n"))
+    cfg = load_config(path)
+    assert cfg.routing == "minimal" and cfg.widths is None and cfg.addressing == "compact"
+    assert cfg.lldp_interval == 1.0 and cfg.lldp_timeout == 3.5
+
+
+def test_default_section_belongs_to_oslo(tmp_path):
+    path = write(tmp_path, "[DEFAULT]\nofp_tcp_listen_port = 7000\nwhatever = 1\n" + base())
+    assert load_config(path).listen_port == 6653
+
+
+def test_widths_and_addressing(tmp_path):
+    path = write(tmp_path, base("addressing = per-group\nwidths = group=8,switch=4,host=3\n"))
+    cfg = load_config(path)
+    assert cfg.widths == (("group", 8), ("switch", 4), ("host", 3))
+    assert cfg.plan.layout.describe() == "group(8) | switch(4) | host(3)"
+
+
+def test_validate_config_summary():
+    s = validate_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
+    assert s["switches"] == 6 and s["rules_expected"] == 84 and s["routing"] == "conditional"
+
+
+def test_rewrite_mode(tmp_path):
+    macs = "\n".join(f"g{g}s{s}h0 = 00:16:3e:00:0{g}:0{s}" for g in range(3) for s in range(2))
+    path = write(tmp_path, base("host_mac = rewrite\nrouting = conditional\n") + "[hosts]\n" + macs + "\n")
+    cfg = load_config(path)
+    real = dict(cfg.real_macs)
+    assert real["g1s0h0"] == 0x00163E000100
+    flows = cfg.desired["g1s0"]
+    assert not [f for f in flows if f.match.eth_type == 0x88B5], "no DMP echo in rewrite mode"
+    ingress = [f for f in flows if f.table == TABLE_INGRESS and f.rule_class == RuleClass.DMP]
+    assert len(ingress) == 1
+    (rw,) = ingress
+    assert rw.match.in_port == 1 and rw.match.eth_src == (real["g1s0h0"], (1 << 48) - 1)
+    assert rw.actions == (SetField("eth_src", cfg.plan.host_mac["g1s0h0"]),) and rw.goto == 1
+    deliver = [f for f in flows if Output(1) in f.actions]
+    assert deliver and all(f.actions[f.actions.index(Output(1)) - 1] == SetField("eth_dst", real["g1s0h0"]) for f in deliver)
+    # everything else is the compiled table
+    compiled = cfg.compiled.flows("g1s0")
+    assert len(flows) == len(compiled)  # one DMP entry replaced by one rewrite entry
+
+
+def test_rewrite_flows_is_pure():
+    cfg = load_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
+    real = {h.name: 0x001600000000 + i for i, h in enumerate(cfg.fabric.hosts)}
+    tables = {n: t.flows for n, t in cfg.compiled.tables.items()}
+    out = rewrite_flows(cfg.fabric, cfg.plan, tables, real)
+    assert out.keys() == tables.keys() and tables == {n: t.flows for n, t in cfg.compiled.tables.items()}
+
+
+# ---------------------------------------------------------------------------
+# errors: (config text, expected field, words in the message)
+
+ERRORS = [
+    ("[hpcfabric]\ntopology = {topo}\nrouting = adaptive\n", "hpcfabric.routing", "adaptive"),
+    ("[hpcfabric]\ntopology = {topo}\naddresing = compact\n", "hpcfabric.addresing", "did you mean 'addressing'"),
+    ("[hpcfabric]\ntopology = {topo}\n[openflw]\n", "openflw", "did you mean 'openflow'"),
+    ("[hpcfabric]\ntopology = {topo}\naddressing = compakt\n", "hpcfabric.addressing", "did you mean 'compact'"),
+    ("[hpcfabric]\ntopology = {topo}\nwidths = group:8\n", "hpcfabric.widths", "FIELD=BITS"),
+    ("[hpcfabric]\ntopology = {topo}\nwidths = group=1,switch=1,host=1\n", "hpcfabric.widths", "needs"),
+    ("[hpcfabric]\ntopology = {topo}\nwidths = dim0=3\n", "hpcfabric.widths", "do not exist"),
+    ("[hpcfabric]\ntopology = {topo}\nlink_speed_gbps = fast\n", "hpcfabric.link_speed_gbps", "not a number"),
+    ("[hpcfabric]\ntopology = {topo}\nlink_speed_gbps = 0\n", "hpcfabric.link_speed_gbps", "out of range"),
+    ("[hpcfabric]\ntopology = {topo}\nlink_speed_gbps = nan\n", "hpcfabric.link_speed_gbps", "finite"),
+    ("[hpcfabric]\ntopology = {topo}\nlldp_interval = 0\n", "hpcfabric.lldp_interval", "out of range"),
+    ("[hpcfabric]\ntopology = {topo}\npause_hold_ms = -1\n", "hpcfabric.pause_hold_ms", "out of range"),
+    ("[hpcfabric]\ntopology = {topo}\nlldp_interval = 2\nlldp_timeout = 1\n", "hpcfabric.lldp_timeout", "longer"),
+    ("[hpcfabric]\ntopology = {topo}\nlog_level = LOUD\n", "hpcfabric.log_level", "LOUD"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = spoof\n", "hpcfabric.host_mac", "spoof"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = rewrite\n", "hpcfabric.host_mac", "[hosts]"),
+    ("[hpcfabric]\ntopology = {topo}\n[hosts]\ng0s0h0 = 00:16:3e:00:00:01\n", "hosts", "only used with host_mac = rewrite"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = rewrite\n[hosts]\ng0s0h0 = 00:16:3e:00:00:01\n", "hosts", "no real MAC for"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = rewrite\n[hosts]\ng0s0h9 = 00:16:3e:00:00:01\n", "hosts.g0s0h9", "did you mean 'g0s0h0'"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = rewrite\n[hosts]\ng0s0h0 = 01:00:5e:00:00:01\n", "hosts.g0s0h0", "multicast"),
+    ("[hpcfabric]\ntopology = {topo}\nhost_mac = rewrite\n[hosts]\ng0s0h0 = zz:00\n", "hosts.g0s0h0", "malformed MAC"),
+    ("[hpcfabric]\ntopology = {topo}\n[openflow]\nlisten_port = 70000\n", "openflow.listen_port", "out of range"),
+    ("[hpcfabric]\ntopology = {topo}\n[openflow]\nlisten_port = http\n", "openflow.listen_port", "not an integer"),
+    ("[hpcfabric]\ntopology = {topo}\n[openflow]\nbundles = maybe\n", "openflow.bundles", "maybe"),
+    ("[hpcfabric]\ntopology = {topo}\n[openflow]\nlisten_host = a b\n", "openflow.listen_host", "not a host"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = minimal\nrouting = conditional\n", "hpcfabric.routing", "appears twice"),
+    ("[hpcfabric]\ntopology = {topo}\n[hpcfabric]\n", "hpcfabric", "appears twice"),
+    ("[openflow]\nlisten_port = 6653\n", "hpcfabric", "missing section [hpcfabric]"),
+    ("[hpcfabric]\nrouting = minimal\n", "hpcfabric.topology", "missing"),
+    ("[hpcfabric]\ntopology = nowhere.yaml\n", "hpcfabric.topology", "does not exist"),
+    ("[hpcfabric]\ntopology = {topo}\nstatus_file = nodir/status.json\n", "hpcfabric.status_file", "does not exist"),
+]
+
+
+@pytest.mark.parametrize("text,field,words", ERRORS, ids=[e[1] + ":" + e[2][:14] for e in ERRORS])
+def test_config_errors(tmp_path, text, field, words):
+    path = write(tmp_path, text.format(topo=TOPO / "dragonfly-a2-p1-h1.yaml"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    err = info.value
+    assert err.source == str(path) and err.field == field
+    assert str(path) in str(err) and f"{field}:" in str(err)
+    assert words in str(err)
+    assert err.exit_code == 2
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "none.conf")
+    assert info.value.source == str(tmp_path / "none.conf") and "no such config file" in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_not_ini(tmp_path):
+    path = write(tmp_path, "topology = x.yaml\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "line 1" in str(info.value) and info.value.exit_code == 2
+
+
+def test_conditional_routing_on_fat_tree_fails_at_load(tmp_path):
+    path = write(tmp_path, base("routing = conditional\n", topo="fat-tree-k4.yaml"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(path) and info.value.field == "hpcfabric.routing"
+    assert "conditional routing is implemented for" in str(info.value) and info.value.exit_code == 2
+
+
+def test_topology_errors_keep_their_own_source(tmp_path):
+    topo = tmp_path / "bad.yaml"
+    topo.write_text("kind: dragonfly\na: 2\np: 1\nh: x\n")
+    path = write(tmp_path, f"[hpcfabric]\ntopology = {topo}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(topo) and info.value.field == "h" and info.value.exit_code == 2
+
+
+def test_widths_from_topology_file_are_reported_against_it(tmp_path):
+    topo = tmp_path / "t.yaml"
+    topo.write_text("kind: dragonfly\na: 2\np: 1\nh: 1\naddressing:\n  mode: compact\n  widths: {group: 1}\n")
+    path = write(tmp_path, f"[hpcfabric]\ntopology = {topo}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(topo) and "group" in info.value.field
+
+
+def test_cli_controller_bad_config_exits_2(tmp_path, capsys):
+    from hpcfabric.cli import main
+
+    path = write(tmp_path, base("routing = sideways\n"))
+    assert main(["controller", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "hpcfabric.routing" in err and "Traceback" not in err
