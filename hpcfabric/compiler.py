@@ -34,7 +34,6 @@ from hpcfabric.flows import (
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
     ETH_TYPE_PAUSE,
-    OFP_NO_BUFFER_LEN,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     TABLE_ALTERNATIVE,
@@ -486,6 +485,10 @@ def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTab
         flows = _fb_compact_flows(ctx, sw, cond)
     elif fabric.kind == "fat_tree":
         flows = _fat_tree_compact_flows(ctx, sw)
+    elif fabric.kind == "folded_clos":
+        from hpcfabric.topology.clos import folded_clos_compact_flows
+
+        flows = folded_clos_compact_flows(ctx, sw)
     else:
         flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), True, cond)
     if cond:

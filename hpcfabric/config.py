@@ -43,28 +43,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 from hpcfabric.addressing import MODES, AddressPlan, format_mac, parse_mac, plan_addresses
 from hpcfabric.errors import AddressingError, CompileError, ConfigError, HpcfabricError
-from hpcfabric.flows import (
-    MAC_EXACT,
-    TABLE_INGRESS,
-    TABLE_ROUTE,
-    FlowSpec,
-    Match,
-    Output,
-    RuleClass,
-    SetField,
-    make_cookie,
-    sort_flows,
-)
+from hpcfabric.flows import FlowSpec
+from hpcfabric.mac_rewrite import rewrite_flows
 from hpcfabric.topology.model import Fabric
 
 ROUTINGS = ("minimal", "conditional")
 HOST_MAC_MODES = ("dmp", "rewrite")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 BUNDLE_MODES = ("auto", "on", "off")
-
-#: Priority of the ingress rewrite entries (host_mac = rewrite): below the
-#: control-frame punts (1900), above the table-miss goto.
-PRIO_REWRITE = 1800
 
 #: section -> key -> default ("" = unset/optional, None = required)
 SCHEMA: dict[str, dict[str, str | None]] = {
@@ -295,52 +281,6 @@ def _get(parser: configparser.ConfigParser, section: str, key: str) -> str:
         if value or default is None:
             return value
     return default or ""
-
-
-# ---------------------------------------------------------------------------
-# rule set adaptation (pure)
-
-
-def rewrite_flows(
-    fabric: Fabric, plan: AddressPlan, tables: Mapping[str, Iterable[FlowSpec]], real_macs: Mapping[str, int]
-) -> dict[str, tuple[FlowSpec, ...]]:
-    """Adapt compiled tables to ``host_mac = rewrite`` (the paper's PortLand-like alternative to DMP).
-
-    On every access switch: frames from a host (``in_port`` = its port,
-    ``eth_src`` = its real MAC) get ``eth_src`` rewritten to its hierarchical
-    MAC in INGRESS before routing; every entry that outputs to a host port
-    first rewrites ``eth_dst`` back to that host's real MAC. The DMP echo
-    entries are dropped: a host that adopted its HMAC would not accept
-    frames rewritten to its real MAC.
-    """
-    out: dict[str, tuple[FlowSpec, ...]] = {}
-    for sw in fabric.switches:
-        hosts = {h.port: h for h in fabric.hosts_on(sw.name)}
-        flows: list[FlowSpec] = []
-        for flow in tables[sw.name]:
-            if flow.rule_class == RuleClass.DMP:
-                continue
-            if any(isinstance(a, Output) and a.port in hosts for a in flow.actions):
-                actions: list = []
-                for a in flow.actions:
-                    if isinstance(a, Output) and a.port in hosts:
-                        actions.append(SetField("eth_dst", real_macs[hosts[a.port].name]))
-                    actions.append(a)
-                flow = replace(flow, actions=tuple(actions))
-            flows.append(flow)
-        for port, host in hosts.items():
-            flows.append(
-                FlowSpec(
-                    TABLE_INGRESS,
-                    PRIO_REWRITE,
-                    Match(in_port=port, eth_src=(real_macs[host.name], MAC_EXACT)),
-                    (SetField("eth_src", plan.host_mac[host.name]),),
-                    make_cookie(RuleClass.DMP, port),
-                    goto=TABLE_ROUTE,
-                )
-            )
-        out[sw.name] = sort_flows(flows)
-    return out
 
 
 # ---------------------------------------------------------------------------
