@@ -19,8 +19,9 @@ DEMO_TOPO    ?= topologies/dragonfly-a4-p2-h2.yaml
 DEMO_CMD     ?= $(VENV)/bin/python mininet/run_fabric.py --topology topologies/dragonfly-a4-p2-h2.yaml --config configs/dragonfly-a4-p2-h2.conf
 
 BENCH_GLOB   ?= bench/*.py
+RELIABILITY_ARGS ?=
 
-.PHONY: help setup test demo bench clean distclean ovs
+.PHONY: help setup test demo bench clean distclean ovs reliability
 
 help:
 	@echo "targets:"
@@ -28,6 +29,7 @@ help:
 	@echo "  test       bootstrap ($(TEST_BOOTSTRAP_FLAGS)) + pytest $(TESTS) (no tests collected = success)"
 	@echo "  demo       bootstrap + \$$DEMO_CMD"
 	@echo "  bench      run every $(BENCH_GLOB)"
+	@echo "  reliability  bootstrap + mininet/run_reliability.py (restart, HA failover, link failure, fuzz, spoof; JSON)"
 	@echo "  ovs        only make sure Open vSwitch is installed and running"
 	@echo "  clean      remove caches and build artefacts (keeps .venv)"
 	@echo "  distclean  clean + remove .venv"
@@ -49,6 +51,10 @@ test:
 demo:
 	@bash $(BOOTSTRAP)
 	$(DEMO_CMD)
+
+reliability:
+	@bash $(BOOTSTRAP)
+	$(PY) mininet/run_reliability.py $(RELIABILITY_ARGS)
 
 bench:
 	@bash $(BOOTSTRAP) --no-ovs

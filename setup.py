@@ -16,6 +16,9 @@ setup(
         "networkx>=3.0",
         "PyYAML>=6.0",
         "numpy>=1.24",
+        "matplotlib>=3.6",
+        "tqdm>=4.60",
+        "prometheus_client>=0.17",
     ],
     extras_require={
         "controller": ["os-ken==3.1.0"],

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from hpcfabric.errors import AddressingError
-from hpcfabric.topology.model import Fabric, Switch
+from hpcfabric.topology.model import Fabric, Switch, gc_paused
 
 MODES = ("flat", "per-switch", "per-group", "compact")
 USABLE_BITS = 46
@@ -248,6 +248,7 @@ class AddressPlan:
         ]
 
 
+@gc_paused()
 def plan_addresses(fabric: Fabric, mode: str = "per-group", widths: Mapping[str, int] | None = None) -> AddressPlan:
     """Assign every host its hierarchical MAC.
 

@@ -1,6 +1,6 @@
 """The ``hpcfabric`` command line.
 
-Subcommands: ``check`` (validate a topology), ``plan`` (host addresses),
+Subcommands: ``check`` (validate a topology or a controller config), ``plan`` (host addresses),
 ``rules`` (compiled tables: summary, JSON or ``ovs-ofctl`` syntax) and
 ``verify`` (all-pairs forwarding check). Errors print one line on stderr
 and exit 2 for bad input, never a traceback (set ``HPCFABRIC_DEBUG=1`` to
@@ -62,7 +62,30 @@ def _emit(data: Any) -> None:
 # -- subcommands -----------------------------------------------------------
 
 
+CONFIG_SUFFIXES = (".conf", ".ini", ".cfg")
+
+
+def is_controller_config(path: str) -> bool:
+    """A controller INI file (by suffix, else by a first ``[section]`` line) rather than a topology YAML."""
+    if path.lower().endswith(CONFIG_SUFFIXES):
+        return True
+    if path.lower().endswith((".yaml", ".yml", ".json")):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(200), fh):
+                line = line.strip()
+                if not line or line.startswith(("#", ";")):
+                    continue
+                return line.startswith("[") and line.endswith("]")
+    except OSError:
+        return False
+    return False
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    if is_controller_config(args.file):
+        return _check_config(args)
     fabric = _load(args.file)
     s = fabric.summary()
     if args.json:
@@ -72,6 +95,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(
         f"{args.file}: ok: {s['name']}: {s['kind']}, {s['switches']} switches, {s['hosts']} hosts, "
         f"{s['links']} links, radix {s['radix']}" + (f" ({extra})" if extra else "")
+    )
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    """``check`` for a controller config: load, check the topology, plan, compile, guards -- all of it."""
+    from hpcfabric.config import validate_config
+
+    s = validate_config(args.file)
+    if args.json:
+        _emit(s)
+        return 0
+    print(
+        f"{args.file}: ok: controller config for {s['fabric']}: {s['kind']}, {s['switches']} switches, "
+        f"{s['hosts']} hosts, {s['links']} links; {s['addressing']} addressing ({s['layout']}), {s['routing']} routing, "
+        f"{s['rules_expected']} rules, host_mac={s['host_mac']}, listen {s['listen']}, guards={s['guards']}, "
+        f"metrics={s['metrics']}, ha={s['ha']}, fast_failover={s['fast_failover']}"
     )
     return 0
 
@@ -128,7 +168,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan)
+    compiled = compile_fabric(fabric, plan, **_policy(args))
     if args.switch and not fabric.has_switch(args.switch):
         raise ConfigError(f"no switch {args.switch!r} in {fabric.name}", field="--switch")
     names = [args.switch] if args.switch else [sw.name for sw in fabric.switches]
@@ -157,7 +197,19 @@ def cmd_rules(args: argparse.Namespace) -> int:
         f"  lower bound (rules == ports in use) met on every switch: {'yes' if report['lower_bound_met'] else 'no'}; "
         f"DMP entries {report['dmp_rules']}; total flows {report['total_flows']}"
     )
+    if compiled.routing != "minimal" or compiled.cos:
+        print(
+            f"  {compiled.routing} routing, CoS {compiled.cos or 'off'} ({compiled.cos_levels} PCP levels); per access "
+            f"switch besides routing: PORT_STATE {report['port_state_rules_max']}, ALTERNATIVE "
+            f"{report['alternative_rules_min']}..{report['alternative_rules_max']}, CoS {report['cos_rules_max']}"
+        )
     return 0
+
+
+def _policy(args: argparse.Namespace) -> dict[str, Any]:
+    """compile_fabric keywords from --routing / --cos / --cos-levels."""
+    cos = {"default": None, "on": True, "off": False}.get(args.cos, args.cos)
+    return {"routing": args.routing or "minimal", "cos": cos, "cos_levels": args.cos_levels}
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -166,11 +218,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan)
-    report = verify(compiled, sample=args.sample)
+    compiled = compile_fabric(fabric, plan, **_policy(args))
+    paused = []
+    if args.paused not in (None, "all"):
+        sw, _, port = args.paused.rpartition(":")
+        if not (port.isdigit() and fabric.has_switch(sw) and fabric.peer(sw, int(port)) is not None):
+            raise ConfigError(f"--paused {args.paused!r}: expected all or SWITCH:PORT of a port in {fabric.name}",
+                              field="--paused")
+        paused = [(sw, int(port))]
+    report = verify(compiled, paused, sample=args.sample)
     data = {"fabric": fabric.name, "addressing": plan.mode, **report.as_dict()}
+    ok = report.ok
+    if args.routing is not None or args.paused is not None or args.cos != "default":
+        from hpcfabric.cdg import check_deadlock_freedom
+
+        cdg = check_deadlock_freedom(compiled, "single" if args.paused == "all" else paused)
+        data.update(
+            routing=compiled.routing,
+            cos=compiled.cos,
+            cos_levels=compiled.cos_levels,
+            cdg_acyclic=cdg.acyclic,
+            cdg_cycle=list(cdg.cycle) if cdg.cycle else None,
+            cdg_per_cos={k: (list(v) if v else None) for k, v in cdg.per_cos.items()},
+            cdg_channels=cdg.channels,
+            cdg_dependencies=cdg.dependencies,
+            scenarios=cdg.scenarios,
+            scenario_failures=[dict(f) for f in cdg.scenario_failures],
+            failed_scenarios=cdg.failed_scenarios,
+            cdg_seconds=round(cdg.seconds, 3),
+        )
+        ok = ok and cdg.ok
+        data["ok"] = ok
     _emit(data)
-    return 0 if report.ok else 1
+    return 0 if ok else 1
 
 
 # -- parser ----------------------------------------------------------------
@@ -191,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("file", metavar="FILE", help="topology YAML file (see docs/topology-yaml.md)")
         return p
 
+    def policy(p: argparse.ArgumentParser) -> None:
+        from hpcfabric.compiler import COS_SCHEMES, ROUTINGS
+
+        p.add_argument("--routing", choices=ROUTINGS, default=None,
+                       help="routing policy (default minimal; docs/routing.md)")
+        p.add_argument("--cos", choices=("default", "on", "off", *COS_SCHEMES), default="default",
+                       help="classes of service in a VLAN PCP: on = the fabric's default scheme, or a scheme "
+                       "(default: on for valiant, off otherwise)")
+        p.add_argument("--cos-levels", type=int, default=None, metavar="N", help="PCP values to use (1..8)")
+
     def addressing(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--addressing",
@@ -206,8 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="field widths, e.g. group=18,switch=20,host=8 (default: the mode's)",
         )
 
-    p = add("check", cmd_check, "validate a topology file and print a one-line summary")
+    p = add("check", cmd_check, "validate a topology file or a controller config (.conf) and print a one-line summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    for action in p._actions:
+        if action.dest == "file":
+            action.help = "topology YAML file (docs/topology-yaml.md) or controller config (.conf, docs/controller.md)"
 
     p = add("plan", cmd_plan, "print the hierarchical MAC of every host")
     addressing(p)
@@ -217,10 +310,17 @@ def build_parser() -> argparse.ArgumentParser:
     addressing(p)
     p.add_argument("--format", choices=("summary", "json", "ofctl"), default="summary")
     p.add_argument("--switch", help="only this switch")
+    policy(p)
 
     p = add("verify", cmd_verify, "walk a frame between every pair of hosts through the compiled rules")
     addressing(p)
     p.add_argument("--sample", type=int, default=None, metavar="N", help="verify N random destinations only")
+    policy(p)
+    p.add_argument(
+        "--paused", default=None, metavar="all|SWITCH:PORT",
+        help="also check with one port paused (its PORT_STATE entry flipped), or 'all': every port alone; "
+        "with --routing, --paused or --cos the channel dependency graph is checked too (docs/routing.md)",
+    )
 
     def cmd_controller(args: argparse.Namespace) -> int:
         from hpcfabric.config import load_config
@@ -243,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, metavar="FILE", help="controller INI file (see configs/)")
     p.add_argument("--status-file", default=None, metavar="F", help="override [hpcfabric] status_file")
     p.add_argument("--listen-port", type=int, default=None, metavar="N", help="override [openflow] listen_port")
+
+    from hpcfabric.analysis.cli import add_analyze_parser
+
+    add_analyze_parser(sub)  # analyze rules | power | onoff | scale (docs/analysis.md)
     return parser
 
 

@@ -17,20 +17,29 @@ Per addressing mode, an access switch holds:
     else sent up by ``in_port`` (the source's attachment point, i.e. a
     static hash of the source address bits): one entry per port.
 
-All modes are minimal routing and loop-free for every destination address,
-including addresses nobody owns (they are dropped, never forwarded in a circle).
+All modes are loop-free for every destination address, including addresses
+nobody owns (they are dropped, never forwarded in a circle).
+
+Routing policies (``routing=``): ``minimal`` (the tables above), ``valiant``
+(frames injected by host *t* always leave through the switch's *t*-th global /
+highest-dimension port, minimal from there) and ``conditional`` (default rules
+switch off while their port is PAUSEd; alternatives in table ALTERNATIVE).
+Classes of service for deadlock freedom (``cos=``) ride in a VLAN tag pushed at
+host ingress: its PCP rises on class-changing hops and the tag is popped before
+delivery. See docs/routing.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import mean
 from typing import Any, Iterable, Mapping
 
-from hpcfabric.addressing import AddressPlan, Layout
+from hpcfabric.addressing import USABLE_BITS, AddressPlan, Layout, mask_to_mac, to_mac
 from hpcfabric.compaction import DROP, compact_prefixes
 from hpcfabric.errors import CompileError
 from hpcfabric.flows import (
+    ETH_TYPE_CNM,
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
     ETH_TYPE_PAUSE,
@@ -43,13 +52,15 @@ from hpcfabric.flows import (
     FlowSpec,
     Match,
     Output,
+    PopVlan,
+    PushVlan,
     RuleClass,
     SetField,
     make_cookie,
     sort_flows,
 )
-from hpcfabric.routing import ExplicitRouter, router_for
-from hpcfabric.topology.model import Fabric, Switch
+from hpcfabric.routing import DragonflyRouter, ExplicitRouter, router_for
+from hpcfabric.topology.model import Fabric, Switch, gc_paused
 
 PRIO_DMP = 2000
 PRIO_PUNT = 1900
@@ -57,12 +68,26 @@ PRIO_LPM_BASE = 1000
 PRIO_UP = 500
 PRIO_MISS = 0
 
-ROUTINGS = ("minimal", "conditional")
+ROUTINGS = ("minimal", "valiant", "conditional")
 
 PRIO_PORT_STATE = 100
+PRIO_VALIANT_ALWAYS = 200  # table PORT_STATE, valiant policy: injected frames -> intermediate
 PRIO_ALT_DIM = 30
 PRIO_VALIANT = 20
+PRIO_ALT_UP = 10  # fat-tree: another uplink while the default one is paused
 PRIO_FALLBACK = 1
+
+#: Class-of-service schemes: which arrivals raise the VLAN PCP by one.
+#: ``none`` tags every frame with PCP 0 and never changes it (one class);
+#: ``top`` raises it on arrival over a top-level link (Dragonfly global link,
+#: Flattened Butterfly highest dimension, fat-tree aggregation-core);
+#: ``hop`` on arrival over any fabric link.
+COS_SCHEMES = ("none", "top", "hop")
+PRIO_COS = 100  # table INGRESS: push on host ports, PCP transitions on fabric ports
+MAX_COS_LEVELS = 8  # 3-bit PCP
+#: INFRA cookie details of the CoS entries (above the table-miss details 0 and 1)
+COOKIE_COS_PUSH = 1 << 32
+COOKIE_COS_STEP = 2 << 32
 
 #: metadata written by conditional default rules: output port in the low 16
 #: bits, FB lower dimensions allowed as alternatives in the next 8.
@@ -70,6 +95,7 @@ METADATA_PORT_MASK = 0xFFFF
 METADATA_DIMS_SHIFT = 16
 METADATA_MASK = 0xFFFFFF
 COND_HOP = 1 << 24  # marks conditional next hops inside ORTC
+DIMS_HOP_SHIFT = 32  # ... and their FB lower-dimension mask above it
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +108,7 @@ class Route:
     port: int | None
     rule_class: int
     conditional: bool = False  # a default rule that may switch off while its port is paused
+    dims: int = 0  # FB: lower dimensions a paused frame may turn to (bit d = dimension d)
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,10 +132,15 @@ class SwitchTable:
 
 @dataclass(frozen=True, eq=False)
 class CompiledFabric:
+    """Compiled tables of every switch. ``cos``: the class-of-service scheme
+    (None: frames stay untagged), ``cos_levels``: PCP values in use (0 untagged)."""
+
     fabric: Fabric
     plan: AddressPlan
     routing: str
     tables: Mapping[str, SwitchTable] = field(default_factory=dict)
+    cos: str | None = None
+    cos_levels: int = 0
 
     def flows(self, switch: str) -> tuple[FlowSpec, ...]:
         return self.tables[switch].flows
@@ -137,6 +169,9 @@ class CompiledFabric:
             "all_rules_max": max(every),
             "dmp_rules": sum(t.count(RuleClass.DMP) for t in self.tables.values()),
             "total_flows": self.total_flows,
+            "cos": self.cos,
+            "cos_levels": self.cos_levels,
+            **policy_counts(self),
         }
 
 
@@ -171,8 +206,14 @@ class Context:
         self.plan = plan
         self.layout = plan.layout
         self.routing = routing
+        #: class-of-service scheme (None: untagged) and PCP levels, set by compile_fabric
+        self.cos: str | None = None
+        self.cos_levels = 0
+        self.cnm_snoop = False
         self.router = router_for(fabric)
         self.cache = FlowCache(plan.layout)
+        #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)
+        self.shared: dict[Any, Any] = {}
         self.members: dict[int, list[Switch]] = {}
         for sw in fabric.access_switches:
             self.members.setdefault(sw.group, []).append(sw)
@@ -230,10 +271,47 @@ def _per_group_routes(ctx: Context, sw: Switch) -> list[Route]:
         else:
             port = router.to_switch(sw, dst, spread=dst.index)
         routes.append(Route(*ctx.switch_prefix[dst.name], port, RuleClass.ROUTE))
+    if type(router) is DragonflyRouter:
+        routes += _dragonfly_remote_routes(ctx, router, sw)
+        return routes
     for g in ctx.groups:
         if g != sw.group:
             routes.append(Route(*ctx.group_prefix[g], router.to_group(sw, g, spread=g), RuleClass.ROUTE, True))
     return routes
+
+
+def _dragonfly_remote_routes(ctx: Context, router: DragonflyRouter, sw: Switch) -> list[Route]:
+    """Routes to every remote group: what ``router.to_group(sw, g, spread=g)``
+    returns, from a table shared by the switches of a group (the global links
+    of the group are looked up once, not once per switch), and Route values
+    interned per (group, port)."""
+    table = ctx.shared.get(("df-remote", sw.group))
+    if table is None:
+        table = []
+        per_group = router.globals.get(sw.group, {})
+        for g in ctx.groups:
+            if g == sw.group:
+                continue
+            links = per_group.get(g)
+            if not links:
+                raise CompileError(f"no global link from group {sw.group} to group {g}")
+            mine: dict[int, int] = {}
+            for s, port in links:  # sorted: the first port of a switch is its lowest
+                mine.setdefault(s, port)
+            table.append((g, mine, links[g % len(links)][0]))
+        ctx.shared[("df-remote", sw.group)] = table
+    interned = ctx.shared.setdefault("df-routes", {})
+    s, base = sw.index, router.p + router.h + 1
+    out = []
+    for g, mine, holder in table:
+        port = mine.get(s)
+        if port is None:
+            port = base + (holder if holder < s else holder - 1)
+        route = interned.get((g, port))
+        if route is None:
+            route = interned[(g, port)] = Route(*ctx.group_prefix[g], port, RuleClass.ROUTE, True)
+        out.append(route)
+    return out
 
 
 def _prefix(layout: Layout, fields: Iterable[tuple[str, int]]) -> tuple[int, int]:
@@ -302,7 +380,12 @@ def _lpm_flows(cache: FlowCache, routes: list[Route], compact: bool, conditional
     hops: list[tuple[int, int, int]] = []
     classes: dict[int, int] = {}
     for r in routes:
-        hop = DROP if r.port is None else r.port | (COND_HOP if conditional and r.conditional else 0)
+        if r.port is None:
+            hop = DROP
+        elif conditional and r.conditional:
+            hop = r.port | COND_HOP | r.dims << DIMS_HOP_SHIFT
+        else:
+            hop = r.port
         hops.append((r.bits, r.length, hop))
         if r.rule_class == RuleClass.HOST:
             classes[hop] = RuleClass.HOST
@@ -310,8 +393,8 @@ def _lpm_flows(cache: FlowCache, routes: list[Route], compact: bool, conditional
         hops = compact_prefixes(hops, cache.layout.used_bits)
     flows = []
     for bits, length, hop in hops:
-        port = None if hop == DROP else hop & ~COND_HOP
-        metadata = port if hop & COND_HOP else None
+        port = None if hop == DROP else hop & (COND_HOP - 1)
+        metadata = port | (hop >> DIMS_HOP_SHIFT) << METADATA_DIMS_SHIFT if hop & COND_HOP else None
         flows.append(cache.route(bits, length, port, classes.get(hop, RuleClass.ROUTE), metadata))
     return flows
 
@@ -341,8 +424,12 @@ def _fb_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> li
     return flows
 
 
-def _fat_tree_compact_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
-    """Fat-tree at the lower bound: down by destination prefix, up by in_port."""
+def _fat_tree_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> list[FlowSpec]:
+    """Fat-tree at the lower bound: down by destination prefix, up by in_port.
+
+    With ``conditional`` the up entries are default rules (metadata = uplink,
+    go to PORT_STATE); down entries stay unconditional (one path down).
+    """
     half = ctx.fabric.params["k"] // 2
     if sw.role == "core":
         return _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), compact=True)
@@ -355,10 +442,21 @@ def _fat_tree_compact_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
         ups = [(1 + i, half + 1 + i % half) for i in range(half)]
     flows = _lpm_flows(ctx.cache, down, compact=True)
     for in_port, out in ups:
-        flows.append(
-            FlowSpec(TABLE_ROUTE, PRIO_UP, Match(in_port=in_port), (Output(out),), make_cookie(RuleClass.ROUTE, out))
-        )
+        cookie = make_cookie(RuleClass.ROUTE, out)
+        if conditional:
+            flows.append(
+                FlowSpec(TABLE_ROUTE, PRIO_UP, Match(in_port=in_port), (), cookie, goto=TABLE_PORT_STATE,
+                         write_metadata=(out, METADATA_MASK))
+            )
+        else:
+            flows.append(FlowSpec(TABLE_ROUTE, PRIO_UP, Match(in_port=in_port), (Output(out),), cookie))
     return flows
+
+
+def _uplinks(fabric: Fabric, sw: Switch) -> list[int]:
+    """Fat-tree: the ports of ``sw`` that lead one level up (edge -> aggregation -> core)."""
+    above = {"edge": "aggregation", "aggregation": "core"}.get(sw.role)
+    return sorted(p for p, peer in fabric.fabric_ports(sw.name).items() if fabric.switch(peer.node).role == above)
 
 
 def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> list[FlowSpec]:
@@ -402,17 +500,56 @@ def port_state_flow(port: int, paused: bool) -> FlowSpec:
     return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (Output(port),), cookie)
 
 
-def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[FlowSpec]:
-    """PORT_STATE and ALTERNATIVE entries of one switch for conditional routing.
+def _fb_dim_match(fabric: Fabric, plan: AddressPlan, d: int, v: int) -> tuple[int, int]:
+    """(value, mask) on eth_dst matching FB coordinate ``dim_d == v`` only.
+
+    Compact addressing has a field per dimension. Per-group addressing has
+    ``group`` = the dimensions >= 1 in mixed radix (dimension 1 lowest) and
+    ``switch`` = dimension 0: dimension 0 is the switch field; dimension d >= 1
+    is a bit range of the group field when k_1 ... k_d are powers of two.
+    """
+    layout = plan.layout
+    if plan.mode == "compact":
+        return layout.match({f"dim{d}": v})
+    if plan.mode != "per-group":
+        raise CompileError(f"no per-dimension match in {plan.mode} addressing")
+    if d == 0:
+        return layout.match({"switch": v})
+    dims = fabric.params["dims"]
+    shift = 0
+    for k in dims[1:d]:
+        shift += k.bit_length() - 1
+    if any(k & (k - 1) for k in dims[1 : d + 1]):
+        raise CompileError(
+            f"conditional/valiant routing on a Flattened Butterfly with per-group addressing needs power-of-two "
+            f"sizes for dimensions 1..{d} (dims {list(dims)}): dimension {d} is not a bit range of the group "
+            f"field; use compact addressing"
+        )
+    group = layout.field("group")
+    width = dims[d].bit_length() - 1
+    mask46 = ((1 << USABLE_BITS) - 1) & ~((1 << layout.used_bits) - 1)
+    mask46 |= ((1 << width) - 1) << (group.shift + shift)
+    return to_mac(v << (group.shift + shift)), mask_to_mac(mask46)
+
+
+def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
+    """PORT_STATE and ALTERNATIVE entries of one switch (conditional and valiant policies).
+
+    PORT_STATE: one entry per fabric port (output it; ``goto`` ALTERNATIVE
+    while paused). With ``valiant`` it also holds, above them, one entry per
+    host port sending every frame this switch's hosts inject towards a remote
+    destination to the host's intermediate (always non-minimal).
 
     ALTERNATIVE holds, by priority: FB lower-dimension routes (minimal
-    adaptive, taken only when the metadata allows that dimension), Valiant
-    rules for frames injected by this switch's hosts (one intermediate per
-    host port, as in the paper's Fig. 10, and a second one for when the first
-    sits behind the paused port itself), and per-port fallbacks: transit
-    frames whose default port is paused keep their minimal path and wait
-    (lossless), so they can never loop.
+    adaptive, taken only when the metadata allows that dimension); fat-tree:
+    the next uplink (any uplink is minimal); conditional only: Valiant rules
+    for frames injected by this switch's hosts (one intermediate per host
+    port, as in the paper's Fig. 10, and a second one for when the first sits
+    behind the paused port itself); and per-port fallbacks: transit frames
+    whose default port is paused keep their minimal path and wait (lossless),
+    so they can never loop.
     """
+    fabric, plan = ctx.fabric, ctx.plan
     flows = []
     fabric_ports = sorted(fabric.fabric_ports(sw.name))
     for port in fabric_ports:
@@ -426,12 +563,27 @@ def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[Fl
                 make_cookie(RuleClass.PORT_STATE, port),
             )
         )
+    if fabric.kind == "fat_tree":
+        ups = _uplinks(fabric, sw)
+        for i, port in enumerate(ups if len(ups) > 1 else ()):
+            nxt = ups[(i + 1) % len(ups)]
+            flows.append(
+                FlowSpec(
+                    TABLE_ALTERNATIVE,
+                    PRIO_ALT_UP,
+                    Match(metadata=(port, METADATA_PORT_MASK)),
+                    (Output(nxt),),
+                    make_cookie(RuleClass.ALTERNATIVE, nxt),
+                )
+            )
+        return flows
+    valiant = _valiant_ports(fabric, sw)
     if fabric.kind == "flattened_butterfly":
-        dims = fabric.params["dims"]
-        for d, v, port in _fb_dim_ports(fabric, sw):
-            if d == len(dims) - 1:
+        top = len(fabric.params["dims"]) - 1
+        for d, v, port in _fb_dim_ports(fabric, sw) if ctx.routing == "conditional" else ():
+            if d == top:
                 continue
-            value, mask = plan.layout.match({f"dim{d}": v})
+            value, mask = _fb_dim_match(fabric, plan, d, v)
             bit = 1 << (METADATA_DIMS_SHIFT + d)
             flows.append(
                 FlowSpec(
@@ -442,12 +594,19 @@ def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[Fl
                     make_cookie(RuleClass.ALTERNATIVE, port),
                 )
             )
-        top = len(dims) - 1
-        valiant = [port for d, _, port in _fb_dim_ports(fabric, sw) if d == top]
-    else:
-        valiant = [port for port in fabric_ports if fabric.peer(sw.name, port).kind == "global"]  # type: ignore[union-attr]
     for host in fabric.hosts_on(sw.name) if valiant else ():
         out = valiant[host.index % len(valiant)]
+        if ctx.routing == "valiant":
+            flows.append(
+                FlowSpec(
+                    TABLE_PORT_STATE,
+                    PRIO_VALIANT_ALWAYS,
+                    Match(in_port=host.port),
+                    (Output(out),),
+                    make_cookie(RuleClass.ALTERNATIVE, out),
+                )
+            )
+            continue
         flows.append(
             FlowSpec(
                 TABLE_ALTERNATIVE,
@@ -471,54 +630,330 @@ def _conditional_flows(fabric: Fabric, plan: AddressPlan, sw: Switch) -> list[Fl
     return flows
 
 
+def _valiant_ports(fabric: Fabric, sw: Switch) -> list[int]:
+    """Ports towards Valiant intermediates: Dragonfly global ports, FB highest-dimension ports."""
+    if fabric.kind == "flattened_butterfly":
+        top = len(fabric.params["dims"]) - 1
+        return [port for d, _, port in _fb_dim_ports(fabric, sw) if d == top]
+    return [p for p, peer in sorted(fabric.fabric_ports(sw.name).items()) if peer.kind == "global"]
+
+
+# ---------------------------------------------------------------------------
+# classes of service (VLAN PCP)
+
+
+def _cos_step_ports(fabric: Fabric, sw: Switch, scheme: str) -> list[int]:
+    """Fabric ports of ``sw`` whose arrivals raise the PCP under ``scheme``."""
+    if scheme == "none":
+        return []
+    ports = fabric.fabric_ports(sw.name)
+    if scheme == "hop":
+        return sorted(ports)
+    kind = _top_link_kind(fabric)
+    return sorted(p for p, peer in ports.items() if peer.kind == kind)
+
+
+def _top_link_kind(fabric: Fabric) -> str:
+    if fabric.kind == "dragonfly":
+        return "global"
+    if fabric.kind == "flattened_butterfly":
+        return f"dim{len(fabric.params['dims']) - 1}"
+    if fabric.kind == "fat_tree":
+        return "agg-core"
+    raise CompileError(f"CoS scheme 'top' has no top-level link kind on a {fabric.kind} fabric; use 'hop'")
+
+
+def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[FlowSpec]:
+    """Table INGRESS entries carrying the class of service in the VLAN PCP.
+
+    Frames from hosts get a VLAN tag with PCP 0 (below the DMP echo and the
+    control punts, which keep matching first); on the ports ``scheme`` names,
+    a frame arriving with PCP k < levels-1 leaves INGRESS with PCP k+1
+    (saturating at levels-1). The tag is popped before delivery to a host
+    (:func:`_pop_before_hosts`).
+    """
+    flows = []
+    for h in fabric.hosts_on(sw.name):
+        flows.append(
+            FlowSpec(
+                TABLE_INGRESS,
+                PRIO_COS,
+                Match(in_port=h.port),
+                (PushVlan(), SetField("vlan_pcp", 0)),
+                make_cookie(RuleClass.INFRA, COOKIE_COS_PUSH | h.port),
+                goto=TABLE_ROUTE,
+            )
+        )
+    for port in _cos_step_ports(fabric, sw, scheme):
+        for k in range(levels - 1):
+            flows.append(
+                FlowSpec(
+                    TABLE_INGRESS,
+                    PRIO_COS,
+                    Match(in_port=port, vlan_pcp=k),
+                    (SetField("vlan_pcp", k + 1),),
+                    make_cookie(RuleClass.INFRA, COOKIE_COS_STEP | k << 24 | port),
+                    goto=TABLE_ROUTE,
+                )
+            )
+    return flows
+
+
+def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int) -> list[FlowSpec]:
+    """Table INGRESS entries copying 802.1Qau CNMs to the controller while they keep
+    being forwarded to their reaction point (:mod:`hpcfabric.cnm`).
+
+    Untagged fabrics: one entry for every port, at the punt priority. With
+    classes of service, CNMs from fabric ports must take the same PCP step as
+    data (they are routed like data): per fabric port, one entry per step
+    (above the step) and one for the arrivals that do not step (below the
+    steps); CNMs from hosts are not copied (a congestion point in a host says
+    nothing about the fabric) and get the CoS push as any frame.
+    """
+    def cookie(port: int, k: int = 0) -> int:
+        return make_cookie(RuleClass.PUNT, ETH_TYPE_CNM | port << 16 | (k + 1) << 32)
+
+    if scheme is None:
+        return [
+            FlowSpec(TABLE_INGRESS, PRIO_PUNT, Match(eth_type=ETH_TYPE_CNM), (Output(OFPP_CONTROLLER),),
+                     make_cookie(RuleClass.PUNT, ETH_TYPE_CNM), goto=TABLE_ROUTE)
+        ]
+    flows = []
+    steps = set(_cos_step_ports(fabric, sw, scheme))
+    for port in sorted(fabric.fabric_ports(sw.name)):
+        for k in range(levels - 1) if port in steps else ():
+            flows.append(
+                FlowSpec(TABLE_INGRESS, PRIO_COS + 1, Match(in_port=port, eth_type=ETH_TYPE_CNM, vlan_pcp=k),
+                         (Output(OFPP_CONTROLLER), SetField("vlan_pcp", k + 1)), cookie(port, k), goto=TABLE_ROUTE)
+            )
+        flows.append(
+            FlowSpec(TABLE_INGRESS, PRIO_COS - 1, Match(in_port=port, eth_type=ETH_TYPE_CNM),
+                     (Output(OFPP_CONTROLLER),), cookie(port, -1), goto=TABLE_ROUTE)
+        )
+    return flows
+
+
+def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, FlowSpec]) -> list[FlowSpec]:
+    """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged)."""
+    out = []
+    for f in flows:
+        if f.table == TABLE_INGRESS or not any(isinstance(a, Output) and a.port in host_ports for a in f.actions):
+            out.append(f)
+            continue
+        new = cache.get(f)
+        if new is None:
+            actions: list = []
+            for a in f.actions:
+                if isinstance(a, Output) and a.port in host_ports:
+                    actions.append(PopVlan())
+                actions.append(a)
+            new = cache[f] = replace(f, actions=tuple(actions))
+        out.append(new)
+    return out
+
+
+def cos_levels_needed(fabric: Fabric, routing: str, scheme: str) -> int:
+    """PCP values a frame can carry on fabric links under ``scheme`` without saturating."""
+    if scheme == "none":
+        return 1
+    nonminimal = routing != "minimal"
+    kind = fabric.kind
+    if kind == "dragonfly":
+        links, top = (4, 2) if nonminimal else (3, 1)  # g-l-g-l / l-g-l
+    elif kind == "flattened_butterfly":
+        n = len(fabric.params["dims"])
+        links, top = (n + 1, 2) if nonminimal else (n, 1)
+    elif kind == "fat_tree":
+        links, top = 4, 1
+    else:
+        links, top = len(fabric.switches) - 1, 0
+    # a link carries the PCP raised by the arrivals before it; the last arrival raises nothing used
+    need = links if scheme == "hop" else 1 + min(top, links - 1)
+    return max(1, min(MAX_COS_LEVELS, need))
+
+
+def default_cos(fabric: Fabric, routing: str) -> tuple[str, int]:
+    """(scheme, levels) that ``cos=True`` selects: the fewest classes for which the
+    channel dependency graph of the shipped fabrics is acyclic over every single
+    paused port (:mod:`hpcfabric.cdg`; measurements and the cycles found with one
+    class less in docs/routing.md)."""
+    kind = fabric.kind
+    if kind == "dragonfly":  # +1 per global link: l-g-l needs 2, g-l-g-l 3
+        return "top", 2 if routing == "minimal" else 3
+    if kind == "flattened_butterfly":
+        if routing == "minimal":  # dimension order: one class
+            return "none", 1
+        if routing == "valiant":  # one extra top-dimension hop first: 2
+            return "top", 2
+        return "hop", len(fabric.params["dims"])  # minimal adaptive in any order + Valiant: N
+    if kind in ("fat_tree", "folded_clos"):  # up-down: one class
+        return "none", 1
+    return "hop", cos_levels_needed(fabric, routing, "hop")
+
+
+def _resolve_cos(
+    fabric: Fabric, routing: str, cos: bool | str | None, cos_levels: int | None
+) -> tuple[str | None, int]:
+    if cos is None:
+        cos = routing == "valiant"
+    if cos is False:
+        if cos_levels:
+            raise CompileError("cos_levels needs cos enabled")
+        return None, 0
+    if cos is True:
+        scheme, levels = default_cos(fabric, routing)
+    else:
+        scheme = cos
+        if scheme not in COS_SCHEMES:
+            raise CompileError(f"unknown CoS scheme {scheme!r}; expected one of {', '.join(COS_SCHEMES)}")
+        if scheme == "top":
+            _top_link_kind(fabric)
+        levels = cos_levels_needed(fabric, routing, scheme)
+    if cos_levels is not None:
+        levels = cos_levels
+    if not 1 <= levels <= MAX_COS_LEVELS:
+        raise CompileError(f"cos_levels must be 1..{MAX_COS_LEVELS} (3-bit VLAN PCP), got {levels}")
+    return scheme, levels
+
+
+def policy_counts(compiled: "CompiledFabric") -> dict[str, Any]:
+    """Entries per access switch beyond the routing rules (min/max): PORT_STATE,
+    ALTERNATIVE (incl. valiant entries in PORT_STATE) and CoS entries."""
+    cols: dict[str, list[int]] = {"port_state": [], "alternative": [], "cos": []}
+    for t in compiled.tables.values():
+        if not t.access:
+            continue
+        ps = alt = cos = 0
+        for f in t.flows:
+            rc = f.rule_class
+            if f.table == TABLE_PORT_STATE and rc == RuleClass.PORT_STATE:
+                ps += 1
+            elif f.table in (TABLE_PORT_STATE, TABLE_ALTERNATIVE):
+                alt += 1
+            elif f.table == TABLE_INGRESS and rc == RuleClass.INFRA and f.cookie & (3 << 32):
+                cos += 1
+        cols["port_state"].append(ps)
+        cols["alternative"].append(alt)
+        cols["cos"].append(cos)
+    out: dict[str, Any] = {}
+    for k, v in cols.items():
+        out[f"{k}_rules_min"] = min(v, default=0)
+        out[f"{k}_rules_max"] = max(v, default=0)
+    return out
+
+
 def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTable:
     """Compile the flow table of one switch."""
     fabric, mode = ctx.fabric, ctx.plan.mode
-    cond = ctx.routing == "conditional"
-    if mode == "flat":
-        flows = _lpm_flows(ctx.cache, _per_host_routes(ctx, sw), False, cond)
+    adaptive = ctx.routing != "minimal"
+    if fabric.kind == "fat_tree" and adaptive and mode != "compact":
+        ups = set(_uplinks(fabric, sw))
+        route_fn = {"flat": _per_host_routes, "per-switch": _per_switch_routes, "per-group": _per_group_routes}[mode]
+        routes = [replace(r, conditional=r.port in ups) for r in route_fn(ctx, sw)]
+        flows = _lpm_flows(ctx.cache, routes, False, True)
+    elif fabric.kind == "flattened_butterfly" and adaptive and mode == "per-group":
+        # every FB route is a default rule (in-row destinations too, as in compact addressing)
+        dim_of = {port: d for d, _, port in _fb_dim_ports(fabric, sw)}
+        routes = [
+            r if r.rule_class == RuleClass.HOST else replace(r, conditional=True, dims=(1 << dim_of[r.port]) - 1)
+            for r in _per_group_routes(ctx, sw)
+        ]
+        flows = _lpm_flows(ctx.cache, routes, False, True)
+    elif mode == "flat":
+        flows = _lpm_flows(ctx.cache, _per_host_routes(ctx, sw), False, adaptive)
     elif mode == "per-switch":
-        flows = _lpm_flows(ctx.cache, _per_switch_routes(ctx, sw), False, cond)
+        flows = _lpm_flows(ctx.cache, _per_switch_routes(ctx, sw), False, adaptive)
     elif mode == "per-group":
-        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), False, cond)
+        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), False, adaptive)
     elif fabric.kind == "flattened_butterfly":
-        flows = _fb_compact_flows(ctx, sw, cond)
+        flows = _fb_compact_flows(ctx, sw, adaptive)
     elif fabric.kind == "fat_tree":
-        flows = _fat_tree_compact_flows(ctx, sw)
+        flows = _fat_tree_compact_flows(ctx, sw, adaptive)
     elif fabric.kind == "folded_clos":
         from hpcfabric.topology.clos import folded_clos_compact_flows
 
         flows = folded_clos_compact_flows(ctx, sw)
     else:
-        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), True, cond)
-    if cond:
-        flows += _conditional_flows(fabric, ctx.plan, sw)
+        flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), True, adaptive)
+    if adaptive:
+        flows += _adaptive_flows(ctx, sw)
+    if ctx.cos is not None:
+        flows = _pop_before_hosts(flows, set(fabric.host_ports(sw.name)), ctx.shared.setdefault("cos-pop", {}))
+        flows += _cos_flows(fabric, sw, ctx.cos, ctx.cos_levels)
+    if ctx.cnm_snoop:
+        flows += _cnm_snoop_flows(fabric, sw, ctx.cos, ctx.cos_levels)
     flows += _infra_flows(fabric, ctx.plan, sw, punts)
     return SwitchTable(sw.name, sw.dpid, sort_flows(flows), fabric.radix(sw.name), bool(fabric.hosts_on(sw.name)))
 
 
+def _check_policy(fabric: Fabric, plan: AddressPlan, routing: str) -> None:
+    if routing not in ROUTINGS:
+        raise CompileError(f"unknown routing policy {routing!r}; expected one of {', '.join(ROUTINGS)}")
+    if routing == "minimal":
+        return
+    kind, mode = fabric.kind, plan.mode
+    if routing == "valiant" and kind in ("fat_tree", "folded_clos"):
+        raise CompileError(
+            f"valiant routing does not apply to a {kind}: up-down routing over per-source uplinks is already "
+            f"oblivious multipath (every path is minimal); use minimal or conditional"
+        )
+    supported = (
+        kind == "dragonfly"
+        or (kind == "flattened_butterfly" and mode in ("compact", "per-group"))
+        or (kind == "fat_tree" and routing == "conditional")
+    )
+    if not supported:
+        raise CompileError(
+            f"{routing} routing is implemented for Dragonfly (any addressing), Flattened Butterfly (compact "
+            f"and per-group addressing){' and fat-tree (any addressing)' if routing == 'conditional' else ''}; "
+            f"not for {kind} with {mode} addressing"
+        )
+
+
 def compile_fabric(
-    fabric: Fabric, plan: AddressPlan, *, routing: str = "minimal", punts: bool = True
+    fabric: Fabric,
+    plan: AddressPlan,
+    *,
+    routing: str = "minimal",
+    punts: bool = True,
+    cos: bool | str | None = None,
+    cos_levels: int | None = None,
+    cnm_snoop: bool = False,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
+
+    Parameters
+    ----------
+    routing : {'minimal', 'valiant', 'conditional'}
+        Routing policy (docs/routing.md).
+    cos : bool or str, optional
+        Classes of service in a VLAN tag (PCP) for deadlock freedom: False =
+        untagged frames; True = the fabric's default scheme and levels
+        (:func:`default_cos`); or a scheme name from :data:`COS_SCHEMES`.
+        Default: on for ``valiant``, off for ``minimal`` and ``conditional``
+        (what the controller and the Mininet runner install today; see
+        docs/routing.md for why).
+    cos_levels : int, optional
+        PCP values to use (1..8); increments saturate at ``cos_levels - 1``.
+        Default: :func:`default_cos` for ``cos=True``, else as many as the
+        longest path can use (:func:`cos_levels_needed`).
+    cnm_snoop : bool
+        Copy 802.1Qau congestion notifications arriving on fabric ports to the
+        controller (and keep forwarding them), for :func:`hpcfabric.cnm.on_cnm`.
 
     Raises
     ------
     CompileError
-        Unknown routing policy, or a fabric the mode cannot route (e.g. an
-        explicit fabric with a group that is not connected inside itself).
+        Unknown routing policy or CoS scheme, a policy the fabric does not
+        support, or a fabric the mode cannot route (e.g. an explicit fabric
+        with a group that is not connected inside itself).
     """
-    if routing not in ROUTINGS:
-        raise CompileError(f"unknown routing policy {routing!r}; expected one of {', '.join(ROUTINGS)}")
-    if routing == "conditional":
-        supported = fabric.kind == "dragonfly" or (fabric.kind == "flattened_butterfly" and plan.mode == "compact")
-        if not supported:
-            raise CompileError(
-                f"conditional routing is implemented for Dragonfly (any addressing) and Flattened Butterfly "
-                f"(compact addressing); not for {fabric.kind} with {plan.mode} addressing"
-            )
+    _check_policy(fabric, plan, routing)
+    scheme, levels = _resolve_cos(fabric, routing, cos, cos_levels)
     if plan.fabric is not fabric:
         raise CompileError("address plan was made for another fabric")
-    ctx = Context(fabric, plan, routing)
-    tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches}
-    return CompiledFabric(fabric, plan, routing, tables)
+    with gc_paused():
+        ctx = Context(fabric, plan, routing)
+        ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
+        tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches}
+    return CompiledFabric(fabric, plan, routing, tables, scheme, levels)

@@ -23,6 +23,12 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [hosts]                     ; only with host_mac = rewrite: real MAC per host
     g0s0h0 = aa:bb:cc:dd:ee:01
 
+    ; operations (docs/operations.md): reload_poll in [hpcfabric], and
+    [guards]                    ; source_check, punt_meters (on|off), fabric_punt_pps, host_punt_pps, punt_burst
+    [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
+    [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
+    [failover]                  ; recompute = on|off, fast_failover = off (on: not implemented)
+
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
 ignored here. Everything is checked at load time -- the topology is loaded,
 addresses planned and the rules compiled -- so a controller never starts with
@@ -66,13 +72,38 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "log_level": "INFO",
         "lldp_interval": "1.0",
         "lldp_timeout": "",
+        "reload_poll": "1.0",
     },
     "openflow": {
         "listen_host": "127.0.0.1",
         "listen_port": "6653",
         "bundles": "auto",
     },
+    "guards": {
+        "source_check": "off",
+        "punt_meters": "off",
+        "fabric_punt_pps": "1000",
+        "host_punt_pps": "20",
+        "punt_burst": "",
+    },
+    "metrics": {
+        "listen": "",
+        "poll_interval": "10",
+    },
+    "ha": {
+        "role": "equal",
+        "lease_file": "",
+        "lease_timeout": "2.0",
+        "instance": "",
+        "switches": "",
+    },
+    "failover": {
+        "fast_failover": "off",
+        "recompute": "on",
+    },
 }
+HA_ROLES = ("equal", "auto", "master", "slave")
+ON_OFF = ("on", "off")
 #: sections that hold free-form keys
 FREE_SECTIONS = ("hosts",)
 #: sections owned by somebody else (oslo.config reads [DEFAULT] for osken-manager)
@@ -107,6 +138,38 @@ class ControllerConfig:
     plan: AddressPlan | None = field(default=None, repr=False)
     compiled: Any = field(default=None, repr=False)  # hpcfabric.compiler.CompiledFabric
     desired: Mapping[str, tuple[FlowSpec, ...]] = field(default_factory=dict, repr=False)
+    reload_poll: float = 1.0
+    source_check: bool = False
+    punt_meters: bool = False
+    fabric_punt_pps: int = 1000
+    host_punt_pps: int = 20
+    punt_burst: int | None = None
+    metrics_listen: tuple[str, int] | None = None
+    metrics_poll: float = 10.0
+    ha_role: str = "equal"
+    ha_lease_file: str | None = None
+    ha_lease_timeout: float = 2.0
+    ha_instance: str = ""
+    ha_switches: tuple[str, ...] = ()
+    fast_failover: bool = False
+    recompute: bool = True
+
+    @property
+    def meters(self) -> tuple[Any, ...]:
+        """The punt meters (:class:`hpcfabric.guards.Meter`) every switch needs, () without punt_meters."""
+        if not self.punt_meters:
+            return ()
+        from hpcfabric.guards import meters
+
+        return meters(self.fabric_punt_pps, self.host_punt_pps, self.punt_burst)
+
+    def manages(self, switch: str) -> bool:
+        """Does this instance manage ``switch`` (``[ha] switches`` partitions a fabric between instances)?"""
+        if not self.ha_switches:
+            return True
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(switch, pat) for pat in self.ha_switches)
 
     @property
     def link_speed_bps(self) -> float:
@@ -139,6 +202,11 @@ class ControllerConfig:
             "rules_expected": self.rules_expected,
             "listen": f"{self.listen_host}:{self.listen_port}",
             "status_file": self.status_file,
+            "guards": ",".join(n for n, on in (("source_check", self.source_check), ("punt_meters", self.punt_meters)) if on)
+            or "off",
+            "metrics": f"{self.metrics_listen[0]}:{self.metrics_listen[1]}" if self.metrics_listen else "off",
+            "ha": self.ha_role,
+            "fast_failover": "on" if self.fast_failover else "off",
         }
 
 
@@ -344,6 +412,49 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         raise _err(source, "openflow.listen_host", f"{listen_host!r} is not a host name or address")
     listen_port = _integer(source, "openflow.listen_port", _get(parser, "openflow", "listen_port"), low=1, high=65535)
     bundles = _choice(source, "openflow.bundles", _get(parser, "openflow", "bundles"), BUNDLE_MODES)
+    reload_poll = _number(source, "hpcfabric.reload_poll", _get(parser, "hpcfabric", "reload_poll"), low=0, high=3600,
+                          low_open=False)
+
+    def on_off(section: str, key: str) -> bool:
+        return _choice(source, f"{section}.{key}", _get(parser, section, key), ON_OFF) == "on"
+
+    source_check = on_off("guards", "source_check")
+    punt_meters = on_off("guards", "punt_meters")
+    fabric_pps = _integer(source, "guards.fabric_punt_pps", _get(parser, "guards", "fabric_punt_pps"), low=1, high=10**7)
+    host_pps = _integer(source, "guards.host_punt_pps", _get(parser, "guards", "host_punt_pps"), low=1, high=10**7)
+    burst_text = _get(parser, "guards", "punt_burst")
+    punt_burst = _integer(source, "guards.punt_burst", burst_text, low=1, high=10**7) if burst_text else None
+    metrics_listen = _listen(source, "metrics.listen", _get(parser, "metrics", "listen"))
+    metrics_poll = _number(source, "metrics.poll_interval", _get(parser, "metrics", "poll_interval"), low=0.1,
+                           high=3600, low_open=False)
+    if metrics_listen is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise _err(source, "metrics.listen", "needs the Python package prometheus_client (pip install prometheus_client)")
+        if metrics_listen[1] == listen_port and metrics_listen[0] in (listen_host, "0.0.0.0", "::"):
+            raise _err(source, "metrics.listen", f"port {metrics_listen[1]} is the OpenFlow listen port; pick another")
+    ha_role = _choice(source, "ha.role", _get(parser, "ha", "role"), HA_ROLES)
+    lease_text = _get(parser, "ha", "lease_file")
+    ha_lease_file = _resolve(base, lease_text) if lease_text else None
+    if ha_role in ("auto", "slave") and not ha_lease_file:
+        raise _err(source, "ha.lease_file",
+                   f"role = {ha_role} needs a lease file shared by the instances (e.g. /run/hpcfabric.lease)")
+    if ha_lease_file and not os.path.isdir(os.path.dirname(ha_lease_file) or "."):
+        raise _err(source, "ha.lease_file", f"directory {os.path.dirname(ha_lease_file)} does not exist")
+    if ha_lease_file and os.path.isdir(ha_lease_file):
+        raise _err(source, "ha.lease_file", f"{ha_lease_file} is a directory; expected a file path")
+    ha_lease_timeout = _number(source, "ha.lease_timeout", _get(parser, "ha", "lease_timeout"), low=0.2, high=600,
+                               low_open=False)
+    ha_instance = _get(parser, "ha", "instance")
+    if any(c.isspace() for c in ha_instance):
+        raise _err(source, "ha.instance", f"{ha_instance!r} must not contain spaces")
+    ha_switches = tuple(p for p in (x.strip() for x in _get(parser, "ha", "switches").split(",")) if p)
+    fast_failover = on_off("failover", "fast_failover")
+    if fast_failover:
+        raise _err(source, "failover.fast_failover", "fast-failover groups are not implemented in this version; "
+                   "link and switch failures are routed around by recomputation (recompute = on); use off")
+    recompute = on_off("failover", "recompute")
 
     # -- the fabric (topology errors carry their own source and field) ----
     from hpcfabric.topology.loader import load_topology
@@ -356,6 +467,13 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         addressing = file_addr.get("mode") or "compact"
 
     real_macs = _hosts_section(source, parser, fabric, host_mac)
+    if ha_switches:
+        import fnmatch
+
+        names = [sw.name for sw in fabric.switches]
+        for pat in ha_switches:
+            if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+                raise _err(source, "ha.switches", f"pattern {pat!r} matches no switch of {fabric.name}{_closest(pat, names)}")
 
     cfg = ControllerConfig(
         path=source,
@@ -375,6 +493,21 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         listen_port=listen_port,
         bundles=bundles,
         fabric=fabric,
+        reload_poll=reload_poll,
+        source_check=source_check,
+        punt_meters=punt_meters,
+        fabric_punt_pps=fabric_pps,
+        host_punt_pps=host_pps,
+        punt_burst=punt_burst,
+        metrics_listen=metrics_listen,
+        metrics_poll=metrics_poll,
+        ha_role=ha_role,
+        ha_lease_file=ha_lease_file,
+        ha_lease_timeout=ha_lease_timeout,
+        ha_instance=ha_instance,
+        ha_switches=ha_switches,
+        fast_failover=fast_failover,
+        recompute=recompute,
     )
     # -- address plan --------------------------------------------------
     if widths is not None:
@@ -405,7 +538,23 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     tables = {name: t.flows for name, t in compiled.tables.items()}
     if host_mac == "rewrite":
         tables = rewrite_flows(fabric, plan, tables, dict(real_macs))
+    if source_check or punt_meters:
+        from hpcfabric.guards import guard_flows
+
+        tables = guard_flows(fabric, plan, tables, source_check=source_check, punt_meters=punt_meters)
     return replace(cfg, compiled=compiled, desired=tables)
+
+
+def _listen(path: str, key: str, text: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port``) -> (host, port); empty -> None."""
+    text = text.strip()
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or any(c.isspace() for c in host):
+        raise _err(path, key, f"expected HOST:PORT like 127.0.0.1:9302 (empty = off), got {text!r}")
+    return host, _integer(path, key, port, low=1, high=65535)
 
 
 def _hosts_section(

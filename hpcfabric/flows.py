@@ -111,14 +111,31 @@ class PopVlan:
     pass
 
 
-Action = Union[Output, SetField, PushVlan, PopVlan]
+#: hpcfabric's group ids carry the "HF" tag in their top 16 bits (the low 16: the port they protect)
+GROUP_TAG = COOKIE_APP << 16
+
+
+def is_our_group(group_id: int) -> bool:
+    return group_id >> 16 == COOKIE_APP
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Apply OpenFlow group ``group_id`` (hpcfabric uses fast-failover groups, see :mod:`hpcfabric.failover`)."""
+
+    group_id: int
+
+
+Action = Union[Output, SetField, PushVlan, PopVlan, Group]
 
 
 @dataclass(frozen=True, slots=True)
 class FlowSpec:
     """One flow entry: apply ``actions``, optionally write metadata, then go to ``goto``.
 
-    With no actions and no ``goto`` the entry drops the frame.
+    With no actions and no ``goto`` the entry drops the frame. ``meter``
+    (optional) runs the frame through that OpenFlow meter first (punt rate
+    limits, :mod:`hpcfabric.guards`).
     """
 
     table: int
@@ -128,6 +145,7 @@ class FlowSpec:
     cookie: int = 0
     goto: int | None = None
     write_metadata: tuple[int, int] | None = None
+    meter: int | None = None
 
     @property
     def rule_class(self) -> int | None:

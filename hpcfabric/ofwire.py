@@ -7,9 +7,10 @@ against os-ken's serialisation) and caches every encoded flow-mod body: the
 same :class:`~hpcfabric.flows.FlowSpec` recurs on many switches, and
 re-sending it only costs patching a new xid into the header.
 
-Encoded here: FLOW_MOD, BARRIER_REQUEST, PACKET_OUT (actions = outputs),
-PORT_MOD, and the ONF bundle extension (EXT-230) for OpenFlow 1.3:
-bundle control and bundle add.
+Encoded here: FLOW_MOD (with meter instructions and group actions),
+BARRIER_REQUEST, PACKET_OUT (actions = outputs), PORT_MOD, METER_MOD (one
+drop band), GROUP_MOD (fast-failover buckets), ROLE_REQUEST, and the ONF
+bundle extension (EXT-230) for OpenFlow 1.3: bundle control and bundle add.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hpcfabric.flows import (
     OFP_NO_BUFFER_LEN,
     OFPP_CONTROLLER,
     FlowSpec,
+    Group,
     Match,
     Output,
     PopVlan,
@@ -45,8 +47,15 @@ OFPP_ANY = 0xFFFFFFFF
 OFPG_ANY = 0xFFFFFFFF
 OFPPC_NO_FWD = 1 << 5
 
-OFPIT_GOTO_TABLE, OFPIT_WRITE_METADATA, OFPIT_APPLY_ACTIONS = 1, 2, 4
-OFPAT_OUTPUT, OFPAT_PUSH_VLAN, OFPAT_POP_VLAN, OFPAT_SET_FIELD = 0, 17, 18, 25
+OFPIT_GOTO_TABLE, OFPIT_WRITE_METADATA, OFPIT_APPLY_ACTIONS, OFPIT_METER = 1, 2, 4, 6
+OFPAT_OUTPUT, OFPAT_PUSH_VLAN, OFPAT_POP_VLAN, OFPAT_GROUP, OFPAT_SET_FIELD = 0, 17, 18, 22, 25
+OFPT_GROUP_MOD, OFPT_METER_MOD, OFPT_ROLE_REQUEST = 15, 29, 24
+OFPGC_ADD, OFPGC_MODIFY, OFPGC_DELETE = 0, 1, 2
+OFPGT_ALL, OFPGT_SELECT, OFPGT_INDIRECT, OFPGT_FF = 0, 1, 2, 3
+OFPMC_ADD, OFPMC_MODIFY, OFPMC_DELETE = 0, 1, 2
+OFPMF_KBPS, OFPMF_PKTPS, OFPMF_BURST, OFPMF_STATS = 1, 2, 4, 8
+OFPMBT_DROP = 1
+OFPCR_ROLE_NOCHANGE, OFPCR_ROLE_EQUAL, OFPCR_ROLE_MASTER, OFPCR_ROLE_SLAVE = 0, 1, 2, 3
 
 ONF_EXPERIMENTER_ID = 0x4F4E4600
 ONF_ET_BUNDLE_CONTROL = 2300
@@ -116,11 +125,15 @@ def encode_action(action) -> bytes:
         return struct.pack("!HHH2x", OFPAT_PUSH_VLAN, 8, action.ethertype)
     if isinstance(action, PopVlan):
         return struct.pack("!HH4x", OFPAT_POP_VLAN, 8)
+    if isinstance(action, Group):
+        return struct.pack("!HHI", OFPAT_GROUP, 8, action.group_id)
     raise TypeError(f"unknown action {action!r}")
 
 
 def encode_instructions(flow: FlowSpec) -> bytes:
     out = b""
+    if flow.meter is not None:
+        out += struct.pack("!HHI", OFPIT_METER, 8, flow.meter)
     if flow.actions:
         acts = b"".join(encode_action(a) for a in flow.actions)
         out += struct.pack("!HH4x", OFPIT_APPLY_ACTIONS, 8 + len(acts)) + acts
@@ -180,6 +193,32 @@ def packet_out(xid: int, ports: Iterable[int], data: bytes, in_port: int = OFPP_
 def port_mod(xid: int, port: int, hw_addr: bytes, config: int, mask: int, advertise: int = 0) -> bytes:
     body = struct.pack("!I4x6s2xIII4x", port, hw_addr, config, mask, advertise)
     return header(OFPT_PORT_MOD, 8 + len(body), xid) + body
+
+
+def meter_mod(xid: int, meter_id: int, rate: int, burst: int = 0, command: int = OFPMC_ADD,
+              pktps: bool = True) -> bytes:
+    """METER_MOD with one drop band (``rate`` packets/s, or kb/s without ``pktps``; ``burst`` 0: none)."""
+    flags = (OFPMF_PKTPS if pktps else OFPMF_KBPS) | OFPMF_STATS | (OFPMF_BURST if burst else 0)
+    band = struct.pack("!HHII4x", OFPMBT_DROP, 16, rate, burst) if command != OFPMC_DELETE else b""
+    body = struct.pack("!HHI", command, flags, meter_id) + band
+    return header(OFPT_METER_MOD, 8 + len(body), xid) + body
+
+
+def group_mod(xid: int, group_id: int, buckets: Iterable[tuple[int, Iterable]], command: int = OFPGC_ADD,
+              group_type: int = OFPGT_FF) -> bytes:
+    """GROUP_MOD; ``buckets`` = (watch_port, actions) pairs (fast-failover: the first live bucket is used)."""
+    body_b = b""
+    if command != OFPGC_DELETE:
+        for watch, actions in buckets:
+            acts = b"".join(encode_action(a) for a in actions)
+            body_b += struct.pack("!HHII4x", 16 + len(acts), 0, watch, OFPG_ANY) + acts
+    body = struct.pack("!HBxI", command, group_type, group_id) + body_b
+    return header(OFPT_GROUP_MOD, 8 + len(body), xid) + body
+
+
+def role_request(xid: int, role: int, generation_id: int) -> bytes:
+    body = struct.pack("!I4xQ", role, generation_id & 0xFFFFFFFFFFFFFFFF)
+    return header(OFPT_ROLE_REQUEST, 8 + len(body), xid) + body
 
 
 class FlowModCache:
@@ -289,14 +328,21 @@ def _decode_actions(buf: bytes, pos: int, end: int) -> tuple:
             out.append(PushVlan(ethertype))
         elif atype == OFPAT_POP_VLAN:
             out.append(PopVlan())
+        elif atype == OFPAT_GROUP:
+            (gid,) = struct.unpack_from("!I", buf, pos + 4)
+            out.append(Group(gid))
         else:
             raise Undecodable(f"action type {atype}")
         pos += alen
     return tuple(out)
 
 
-def decode_instructions(buf: bytes, pos: int, end: int) -> tuple[tuple, int | None, tuple[int, int] | None]:
-    """(actions, goto, write_metadata) of the instructions in ``buf[pos:end]``."""
+def decode_instructions(buf: bytes, pos: int, end: int, meters: list | None = None
+                        ) -> tuple[tuple, int | None, tuple[int, int] | None]:
+    """(actions, goto, write_metadata) of the instructions in ``buf[pos:end]``.
+
+    A meter instruction is appended to ``meters`` when given, else it is undecodable.
+    """
     actions: tuple = ()
     goto = None
     metadata = None
@@ -310,6 +356,8 @@ def decode_instructions(buf: bytes, pos: int, end: int) -> tuple[tuple, int | No
             goto = buf[pos + 4]
         elif itype == OFPIT_WRITE_METADATA:
             metadata = struct.unpack_from("!QQ", buf, pos + 8)
+        elif itype == OFPIT_METER and meters is not None:
+            meters.append(struct.unpack_from("!I", buf, pos + 4)[0])
         else:
             raise Undecodable(f"instruction type {itype}")
         pos += ilen
@@ -338,8 +386,10 @@ class FlowStatsEntry:
         self.reason: str | None = None
         try:
             match, padded = decode_match(buf, mstart)
-            actions, goto, metadata = decode_instructions(buf, mstart + padded, end)
-            self.spec = FlowSpec(self.table, self.priority, match, actions, self.cookie, goto, metadata)
+            meters: list[int] = []
+            actions, goto, metadata = decode_instructions(buf, mstart + padded, end, meters)
+            self.spec = FlowSpec(self.table, self.priority, match, actions, self.cookie, goto, metadata,
+                                 meters[-1] if meters else None)
         except (Undecodable, ValueError, struct.error) as err:
             self.reason = str(err)
 

@@ -7,8 +7,8 @@ deleted. A foreign flow that sits exactly on a key we need is a *conflict*:
 our flow replaces it (an OFPFC_ADD with the same match and priority
 overwrites), because the fabric cannot work without it; it is reported.
 
-Two flows with the same key are equal when actions, cookie, goto and
-write-metadata agree (after normalisation: a zero-mask field is a wildcard).
+Two flows with the same key are equal when actions, cookie, goto,
+write-metadata and meter agree (after normalisation: a zero-mask field is a wildcard).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def same_entry(a: FlowSpec, b: FlowSpec) -> bool:
         and a.cookie == b.cookie
         and a.goto == b.goto
         and a.write_metadata == b.write_metadata
+        and a.meter == b.meter
     )
 
 

@@ -36,36 +36,55 @@ looped, punted or flooded.
 
 How it is fast
 --------------
-Forwarding of a data frame at a switch depends only on the ingress port and
+Forwarding of a data frame at a switch depends only on the ingress port, the
+VLAN PCP it arrives with (classes of service, :mod:`hpcfabric.compiler`) and
 the destination address (rules matching ``eth_src`` are resolved statically
 on host ports, where the source is known). So:
 
 1. per switch, ingress ports that no data-relevant rule tells apart form one
-   *row* (typically one row per switch); rules with an ``eth_type`` other
-   than IPv4 or a ``vlan_pcp`` never match a data frame and are ignored. A
-   port named by ``in_port`` rules only in tables that no frame reaches from
-   the other ports (checked over every destination and probe, e.g. per-host
+   ingress class; a *row* is an ingress class and an arrival PCP (or
+   untagged). Rows for tagged arrivals are created when some row first
+   outputs a frame with that PCP towards that port. Rules with an
+   ``eth_type`` other than IPv4 never match a data frame and are ignored;
+   rules matching ``vlan_pcp`` apply to frames carrying that PCP. A port
+   named by ``in_port`` rules only in tables that no frame reaches from the
+   other ports (checked over every destination and probe, e.g. per-host
    Valiant rules in ALTERNATIVE while no port is paused) joins the others;
+   ports whose ``in_port`` entries are equal but for the port (the CoS push
+   on host ports, the PCP steps on fabric ports) share a class;
 2. for every row, the decision over all destinations is computed with numpy:
-   per table, entries are bucketed by ``eth_dst`` mask (and by ``metadata``
-   mask), the masked destinations are looked up in each bucket
+   per table and PCP, entries are bucketed by ``eth_dst`` mask (and by
+   ``metadata`` mask), the masked destinations are looked up in each bucket
    (``searchsorted`` against the unique masked destinations, shared by all
    switches) and the highest-priority hit wins (ties: the earlier entry, as
    in the pipeline); ``goto``/``write_metadata``/outputs are followed
-   vectorised. The decision is stored as the *next state*: the next
-   row, a delivered host, or drop/punt/flood -- an ``int32`` matrix
-   ``rows x destinations`` (136 MB for the paper's Table III Dragonfly;
-   destinations are processed in chunks when it would exceed ~256 MB);
+   vectorised, and so are PCP rewrites (``push_vlan``, ``set_field``
+   vlan_pcp, ``pop_vlan``: each entry's effect is a function of the PCP it
+   sees, so elements are regrouped by PCP at every table). The decision is
+   stored as the *next state*: the next row (the peer switch's row for the
+   egress port and the PCP as sent), a delivered host, or
+   drop/punt/flood/tagged -- an ``int32`` matrix ``rows x destinations``
+   (136 MB for the paper's Table III Dragonfly untagged; destinations are
+   processed in chunks when it would exceed ~256 MB);
 3. sources whose first-hop rows are identical form one class; each class
    walks all destinations at once by fancy indexing into the matrix, and its
    counts are multiplied by the class size (self-pairs subtracted).
 
+A frame that reaches a host still VLAN-tagged counts as ``tagged`` (not
+delivered): hosts send and receive untagged frames.
+
 Fallbacks: rules matching ``eth_src`` that can see frames from other
 switches make the decision source-dependent; those rows are evaluated per
-frame by the scalar pipeline during the walk (sources are then not grouped).
-Rules that rewrite data frames (``set_field``, VLAN push/pop) break the
-"frame unchanged along the path" premise: the whole run then uses the scalar
-reference walk. ``coverage`` and ``engine`` in the report say what was done.
+frame by the scalar pipeline during the walk (sources are then not grouped;
+not combined with PCP rewrites). Rules that rewrite MAC addresses
+(``set_field`` on eth_src/eth_dst) break the "frame unchanged along the
+path" premise: the whole run then uses the scalar reference walk.
+``coverage`` and ``engine`` in the report say what was done.
+
+Paused ports: ``verify(compiled, paused=[(switch, port), ...])`` flips those
+PORT_STATE entries first (:func:`apply_paused`), as the controller does on a
+PAUSE. The channel dependency graph over every single paused port is
+:mod:`hpcfabric.cdg`.
 """
 
 from __future__ import annotations
@@ -73,7 +92,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -82,6 +101,7 @@ from hpcfabric.flows import (
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
+    TABLE_PORT_STATE,
     FlowSpec,
     Match,
     Output,
@@ -91,7 +111,7 @@ from hpcfabric.flows import (
 )
 from hpcfabric.pipeline import Frame, Pipeline, PipelineError, check_overlaps, describe_flow
 
-__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses"]
+__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused"]
 
 # Next-state codes (>= 0: next row of the decision matrix).
 DROP = -1  # no output: table miss or drop entry
@@ -101,13 +121,18 @@ DEAD = -4  # output to a port with nothing behind it
 SCALAR = -5  # matrix only: decide this row with the scalar pipeline
 LOOP = -6  # walk only: hop bound exceeded / cycle
 SINK = -7  # matrix only: the row where finished walks park
+TAGGED = -8  # reached a host still carrying a VLAN tag
 DELIVER = -16  # delivered to host id h: DELIVER - h
+NEW_ROW = 2**31 - 1  # engine only: egress (port, PCP) whose row does not exist yet (never a final code)
+
+UNTAGGED = -1  # VLAN PCP of an untagged frame (engine rows)
+PCP_SLOTS = 9  # untagged + PCP 0..7
 
 MAX_FAILURES = 20
 MATRIX_BYTES = 256 << 20  # decision-matrix budget per destination chunk
 BATCH_ELEMENTS = 1 << 20  # (source, destination) elements walked at once
 
-KINDS = ("delivered", "misdelivered", "dropped", "loop", "punted", "flood")
+KINDS = ("delivered", "misdelivered", "dropped", "loop", "punted", "flood", "tagged")
 
 
 def _kind(code: int, dst_hid: int | None) -> str:
@@ -121,6 +146,8 @@ def _kind(code: int, dst_hid: int | None) -> str:
         return "flood"
     if code == LOOP:
         return "loop"
+    if code == TAGGED:
+        return "tagged"
     raise AssertionError(f"unexpected code {code}")  # pragma: no cover
 
 
@@ -156,6 +183,8 @@ class Report:
     overlaps: int = 0
     overlap_examples: tuple[str, ...] = ()
     probe_addresses: tuple[str, ...] = field(default=())
+    tagged: int = 0
+    paused: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -176,6 +205,7 @@ class Report:
             "loops": self.loops,
             "punted": self.punted,
             "floods": self.floods,
+            "tagged": self.tagged,
             "max_hops": self.max_hops,
             "mean_hops": self.mean_hops,
             "hop_histogram": {str(k): v for k, v in sorted(self.hop_histogram.items())},
@@ -189,6 +219,7 @@ class Report:
             "seconds": round(self.seconds, 3),
             "coverage": self.coverage,
             "engine": self.engine,
+            "paused": list(self.paused),
         }
 
 
@@ -269,6 +300,11 @@ def walk_pair(
         if peer is None:
             return Walk(DEAD, None, tuple(path), f"dropped at {switch}: output to port {port}, which leads nowhere")
         if peer.is_host:
+            if sent.vlan_pcp is not None:
+                return Walk(
+                    TAGGED, peer.node, tuple(path),
+                    f"reached {peer.node} by {switch} port {port} still VLAN-tagged (PCP {sent.vlan_pcp})",
+                )
             hid = _host_ids(compiled)[peer.node]
             return Walk(DELIVER - hid, peer.node, tuple(path), f"delivered to {peer.node} by {switch} port {port}")
         switch = peer.node
@@ -368,10 +404,43 @@ class _Dst:
         return got
 
 
+def _effect(f: FlowSpec, pcp: int) -> tuple[int, int, int, int, int, int]:
+    """What ``f``'s actions do to a frame arriving with VLAN PCP ``pcp`` (UNTAGGED: none):
+    (outputs other than the controller, last output port, punt, PCP at that output,
+    PCP afterwards, error). An error (``set_field`` vlan_pcp or ``pop_vlan`` on an
+    untagged frame) makes the reference pipeline raise: the frame is dropped."""
+    nout = port = punt = 0
+    out_pcp = pcp
+    for a in f.actions:
+        if isinstance(a, Output):
+            if a.port == OFPP_CONTROLLER:
+                punt = 1
+            else:
+                nout += 1
+                port = a.port
+                out_pcp = pcp
+        elif isinstance(a, SetField):
+            if a.field != "vlan_pcp":  # pragma: no cover - rejected when the engine is built
+                raise _Unsupported(f"set_field on {a.field}")
+            if pcp == UNTAGGED:
+                return nout, port, punt, out_pcp, pcp, 1
+            pcp = a.value
+        elif isinstance(a, PushVlan):
+            pcp = 0 if pcp == UNTAGGED else pcp
+        elif isinstance(a, PopVlan):
+            if pcp == UNTAGGED:
+                return nout, port, punt, out_pcp, pcp, 1
+            pcp = UNTAGGED
+        else:
+            raise _Unsupported(f"action {a!r}")
+    return nout, port, punt, out_pcp, pcp, 0
+
+
 @dataclass
 class _View:
-    """One table of one row: its statically matching entries in priority order,
-    as arrays (index ``len(entries)`` stands for the table miss)."""
+    """One table of one row for frames entering it with one VLAN PCP: its
+    statically matching entries in priority order, as arrays (index
+    ``len(entries)`` stands for the table miss)."""
 
     entries: list[FlowSpec]
     nout: np.ndarray  # outputs other than the controller
@@ -380,6 +449,9 @@ class _View:
     goto: np.ndarray  # -1: none
     wm_value: np.ndarray  # write_metadata (0/0 when none: metadata unchanged)
     wm_mask: np.ndarray
+    out_pcp: np.ndarray  # PCP of the frame as output
+    next_pcp: np.ndarray  # PCP after the actions (for the next table)
+    err: np.ndarray  # the actions cannot apply to this frame (pipeline error: drop)
     const: int  # best entry matching everything (no eth_dst/metadata condition)
     by_dst: list[tuple[int, np.ndarray, np.ndarray]]  # eth_dst mask, values, ranks
     by_meta: list[tuple[int, np.ndarray, np.ndarray]]  # metadata mask, sorted unique values, best ranks
@@ -391,20 +463,23 @@ class _View:
         return len(self.entries)
 
     @classmethod
-    def build(cls, entries: list[FlowSpec], in_port: int, cache: dict[int, tuple] | None = None) -> "_View":
+    def build(cls, entries: list[FlowSpec], in_port: int, pcp: int = UNTAGGED, cache: dict | None = None) -> "_View":
         cache = {} if cache is None else cache
+        entries = [f for f in entries if f.match.vlan_pcp is None or f.match.vlan_pcp == pcp]
         n = len(entries)
-        cols: list[list[int]] = [[], [], [], [], [], []]  # nout, port, punt, goto, wm value, wm mask
+        cols: list[list[int]] = [[], [], [], [], [], [], [], [], []]
         const = n
         dsts: dict[int, dict[int, int]] = {}
         metas: dict[int, dict[int, int]] = {}
         both = []
         for i, f in enumerate(entries):
-            a = cache.get(id(f))
+            key = (id(f), pcp)
+            a = cache.get(key)
             if a is None or a[0] is not f:
-                a = cache[id(f)] = (f, *_flow_attrs(f))
-            _, nout, port, punt, goto, wmv, wmm, dv, dm, mv, mm = a
-            for col, x in zip(cols, (nout, in_port if port == OFPP_IN_PORT else port, punt, goto, wmv, wmm)):
+                a = cache[key] = (f, *_flow_attrs(f), *_effect(f, pcp))
+            _, goto, wmv, wmm, dv, dm, mv, mm, nout, port, punt, opcp, npcp, err = a
+            row = (nout, in_port if port == OFPP_IN_PORT else port, punt, goto, wmv, wmm, opcp, npcp, err)
+            for col, x in zip(cols, row):
                 col.append(x)
             if dm == 0 and mm == 0:
                 if const == n:
@@ -415,7 +490,7 @@ class _View:
                 metas.setdefault(mm, {}).setdefault(mv, i)  # first (best) entry per value
             else:
                 both.append((dv, dm, mv, mm, i))
-        miss = (0, 0, 0, -1, 0, 0)
+        miss = (0, 0, 0, -1, 0, 0, pcp, pcp, 0)
         for col, x in zip(cols, miss):
             col.append(x)
         by_dst = [
@@ -435,6 +510,9 @@ class _View:
             np.array(cols[3], dtype=np.int64),
             np.array(cols[4], dtype=np.uint64),
             np.array(cols[5], dtype=np.uint64),
+            np.array(cols[6], dtype=np.int8),
+            np.array(cols[7], dtype=np.int8),
+            np.array(cols[8], dtype=bool),
             const,
             by_dst,
             by_meta,
@@ -489,122 +567,204 @@ class _View:
 
 
 def _flow_attrs(f: FlowSpec) -> tuple[int, ...]:
-    """(outputs, port or OFPP_IN_PORT, punt, goto, wm value, wm mask, dst value, dst mask, meta value, meta mask)."""
-    nout, port, punt = 0, 0, 0
-    for a in f.actions:
-        if isinstance(a, Output):
-            if a.port == OFPP_CONTROLLER:
-                punt = 1
-            else:
-                nout += 1
-                port = a.port
+    """(goto, wm value, wm mask, dst value, dst mask, meta value, meta mask)."""
     wmv, wmm = (f.write_metadata[0] & f.write_metadata[1], f.write_metadata[1]) if f.write_metadata else (0, 0)
     dv, dm = f.match.eth_dst if f.match.eth_dst is not None else (0, 0)
     mv, mm = f.match.metadata if f.match.metadata is not None else (0, 0)
-    return nout, port, punt, -1 if f.goto is None else f.goto, wmv, wmm, dv, dm, mv, mm
+    return -1 if f.goto is None else f.goto, wmv, wmm, dv, dm, mv, mm
 
 
 def _relevant(f: FlowSpec) -> bool:
-    """Can this entry ever match a data frame (IPv4, untagged)?"""
+    """Can this entry ever match a data frame (IPv4, tagged or not)?"""
     m = f.match
-    return (m.eth_type is None or m.eth_type == ETH_TYPE_IPV4) and m.vlan_pcp is None
+    return m.eth_type is None or m.eth_type == ETH_TYPE_IPV4
+
+
+def _rewrites_pcp(f: FlowSpec) -> bool:
+    return any(
+        isinstance(a, (PushVlan, PopVlan)) or (isinstance(a, SetField) and a.field == "vlan_pcp") for a in f.actions
+    )
 
 
 @dataclass
 class _Row:
-    """One switch and a set of its ingress ports that no data-relevant rule tells apart."""
+    """One switch, a set of its ingress ports that no data-relevant rule tells
+    apart, and the VLAN PCP frames arrive with (UNTAGGED: none)."""
 
     switch: str
     ports: tuple[int, ...]
     src_mac: int | None  # known source (a host port)
     scalar: bool  # source-dependent: decided per frame by the scalar pipeline
-    tables: dict[int, _View] = field(default_factory=dict)
+    pcp: int = UNTAGGED
+    entries: dict[int, list[FlowSpec]] = field(default_factory=dict)
+    views: dict[tuple[int, int], _View] = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
 
     @property
     def rep(self) -> int:
         return self.ports[0] if self.ports else 0
 
-    def build(self, relevant: list[FlowSpec], cache: dict[int, tuple] | None = None) -> "_Row":
+    @property
+    def tables(self) -> dict[int, _View]:
+        """Views of the tables for frames that keep the arrival PCP (compatibility)."""
+        return {t: self.view(t, self.pcp) for t in self.entries}
+
+    def build(self, relevant: list[FlowSpec], cache: dict | None = None) -> "_Row":
         by_table: dict[int, list[FlowSpec]] = {}
         for f in relevant:
             m = f.match
-            if m.in_port is not None and not (len(self.ports) == 1 and m.in_port == self.rep):
-                continue
+            if m.in_port is not None and m.in_port != self.rep:
+                continue  # the ports of a class behave alike: the representative's entries stand for all
             if m.eth_src is not None and (self.src_mac is None or self.src_mac & m.eth_src[1] != m.eth_src[0]):
                 continue
             by_table.setdefault(f.table, []).append(f)
-        for t, entries in by_table.items():
+        for entries in by_table.values():
             entries.sort(key=lambda f: -f.priority)  # stable: ties keep emission order (as Pipeline)
-            self.tables[t] = _View.build(entries, self.rep, cache)
+        self.entries = by_table
+        self.views = {}
+        self.attrs = {} if cache is None else cache
         return self
+
+    def view(self, table: int, pcp: int) -> _View | None:
+        key = (table, pcp)
+        v = self.views.get(key)
+        if v is None:
+            entries = self.entries.get(table)
+            if entries is None:
+                return None
+            shared = self.attrs.setdefault("views", {})  # rows with the same entries share views
+            skey = (pcp, tuple(map(id, entries)))
+            if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in entries for a in f.actions):
+                skey += (self.rep,)
+            got = shared.get(skey)
+            if got is None:
+                got = shared[skey] = (entries, _View.build(entries, self.rep, pcp, self.attrs))  # keeps ids alive
+            v = self.views[key] = got[1]
+        return v
 
 
 @dataclass
 class _Outcome:
-    """Per destination, what one switch did: outputs (count, last port), punt; tables reached."""
+    """Per destination, what one switch did: outputs (count, last port, its PCP),
+    punt, pipeline error; tables reached."""
 
     out_n: np.ndarray
     out_port: np.ndarray
+    out_pcp: np.ndarray
     punt: np.ndarray
+    err: np.ndarray
     reached: set[int]
+    ps_port: np.ndarray | None = None  # port in the metadata of frames entering PORT_STATE (-1: none)
 
 
-def _evaluate(row: _Row, dst: _Dst) -> _Outcome:
-    """Run every destination of ``dst`` through the tables of ``row`` at once."""
+def _evaluate(row: _Row, dst: _Dst, track: bool = False) -> _Outcome:
+    """Run every destination of ``dst`` through the tables of ``row`` at once.
+    ``track``: record which PORT_STATE entry (port in the metadata) each frame meets."""
     n = dst.n
-    res = _Outcome(np.zeros(n, dtype=np.int16), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), set())
-    pending: dict[int, list[tuple[np.ndarray | None, np.ndarray | None]]] = {0: [(None, None)]}
+    res = _Outcome(
+        np.zeros(n, dtype=np.int16),
+        np.zeros(n, dtype=np.int64),
+        np.full(n, row.pcp, dtype=np.int8),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+        set(),
+        np.full(n, -1, dtype=np.int64) if track else None,
+    )
+    # pending: table -> parts (destination indices or None = all, metadata or None = 0, PCP: int or array)
+    pending: dict[int, list[tuple[np.ndarray | None, np.ndarray | None, Any]]] = {0: [(None, None, row.pcp)]}
     while pending:
         table = min(pending)
         parts = pending.pop(table)
-        if len(parts) == 1:
-            idx, meta = parts[0]
-        else:
-            idx = np.concatenate([np.arange(n) if i is None else i for i, _ in parts])
-            sizes = [n if i is None else len(i) for i, _ in parts]
-            if all(m is None for _, m in parts):
-                meta = None
-            else:
-                meta = np.concatenate(
-                    [np.zeros(s, dtype=np.uint64) if m is None else m for (_, m), s in zip(parts, sizes)]
-                )
-        view = row.tables.get(table)
         res.reached.add(table)
-        if view is None:
-            continue  # table miss for all of them
-        w = view.winners(dst, idx, meta)
-        k = view.nout[w]
-        sel = k > 0
-        if sel.any():
-            if idx is None:
-                res.out_n += k
-                res.out_port[sel] = view.port[w[sel]]
-            else:
-                res.out_n[idx] += k
-                res.out_port[idx[sel]] = view.port[w[sel]]
-        p = view.punt[w]
-        if p.any():
-            res.punt[p if idx is None else idx[p]] = True
-        if not view.targets:
-            continue
-        g = view.goto[w]
-        if view.wm_mask[w].any():
-            old = np.zeros(len(w), dtype=np.uint64) if meta is None else meta
-            meta = (old & ~view.wm_mask[w]) | view.wm_value[w]
-        for t in view.targets:
-            s = g == t
-            if not s.any():
+        for idx, meta, pcp in _by_pcp(parts, n):
+            if res.ps_port is not None and table == TABLE_PORT_STATE:
+                port_meta = 0 if meta is None else (meta & np.uint64(0xFFFF)).astype(np.int64)
+                if idx is None:
+                    res.ps_port[:] = port_meta
+                else:
+                    res.ps_port[idx] = port_meta
+            view = row.view(table, pcp)
+            if view is None:
+                continue  # table miss for all of them
+            w = view.winners(dst, idx, meta)
+            k = view.nout[w]
+            sel = k > 0
+            if sel.any():
+                if idx is None:
+                    res.out_n += k
+                    res.out_port[sel] = view.port[w[sel]]
+                    res.out_pcp[sel] = view.out_pcp[w[sel]]
+                else:
+                    res.out_n[idx] += k
+                    res.out_port[idx[sel]] = view.port[w[sel]]
+                    res.out_pcp[idx[sel]] = view.out_pcp[w[sel]]
+            p = view.punt[w]
+            if p.any():
+                res.punt[p if idx is None else idx[p]] = True
+            e = view.err[w]
+            if e.any():
+                res.err[e if idx is None else idx[e]] = True
+            if not view.targets:
                 continue
-            if s.all():
-                pending.setdefault(t, []).append((idx, meta))
-            else:
-                sub = np.flatnonzero(s) if idx is None else idx[s]
-                pending.setdefault(t, []).append((sub, None if meta is None else meta[s]))
+            g = view.goto[w]
+            if view.wm_mask[w].any():
+                old = np.zeros(len(w), dtype=np.uint64) if meta is None else meta
+                meta = (old & ~view.wm_mask[w]) | view.wm_value[w]
+            npcp = view.next_pcp[w]
+            for t in view.targets:
+                s = (g == t) & ~e
+                if not s.any():
+                    continue
+                sub_pcp = npcp[s]
+                pc: Any = int(sub_pcp[0]) if (sub_pcp == sub_pcp[0]).all() else sub_pcp
+                if s.all():
+                    pending.setdefault(t, []).append((idx, meta, pc))
+                else:
+                    sub = np.flatnonzero(s) if idx is None else idx[s]
+                    pending.setdefault(t, []).append((sub, None if meta is None else meta[s], pc))
     return res
 
 
+def _by_pcp(parts: list[tuple[Any, Any, Any]], n: int) -> Iterator[tuple[np.ndarray | None, np.ndarray | None, int]]:
+    """Regroup the parts entering a table by PCP: (indices, metadata, PCP) per PCP value."""
+    if len(parts) == 1 and not isinstance(parts[0][2], np.ndarray):
+        yield parts[0]
+        return
+    scalars = {p for _, _, p in parts if not isinstance(p, np.ndarray)}
+    if len(scalars) == 1 and all(not isinstance(p, np.ndarray) for _, _, p in parts):
+        yield _concat(parts, n) + (scalars.pop(),)
+        return
+    idx, meta = _concat(parts, n)
+    pcp = np.concatenate([
+        np.full(n if i is None else len(i), p, dtype=np.int8) if not isinstance(p, np.ndarray) else p
+        for i, _, p in parts
+    ])
+    for v in np.unique(pcp):
+        s = pcp == v
+        yield idx[s], None if meta is None else meta[s], int(v)
+
+
+def _concat(parts: list[tuple[Any, Any, Any]], n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if len(parts) == 1:
+        return parts[0][0], parts[0][1]
+    idx = np.concatenate([np.arange(n) if i is None else i for i, _, _ in parts])
+    sizes = [n if i is None else len(i) for i, _, _ in parts]
+    if all(m is None for _, m, _ in parts):
+        return idx, None
+    meta = np.concatenate([np.zeros(s, dtype=np.uint64) if m is None else m for (_, m, _), s in zip(parts, sizes)])
+    return idx, meta
+
+
 class _Engine:
-    def __init__(self, compiled: Any, extra_macs: Iterable[int] = ()) -> None:
+    """Decision rows (switch, ingress class, arrival PCP) for a compiled fabric.
+
+    ``per_port``: one ingress class per port (rows then name the channel a
+    frame arrived on, as the channel dependency graph needs). ``override``:
+    switch -> flows that replace the compiled ones (scenarios, e.g. a paused
+    port), used by :meth:`decisions`.
+    """
+
+    def __init__(self, compiled: Any, extra_macs: Iterable[int] = (), *, per_port: bool = False) -> None:
         self.compiled = compiled
         fabric = self.fabric = compiled.fabric
         self.plan = compiled.plan
@@ -613,12 +773,17 @@ class _Engine:
         self.host_macs = np.array([self.plan.host_mac[h.name] for h in self.hosts], dtype=np.uint64)
         self.bound = len(fabric.switches) + 1
         self.pipes = _Pipelines(compiled)
+        self.per_port = per_port
         self.rows: list[_Row] = []
-        self.row_of: dict[tuple[str, int], int] = {}
+        self.row_of: dict[tuple[str, int, int], int] = {}  # (switch, class, pcp) -> row
+        self.class_of: dict[tuple[str, int], int] = {}  # (switch, port) -> class
+        self.classes: dict[str, list[tuple[int, ...]]] = {}
+        self.relevant: dict[str, list[FlowSpec]] = {}
         self.merged_ports = 0
-        self._attrs: dict[int, tuple] = {}  # id(flow) -> (flow, *_flow_attrs(flow))
+        self._attrs: dict = {}  # (id(flow), pcp) -> (flow, *attrs)
         extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
         self._every_dst = _Dst(np.concatenate([self.host_macs, extra]))
+        self.tagging = False
         rewrites = []
         for sw in fabric.switches:
             flows = compiled.tables[sw.name].flows
@@ -629,32 +794,49 @@ class _Engine:
                     )
             relevant = [f for f in flows if _relevant(f)]
             for f in relevant:
-                if any(isinstance(a, (SetField, PushVlan, PopVlan)) for a in f.actions):
-                    rewrites.append(f"{sw.name}: {describe_flow(f)}")
-            self._add_rows(sw.name, relevant)
+                for a in f.actions:
+                    if isinstance(a, SetField) and a.field != "vlan_pcp":
+                        rewrites.append(f"{sw.name}: {describe_flow(f)}")
+                    elif not isinstance(a, (Output, SetField, PushVlan, PopVlan)):
+                        raise _Unsupported(f"{sw.name}: action {a!r} in {describe_flow(f)}")
+                self.tagging = self.tagging or _rewrites_pcp(f)
+            self.relevant[sw.name] = relevant
+            self._classes(sw.name, relevant)
         if rewrites:
             raise _Unsupported(f"{len(rewrites)} entries rewrite data frames (first: {rewrites[0]})")
+        for sw in fabric.switches:
+            for ci in range(len(self.classes[sw.name])):
+                self.row(sw.name, ci, UNTAGGED)
         self.scalar_rows = sum(r.scalar for r in self.rows)
+        if self.scalar_rows and self.tagging:
+            raise _Unsupported("source-dependent rules (eth_src) together with VLAN PCP rewrites")
+        # egress (port, PCP) -> next state; NEW_ROW until the row exists
         self.port_next: dict[str, np.ndarray] = {}
         for sw in fabric.switches:
             ports = fabric.ports(sw.name)
             top = max(ports, default=0)
-            pn = np.full(top + 2, DEAD, dtype=np.int32)
+            pn = np.full((top + 2, PCP_SLOTS), DEAD, dtype=np.int32)
             for p, peer in ports.items():
-                pn[p] = DELIVER - self.hid[peer.node] if peer.is_host else self.row_of[(peer.node, peer.port)]
+                if peer.is_host:
+                    pn[p, :] = TAGGED
+                    pn[p, 0] = DELIVER - self.hid[peer.node]
+                else:
+                    pn[p, :] = NEW_ROW
+                    pn[p, 0] = self.row_of[(peer.node, self.class_of[(peer.node, peer.port)], UNTAGGED)]
             self.port_next[sw.name] = pn
 
     # -- rows ---------------------------------------------------------------
-    def _add_rows(self, switch: str, relevant: list[FlowSpec]) -> None:
-        """Split the ports of ``switch`` into rows (ingress classes)."""
+    def _classes(self, switch: str, relevant: list[FlowSpec]) -> None:
+        """Split the ports of ``switch`` into ingress classes."""
         ports = self.fabric.ports(switch)
         by_src = [f for f in relevant if f.match.eth_src is not None]
         in_port_out = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions)
-        split = bool(by_src) or in_port_out
+        split = bool(by_src) or in_port_out or self.per_port
         named: dict[int, set[int]] = {}  # in_port -> tables of the entries naming it
         for f in relevant:
             if f.match.in_port is not None and f.match.in_port in ports:
                 named.setdefault(f.match.in_port, set()).add(f.table)
+        reached: set[int] = set()
         if named and not split:
             # A port whose own entries sit only in tables that frames from the other
             # ports never reach behaves like the other ports: e.g. the per-host-port
@@ -665,50 +847,126 @@ class _Engine:
             reached = {0}
             todo = [0]
             while todo:
-                view = base.tables.get(todo.pop())
-                for t in view.targets if view is not None else ():
-                    if t not in reached:
-                        reached.add(t)
-                        todo.append(t)
-            if any(tables & reached for tables in named.values()):
+                t = todo.pop()
+                for f in base.entries.get(t, ()):
+                    if f.goto is not None and f.goto not in reached:
+                        reached.add(f.goto)
+                        todo.append(f.goto)
+            if any(tables & reached for tables in named.values()) and not self.tagging_possible(relevant):
                 reached = _evaluate(base, self._every_dst).reached
             for p in [p for p, tables in named.items() if not tables & reached]:
                 del named[p]
                 self.merged_ports += 1
         classes: list[tuple[int, ...]] = []
         other: list[int] = []
+        alike: dict[tuple, list[int]] = {}
         for p in ports:
-            if split or p in named:
+            if split:
                 classes.append((p,))
+            elif p in named:
+                sig = self._signature(relevant, p, reached)
+                if sig is None:
+                    classes.append((p,))
+                else:
+                    alike.setdefault(sig, []).append(p)
             else:
                 other.append(p)
+        for members in alike.values():
+            classes.append(tuple(members))
+            self.merged_ports += len(members) - 1
         if other:
             classes.append(tuple(other))
-        for cls in classes:
-            peer = ports[cls[0]]
-            src_mac = self.plan.host_mac[peer.node] if len(cls) == 1 and peer.is_host else None
-            scalar = src_mac is None and any(f.match.in_port is None or f.match.in_port in cls for f in by_src)
-            row = _Row(switch, cls, src_mac, scalar)
-            if not scalar:
-                row.build(relevant, self._attrs)
+        self.classes[switch] = classes
+        for ci, cls in enumerate(classes):
             for p in cls:
-                self.row_of[(switch, p)] = len(self.rows)
-            self.rows.append(row)
+                self.class_of[(switch, p)] = ci
+
+    @staticmethod
+    def tagging_possible(relevant: list[FlowSpec]) -> bool:
+        """Entries matching or rewriting the VLAN PCP: reachability then depends on
+        the PCP, so every table is treated as reachable (the static check)."""
+        return any(f.match.vlan_pcp is not None or _rewrites_pcp(f) for f in relevant)
+
+    @staticmethod
+    def _signature(relevant: list[FlowSpec], port: int, reached: set[int]) -> tuple | None:
+        """What the entries naming ``port`` (in reached tables) do, without the port:
+        ports with equal signatures behave alike and share a class. None when an
+        entry outputs to IN_PORT or ties with an entry of the same priority."""
+        sig = []
+        wild: dict[tuple[int, int], list[int]] = {}
+        for f in relevant:
+            if f.match.in_port is None:
+                wild.setdefault((f.table, f.priority), []).append(id(f))
+        for f in relevant:
+            if f.match.in_port != port or f.table not in reached:
+                continue
+            if (f.table, f.priority) in wild:
+                return None
+            if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for a in f.actions):
+                return None
+            m = replace(f.match, in_port=None)
+            sig.append((f.table, f.priority, m, f.actions, f.goto, f.write_metadata))
+        return tuple(sig)
+
+    def row(self, switch: str, ci: int, pcp: int, flows: Sequence[FlowSpec] | None = None) -> int:
+        """The row id of (switch, class, PCP), created (and built) on first use."""
+        key = (switch, ci, pcp)
+        r = self.row_of.get(key)
+        if r is not None:
+            return r
+        cls = self.classes[switch][ci]
+        peer = self.fabric.ports(switch)[cls[0]]
+        src_mac = self.plan.host_mac[peer.node] if len(cls) == 1 and peer.is_host else None
+        relevant = self.relevant[switch]
+        by_src = [f for f in relevant if f.match.eth_src is not None]
+        scalar = src_mac is None and any(f.match.in_port is None or f.match.in_port in cls for f in by_src)
+        row = _Row(switch, cls, src_mac, scalar, pcp)
+        if not scalar:
+            row.build(relevant, self._attrs)
+        r = self.row_of[key] = len(self.rows)
+        self.rows.append(row)
+        return r
+
+    def first_row(self, host: Any) -> int:
+        return self.row_of[(host.switch, self.class_of[(host.switch, host.port)], UNTAGGED)]
+
+    def channel(self, r: int) -> tuple[str, int, int] | None:
+        """The channel (switch, egress port, PCP) a frame in row ``r`` arrived on
+        (per-port rows of fabric ports only; None for host ports)."""
+        row = self.rows[r]
+        peer = self.fabric.ports(row.switch)[row.ports[0]]
+        if peer.is_host or len(row.ports) != 1:
+            return None
+        return peer.node, peer.port, row.pcp
 
     # -- decisions ----------------------------------------------------------
-    def decide(self, row: _Row, dst: _Dst) -> np.ndarray:
-        """Next-state code (int32) of ``row`` for every destination of ``dst``."""
+    def decide(self, row: _Row, dst: _Dst, ps: list | None = None) -> np.ndarray:
+        """Next-state code (int32) of ``row`` for every destination of ``dst``
+        (rows for new (port, PCP) states are created on the way). With ``ps``
+        (a list), the PORT_STATE port each destination meets is appended to it."""
         if row.scalar:
             return np.full(dst.n, SCALAR, dtype=np.int32)
-        res = _evaluate(row, dst)
+        res = _evaluate(row, dst, ps is not None)
+        if ps is not None:
+            ps.append(res.ps_port)
         pn = self.port_next[row.switch]
-        nxt = pn[np.clip(res.out_port, 0, len(pn) - 1)]
-        code = np.where(res.out_n == 1, nxt, np.where(res.out_n > 1, FLOOD, DROP))
-        return np.where(res.punt, PUNT, code).astype(np.int32)
+        port = np.clip(res.out_port, 0, len(pn) - 1)
+        slot = res.out_pcp.astype(np.int64) + 1
+        nxt = pn[port, slot]
+        single = res.out_n == 1
+        new = single & (nxt == NEW_ROW)
+        if new.any():
+            for p, s in {(int(a), int(b)) for a, b in zip(port[new], slot[new])}:
+                peer = self.fabric.ports(row.switch)[p]
+                pn[p, s] = self.row(peer.node, self.class_of[(peer.node, peer.port)], s - 1)
+            nxt = pn[port, slot]
+        code = np.where(single, nxt, np.where(res.out_n > 1, FLOOD, DROP))
+        code = np.where(res.punt, PUNT, code)
+        return np.where(res.err, DROP, code).astype(np.int32)
 
     def decide_scalar(self, row: _Row, src: int, dst_mac: int) -> int:
         """Next-state code of one frame at a source-dependent row."""
-        frame = Frame(in_port=row.rep, eth_src=src, eth_dst=dst_mac)
+        frame = Frame(in_port=row.rep, eth_src=src, eth_dst=dst_mac, vlan_pcp=None if row.pcp == UNTAGGED else row.pcp)
         try:
             res = self.pipes[row.switch].process(frame)
         except PipelineError:
@@ -723,21 +981,24 @@ class _Engine:
         if replace(sent, in_port=frame.in_port) != frame:  # pragma: no cover - rewrites are rejected earlier
             raise _Unsupported(f"{row.switch} rewrites a data frame")
         pn = self.port_next[row.switch]
-        return int(pn[min(port, len(pn) - 1)])
+        return int(pn[min(port, len(pn) - 1), 0 if row.pcp == UNTAGGED else row.pcp + 1])
 
     def matrix(self, dst: _Dst) -> np.ndarray:
-        """Decision matrix: one row per ingress class, one column per destination,
-        plus a last all-``SINK`` row (see :meth:`walk`)."""
-        m = np.empty((len(self.rows) + 1, dst.n), dtype=np.int32)
-        for r, row in enumerate(self.rows):
-            m[r] = self.decide(row, dst)
+        """Decision matrix: one row per decision row, one column per destination,
+        plus a last all-``SINK`` row (see :meth:`walk`). Rows created while
+        deciding are decided too."""
+        lines: list[np.ndarray] = []
+        r = 0
+        while r < len(self.rows):
+            lines.append(self.decide(self.rows[r], dst))
+            r += 1
+        m = np.empty((len(lines) + 1, dst.n), dtype=np.int32)
+        for i, line in enumerate(lines):
+            m[i] = line
         m[-1] = SINK
         return m
 
     # -- sources and walks --------------------------------------------------
-    def first_row(self, host: Any) -> int:
-        return self.row_of[(host.switch, host.port)]
-
     def source_classes(self, m: np.ndarray, hosts: Sequence[int]) -> list[tuple[int, np.ndarray]]:
         """(first row, host ids) per class of sources that behave identically."""
         if self.scalar_rows:
@@ -760,19 +1021,28 @@ class _Engine:
         return [(r, np.array(sorted(mem))) for r, mem in out]
 
     def walk(
-        self, m: np.ndarray, dst: _Dst, classes: list[tuple[int, np.ndarray]]
+        self,
+        m: np.ndarray,
+        dst: _Dst,
+        classes: list[tuple[int, np.ndarray]],
+        on_step: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+        line_of: np.ndarray | None = None,
     ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """Yield (first class, class count, codes, hops) per batch; element e of a
         batch is class ``first + e // n`` sending to destination ``e % n``.
 
         ``m`` comes from :meth:`matrix`: its last row is the sink (every cell
         ``SINK``) where finished elements park, so arrays never shrink.
+        ``on_step(rows, codes, columns)`` sees, at every hop, each live
+        element's row, what that row decided and the element's destination
+        column (the channel dependency graph uses it). ``line_of`` maps rows
+        to lines of ``m`` (rows sharing a line); its last entry is the sink.
         """
         n = dst.n
         if n == 0:
             return
         flat = m.reshape(-1)
-        sink = m.shape[0] - 1
+        sink = m.shape[0] - 1 if line_of is None else len(line_of) - 1
         cols = np.arange(n, dtype=np.int64)
         per = max(1, BATCH_ELEMENTS // n)
         for c0 in range(0, len(classes), per):
@@ -785,12 +1055,15 @@ class _Engine:
             snap: np.ndarray | None = None
             next_snap = 2
             while True:
-                code = flat[cur * n + cols]
+                code = flat[(cur if line_of is None else line_of[cur]) * n + cols]
                 if self.scalar_rows:
                     for b, j in zip(*np.nonzero(code == SCALAR)):
                         src = int(batch[b][1][0])
                         row = self.rows[int(cur[b, j])]
                         code[b, j] = self.decide_scalar(row, int(self.host_macs[src]), int(dst.macs[j]))
+                if on_step is not None:
+                    live = cur != sink
+                    on_step(cur[live], code[live], np.broadcast_to(cols, cur.shape)[live])
                 done = code < 0
                 term = done & (code != SINK)
                 if term.any():
@@ -868,8 +1141,40 @@ class _Tally:
 # entry points
 
 
+def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any, list[tuple[str, int]]]:
+    """``compiled`` with the PORT_STATE entry of every (switch, port) in ``paused``
+    flipped to its paused version (:func:`hpcfabric.compiler.port_state_flow`),
+    and the flips applied. Ports without a PORT_STATE entry (minimal routing,
+    host ports) are left alone, as the controller leaves them; an unknown
+    switch or port raises ValueError."""
+    from dataclasses import replace as _replace
+
+    from hpcfabric.compiler import port_state_flow
+
+    by_switch: dict[str, set[int]] = {}
+    for sw, port in paused:
+        if not compiled.fabric.has_switch(sw) or compiled.fabric.peer(sw, port) is None:
+            raise ValueError(f"no port {sw}:{port} in {compiled.fabric.name}")
+        by_switch.setdefault(sw, set()).add(port)
+    if not by_switch:
+        return compiled, []
+    tables = dict(compiled.tables)
+    applied = []
+    for sw, ports in sorted(by_switch.items()):
+        flows = list(tables[sw].flows)
+        for port in sorted(ports):
+            old, new = port_state_flow(port, False), port_state_flow(port, True)
+            for i, f in enumerate(flows):
+                if f == old:
+                    flows[i] = new
+                    applied.append((sw, port))
+        tables[sw] = _replace(tables[sw], flows=tuple(flows))
+    return _replace(compiled, tables=tables), applied
+
+
 def verify(
     compiled: Any,
+    paused: Iterable[tuple[str, int]] = (),
     *,
     sample: int | None = None,
     seed: int = 0,
@@ -880,6 +1185,9 @@ def verify(
 
     Parameters
     ----------
+    paused : iterable of (switch, port)
+        Ports whose PORT_STATE entry is flipped to paused first (as the
+        controller does on a PAUSE; see :func:`apply_paused`).
     sample : int, optional
         Check every source against ``sample`` random destinations (seeded by
         ``seed``) instead of all of them.
@@ -892,6 +1200,7 @@ def verify(
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")
     t0 = time.perf_counter()
+    compiled, applied = apply_paused(compiled, paused)
     fabric = compiled.fabric
     n_hosts = len(fabric.hosts)
     if sample is not None and sample < n_hosts:
@@ -950,6 +1259,8 @@ def verify(
         loops=c["loop"],
         punted=c["punted"],
         floods=c["flood"],
+        tagged=c["tagged"],
+        paused=tuple(f"{s}:{p}" for s, p in applied),
         max_hops=max((h for h, k in tally.hist.items() if k), default=0),
         mean_hops=round(total_hops / delivered, 4) if delivered else 0.0,
         hop_histogram=dict(sorted((h, k) for h, k in tally.hist.items() if k)),
@@ -1030,6 +1341,7 @@ def _count(tally: _Tally, codes: np.ndarray, ok: np.ndarray, hops: np.ndarray, w
     c["loop"] += int(weight[codes == LOOP].sum())
     c["punted"] += int(weight[codes == PUNT].sum())
     c["flood"] += int(weight[codes == FLOOD].sum())
+    c["tagged"] += int(weight[codes == TAGGED].sum())
     if ok.any():
         hist = np.bincount(hops[ok], weights=weight[ok])
         for h in np.flatnonzero(hist):

@@ -50,7 +50,7 @@ if [[ $DO_PY -eq 0 ]]; then
 fi
 # Extra PyPI packages installed on top of setup.py's '.[controller,test]'.
 # Editing this list (i.e. this file) triggers a reinstall on the next run.
-PIP_EXTRA=()
+PIP_EXTRA=(prometheus_client)
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then

@@ -189,8 +189,8 @@ def test_not_ini(tmp_path):
     assert str(path) in str(info.value) and "line 1" in str(info.value) and info.value.exit_code == 2
 
 
-def test_conditional_routing_on_fat_tree_fails_at_load(tmp_path):
-    path = write(tmp_path, base("routing = conditional\n", topo="fat-tree-k4.yaml"))
+def test_conditional_routing_on_explicit_fabric_fails_at_load(tmp_path):
+    path = write(tmp_path, base("routing = conditional\n", topo="explicit-ring4.yaml"))
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.source == str(path) and info.value.field == "hpcfabric.routing"

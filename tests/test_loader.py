@@ -26,6 +26,10 @@ SHIPPED = {
     "fb-3d-4x4x4.yaml": ("flattened_butterfly", 64, 256, 288, 13),
     "fat-tree-k4.yaml": ("fat_tree", 20, 16, 32, 4),
     "explicit-ring4.yaml": ("explicit", 4, 4, 5, 4),
+    "clos-300k.yaml": ("folded_clos", 29484, 303264, 909792, 72),
+    "fb-4d-300k.yaml": ("flattened_butterfly", 20250, 303750, 475875, 62),
+    "dragonfly-300k.yaml": ("dragonfly", 16668, 300024, 398643, 71),
+    "clos-4stage-small.yaml": ("folded_clos", 84, 72, 216, 6),
 }
 
 

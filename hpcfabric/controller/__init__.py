@@ -36,7 +36,7 @@ import signal
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from os_ken.base import app_manager
@@ -51,7 +51,16 @@ from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller import ofmsg
 from hpcfabric.discovery import DiscoveryState, MalformedLLDP, build_lldp, parse_lldp, quarantine_changes
 from hpcfabric.errors import HpcfabricError
-from hpcfabric.flows import ETH_TYPE_LLDP, ETH_TYPE_PAUSE, TABLE_PORT_STATE, FlowSpec, cookie_class
+from hpcfabric.metrics import ReactionHistogram
+from hpcfabric.flows import (
+    ETH_TYPE_CNM,
+    ETH_TYPE_DMP,
+    ETH_TYPE_LLDP,
+    ETH_TYPE_PAUSE,
+    TABLE_PORT_STATE,
+    FlowSpec,
+    cookie_class,
+)
 from hpcfabric.pause import Flip, MalformedFrame, PauseState, parse_mac_control
 from hpcfabric.reconcile import diff
 
@@ -129,6 +138,11 @@ class SwitchState:
     flipped_during_sync: set[int] = field(default_factory=set)
     no_fwd: set[int] = field(default_factory=set)
     probing: set[int] = field(default_factory=set)
+    installed_meters: dict[int, tuple[int, int]] | None = None  # meter -> (rate, burst) as last seen/installed
+    installed_groups: dict[int, Any] | None = None  # group -> buckets as last seen/installed
+    retired: bool = False  # removed from the topology by a reload: its flows are being cleared
+    role_gen: int | None = None  # generation of our last accepted MASTER claim on this connection
+    disconnected_at: float | None = None  # monotonic time the connection was lost (None: never connected / up)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +164,137 @@ class SwitchState:
             "error": self.error,
             "no_fwd_ports": sorted(self.no_fwd),
         }
+
+
+class HaState:
+    """High availability: this instance's OpenFlow role and the shared lease (see docs/operations.md).
+
+    ``role = equal``: no role requests (one controller, the default).
+    ``auto``: the holder of an unexpired lease in ``lease_file`` is master, the
+    others slaves; a slave takes the lease over once it has expired
+    (``lease_timeout`` without renewal) with generation + 1, and claims
+    MASTER on every switch with that generation id -- the switches reject
+    stale claims (fencing). ``master`` / ``slave``: fixed roles (the
+    master still uses the lease's generation when there is one).
+    """
+
+    def __init__(self, config: ControllerConfig) -> None:
+        import socket as _socket
+
+        self.mode = config.ha_role
+        self.lease_file = config.ha_lease_file
+        self.timeout = config.ha_lease_timeout
+        self.instance = config.ha_instance or f"{_socket.gethostname()}:{os.getpid()}"
+        self.generation = 0
+        self.role = "equal" if self.mode == "equal" else "slave"
+        self.takeovers = 0
+        self.changed_at = time.time()
+        self.holder: str | None = None
+
+    @property
+    def master(self) -> bool:
+        """May this instance write to the switches?"""
+        return self.role in ("equal", "master")
+
+    def _locked(self, update: Any) -> dict[str, Any]:
+        import fcntl
+
+        fd = os.open(self.lease_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = b""
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                raw += chunk
+            try:
+                lease = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+                if not isinstance(lease, dict):
+                    lease = {}
+            except (ValueError, UnicodeDecodeError):
+                lease = {}
+            new = update(dict(lease))
+            if new is not None and new != lease:
+                data = json.dumps(new).encode()
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                os.write(fd, data)
+                lease = new
+            return lease
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def tick(self, now: float | None = None) -> str | None:
+        """Renew or take the lease; returns the new role if it changed (None otherwise)."""
+        if self.mode == "equal":
+            return None
+        now = time.time() if now is None else now
+        want_master = self.mode in ("auto", "master")
+        if not self.lease_file:  # fixed master without a lease: the generation is the start time (ms)
+            if self.role != "master" and want_master:
+                self.generation = int(now * 1000)
+                return self._set("master")
+            return None
+        me = self.instance
+
+        def update(lease: dict[str, Any]) -> dict[str, Any] | None:
+            holder, expires, gen = lease.get("holder"), float(lease.get("expires") or 0), int(lease.get("generation") or 0)
+            mine = holder == me and gen == self.generation and self.role == "master"
+            if mine or (want_master and (holder is None or expires <= now or self.mode == "master" and holder != me)):
+                if not mine:
+                    gen += 1
+                return {"holder": me, "generation": gen, "expires": now + self.timeout, "pid": os.getpid()}
+            return None
+
+        lease = self._locked(update)
+        self.holder = lease.get("holder")
+        gen = int(lease.get("generation") or 0)
+        if self.holder == me and lease.get("expires", 0) > now:
+            if self.role != "master" or gen != self.generation:
+                self.generation = gen
+                self.takeovers += self.role == "slave"
+                return self._set("master")
+            return None
+        self.generation = gen
+        if self.role != "slave":
+            return self._set("slave")
+        return None
+
+    def _set(self, role: str) -> str:
+        self.role = role
+        self.changed_at = time.time()
+        return role
+
+    def release(self) -> None:
+        """On a clean stop: let the lease expire now, so a peer takes over without waiting."""
+        if self.mode == "equal" or not self.lease_file or self.role != "master":
+            return
+        me, gen = self.instance, self.generation
+
+        def update(lease: dict[str, Any]) -> dict[str, Any] | None:
+            if lease.get("holder") == me and int(lease.get("generation") or 0) == gen:
+                return {**lease, "expires": 0}
+            return None
+
+        try:
+            self._locked(update)
+        except OSError:  # pragma: no cover
+            pass
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "role": self.role, "generation": self.generation, "instance": self.instance,
+                "lease_holder": self.holder, "takeovers": self.takeovers, "since": self.changed_at}
+
+
+@dataclass
+class FailoverState:
+    """Ports whose link is down (port status) and what was done about it (see :mod:`hpcfabric.failover`)."""
+
+    down: set[tuple[str, int]] = field(default_factory=set)
+    events: int = 0
+    recomputes: int = 0
+    last_ms: float | None = None
 
 
 class _Waiter:
@@ -191,14 +336,15 @@ class HpcfabricController(app_manager.OSKenApp):
         self.status_file = _OVERRIDES.get("status_file", config.status_file)
         self.fabric = config.fabric
         self.started = time.time()
-        self.switches = {
-            sw.name: SwitchState(sw.name, sw.dpid, len(config.desired[sw.name])) for sw in self.fabric.switches
-        }
-        self.by_dpid = {s.dpid: s for s in self.switches.values()}
+        self.switches: dict[str, SwitchState] = {}
+        self.by_dpid: dict[int, SwitchState] = {}
+        self.retired: dict[int, SwitchState] = {}  # removed from the topology by a reload, flows being cleared
         self.unknown: dict[int, dict[str, Any]] = {}
+        self.unmanaged: dict[int, Any] = {}  # switches of the fabric another instance manages ([ha] switches)
         self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
         self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
         self.conditional = config.routing == "conditional"
+        self._build_switches(config, {})
         self.cache = ofwire.FlowModCache()
         self.nonce = secrets.token_bytes(8)
         self.waiters: dict[tuple[int, int], _Waiter] = {}
@@ -206,6 +352,11 @@ class HpcfabricController(app_manager.OSKenApp):
         self.pending_flips: dict[tuple[int, int], tuple[float, Flip, int]] = {}
         self.reaction_ms: collections.deque[float] = collections.deque(maxlen=1000)
         self.counters = collections.Counter()
+        self.port_flips: collections.Counter = collections.Counter()  # (switch, port) -> flips
+        self.served: dict[str, dict[str, dict[int, int]]] = {}  # switch -> kind -> port -> packets (polled)
+        self.meter_drops: dict[str, dict[int, int]] = {}  # switch -> meter -> packets dropped by its band
+        self.reloads: dict[str, Any] = {"ok": 0, "failed": 0, "last": None, "pending_restart": []}
+        self._reload_requested = False
         self._bundle_id = 0
         self._lldp_cache: dict[tuple[int, int, str], bytes] = {}
         self._dirty = False  # polled by the status loop: marking never wakes a green thread
@@ -218,6 +369,15 @@ class HpcfabricController(app_manager.OSKenApp):
         self._flip_parts: dict[tuple[int, bool], tuple[bytes, bytes]] = {}
         self._report_cost = 0.0
         self._status_cost = 0.0
+        self.ha = HaState(config)
+        self.failover = FailoverState()
+        self.metrics: Any = None
+        self.reaction_hist = ReactionHistogram()
+        self._rerouted: dict[str, tuple[FlowSpec, ...]] = {}
+        self._dead: set[str] = set()
+        self._reroute_pending = False
+        self._reroute_t0 = 0.0
+        self._groups: dict[str, dict[int, Any]] = {}  # switch -> fast-failover groups it needs
         LOG.info(
             "hpcfabric controller: %s (%s, %d switches, %d hosts), %s addressing, %s routing, %d rules",
             self.fabric.name,
@@ -229,6 +389,28 @@ class HpcfabricController(app_manager.OSKenApp):
             config.rules_expected,
         )
 
+    def _build_switches(self, config: ControllerConfig, old: dict[int, SwitchState]) -> list[SwitchState]:
+        """SwitchStates for ``config`` (the switches this instance manages); connections carried over from ``old``
+        (by dpid). Returns the carried-over switches whose desired table changed."""
+        changed = []
+        switches: dict[str, SwitchState] = {}
+        for sw in config.fabric.switches:
+            if not config.manages(sw.name):
+                continue
+            st = SwitchState(sw.name, sw.dpid, len(config.desired.get(sw.name, ())))
+            prev = old.get(sw.dpid)
+            if prev is not None:
+                for attr in ("dp", "connected", "confirmed", "rules_installed", "added", "modified", "deleted", "kept",
+                             "foreign", "conflicts", "method", "sync_seconds", "dump_seconds", "confirmed_at",
+                             "connected_at", "syncs", "error", "gen", "bundles", "no_fwd", "probing", "installed_meters",
+                             "installed_groups"):
+                    setattr(st, attr, getattr(prev, attr))
+                changed.append(st)
+            switches[sw.name] = st
+        self.switches = switches
+        self.by_dpid = {s.dpid: s for s in switches.values()}
+        return changed
+
     # ------------------------------------------------------------------ life
     def start(self) -> Any:
         super().start()
@@ -237,14 +419,30 @@ class HpcfabricController(app_manager.OSKenApp):
             raise RuntimeError("os-ken's ofp_event service is not running")
         for name, ev_cls in self.DIRECT_HANDLERS:
             brick.register_handler(ev_cls, getattr(self, name))
-        for fn in (self._status_loop, self._lldp_loop, self._expiry_loop):
+        for fn in (self._status_loop, self._lldp_loop, self._expiry_loop, self._reload_loop, self._poll_loop,
+                   self._ha_loop):
             t = hub.spawn(fn)
             self._own_threads.append(t)
+        try:  # SIGHUP = reload (hpcfabric controller and osken-manager both start apps in the main thread)
+            self._old_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            self._old_sighup = None
+        self._start_metrics()
         self._write_status()
         return None
 
+    def _on_sighup(self, _signum: int, _frame: Any) -> None:
+        self._reload_requested = True  # the reload loop picks it up (never work inside a signal handler)
+
     def stop(self) -> None:
         self.is_active = False
+        if getattr(self, "_old_sighup", None) is not None:
+            try:
+                signal.signal(signal.SIGHUP, self._old_sighup)
+            except (ValueError, OSError):  # pragma: no cover
+                pass
+        self._stop_metrics()
+        self.ha.release()
         brick = app_manager.lookup_service_brick("ofp_event")
         for name, ev_cls in self.DIRECT_HANDLERS if brick is not None else ():
             try:
@@ -317,7 +515,9 @@ class HpcfabricController(app_manager.OSKenApp):
 
     def desired(self, name: str) -> tuple[FlowSpec, ...]:
         """The switch's desired table with PORT_STATE entries as the pause state says."""
-        base = self.config.desired[name]
+        base = self.config.desired.get(name, ())
+        if self._rerouted and self.config.recompute:
+            base = self._rerouted.get(name, base)
         paused = {p for (s, p) in self.pause.paused_ports() if s == name}
         if not paused:
             return base
@@ -342,9 +542,15 @@ class HpcfabricController(app_manager.OSKenApp):
     def _connected(self, dp: Any) -> None:
         now = time.monotonic()
         sw = self.by_dpid.get(dp.id)
+        if sw is None and dp.id in self.config.dpid_to_switch:  # another instance manages it ([ha] switches)
+            self.unmanaged[dp.id] = dp
+            LOG.info("switch %s (dpid %016x) connected; managed by another instance", self.config.dpid_to_switch[dp.id],
+                     dp.id)
+            return
         if sw is None:
             info = self.unknown.setdefault(dp.id, {"first_seen": time.time()})
             info["connected"] = True
+            info["dp"] = dp
             info["address"] = "%s:%s" % tuple(dp.address[:2]) if dp.address else None
             self.discovery.switch_up(dp.id, now)
             LOG.warning(
@@ -368,15 +574,31 @@ class HpcfabricController(app_manager.OSKenApp):
         for port in sw.no_fwd:
             self.discovery.adopt_quarantine(sw.name, port)
         self.discovery.switch_up(dp.id, now)
+        sw.installed_meters = None
+        sw.installed_groups = None
+        sw.role_gen = None
+        was_dead = sw.name in self._dead
+        sw.disconnected_at = None
+        if was_dead:
+            self._schedule_reroute()
         LOG.info("switch %s (dpid %016x) connected from %s", sw.name, sw.dpid, dp.address[0] if dp.address else "?")
-        hub.spawn(self._sync_loop, sw, dp, sw.gen)
+        hub.spawn(self._session, sw, dp, sw.gen)
         self._mark(rediscover=True)
 
     def _disconnected(self, dp: Any) -> None:
+        if self.unmanaged.get(dp.id) is dp:
+            del self.unmanaged[dp.id]
+            return
+        old = self.retired.get(dp.id)
+        if old is not None and old.dp is dp:
+            del self.retired[dp.id]
+            old.gen += 1
+            self._fail_waiters(dp.id)
         sw = self.by_dpid.get(dp.id)
         if sw is None:
             if dp.id in self.unknown:
                 self.unknown[dp.id]["connected"] = False
+                self.unknown[dp.id].pop("dp", None)
                 self.discovery.unknown.discard(dp.id)
                 self._mark(rediscover=True)
             return
@@ -386,6 +608,9 @@ class HpcfabricController(app_manager.OSKenApp):
         sw.connected = False
         sw.confirmed = False
         sw.gen += 1
+        sw.disconnected_at = time.monotonic()
+        if self.config.recompute:  # gone for longer than lldp_timeout: routed around (reconnecting restores)
+            hub.spawn_after(self.config.lldp_timeout + 0.05, self._check_dead)
         self.discovery.switch_down(dp.id)
         self._fail_waiters(dp.id)
         LOG.warning("switch %s (dpid %016x) disconnected", sw.name, sw.dpid)
@@ -400,9 +625,47 @@ class HpcfabricController(app_manager.OSKenApp):
             del self.pending_flips[key]
 
     # --------------------------------------------------------------- reconcile
+    def _session(self, sw: SwitchState, dp: Any, gen: int) -> None:
+        """A (re)connected switch, or one whose table or role changed: claim our role, then reconcile if master."""
+        try:
+            if not self._claim_role(sw, dp, gen):
+                return
+        except Disconnected:
+            return
+        except SyncError as err:
+            sw.error = str(err)
+            self.counters["role_failures"] += 1
+            LOG.error("switch %s: role request failed: %s", sw.name, err)
+            self._mark()
+            return
+        self._sync_loop(sw, dp, gen)
+
+    def _claim_role(self, sw: SwitchState, dp: Any, gen: int) -> bool:
+        """Send our role (HA) and wait for the reply; True if we may write to this switch."""
+        ha = self.ha
+        if ha.mode == "equal":
+            return True
+        role = ofwire.OFPCR_ROLE_MASTER if ha.role == "master" else ofwire.OFPCR_ROLE_SLAVE
+        generation = ha.generation
+        xid = self._xids(dp, 1)
+        w = self._wait(dp, xid, ofwire.role_request(xid, role, generation), timeout=10.0)
+        self.errors.get(dp.id, {}).pop(xid, None)
+        if w.error is not None:
+            raise SyncError(f"role {'MASTER' if role == ofwire.OFPCR_ROLE_MASTER else 'SLAVE'} generation "
+                            f"{generation} rejected: {_err_text(w.error)}")
+        if sw.gen != gen:
+            raise Disconnected("superseded")
+        if role == ofwire.OFPCR_ROLE_MASTER and ha.role == "master" and ha.generation == generation:
+            sw.role_gen = generation
+            return True
+        sw.role_gen = None
+        return False
+
     def _sync_loop(self, sw: SwitchState, dp: Any, gen: int) -> None:
         attempt = 0
         while self.is_active and sw.gen == gen:
+            if not self.ha.master:
+                return
             try:
                 self._sync(sw, dp, gen)
                 return
@@ -451,8 +714,13 @@ class HpcfabricController(app_manager.OSKenApp):
         sw.syncing = True
         sw.flipped_during_sync.clear()
         try:
+            if not sw.retired:
+                self._sync_meters(sw, dp)
+                self._sync_groups(sw, dp)
             installed, opaque = self._dump_flows(dp, sw)
-            desired = self.desired(sw.name)
+            if not sw.retired:
+                self._adopt_paused(sw, installed)
+            desired = () if sw.retired else self.desired(sw.name)
             d = diff(desired, installed)
             ours_opaque = [s for s in opaque if cookie_class(s.cookie) is not None]
             if ours_opaque:
@@ -475,12 +743,15 @@ class HpcfabricController(app_manager.OSKenApp):
                 raise SyncError(f"{len(errs)} error(s) from the switch, first: {_err_text(errs[0])}")
             if sw.gen != gen:
                 raise Disconnected("superseded")
+            if sw.retired:
+                LOG.warning("switch dpid %016x (was %s) is no longer in the topology: %d flows of ours deleted",
+                            sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
             # flips that raced with the sync: re-assert the current PORT_STATE entries
             for port in sorted(sw.flipped_during_sync):
                 flow = port_state_flow(port, self.pause.is_paused(sw.name, port, time.monotonic()))
                 x = self._xids(dp, 1)
                 self._send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
-            sw.confirmed = True
+            sw.confirmed = not sw.retired
             sw.rules_installed = len(desired)
             sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), len(d.delete) + len(ours_opaque), len(d.keep)
             sw.foreign = len(d.foreign) + len(opaque) - len(ours_opaque)
@@ -672,29 +943,60 @@ class HpcfabricController(app_manager.OSKenApp):
     # --------------------------------------------------------------- packet-in
     @set_ev_handler(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev: Any) -> None:
+        """Every packet-in ends in exactly one counter (kind, and malformed/ignored/used): nothing goes uncounted."""
         t0 = time.monotonic()
+        c = self.counters
         try:
             msg = ev.msg
             data = msg.data
-            if len(data) < 14:
+            if not isinstance(data, (bytes, bytearray)) or len(data) < 14:
+                c["packet_in_short"] += 1
+                c["short_frames"] += 1
                 return
             eth_type = data[12] << 8 | data[13]
+            if eth_type == 0x8100 and len(data) >= 18:  # one VLAN tag: classify by the inner type
+                eth_type = data[16] << 8 | data[17]
+            try:
+                in_port = msg.match["in_port"]
+            except (KeyError, TypeError):
+                in_port = None
             if eth_type == ETH_TYPE_PAUSE:
-                self._on_pause(msg, data, t0)
+                c["packet_in_pause"] += 1
             elif eth_type == ETH_TYPE_LLDP:
-                self._on_lldp(msg, data, t0)
+                c["packet_in_lldp"] += 1
+            elif eth_type == ETH_TYPE_CNM:
+                c["packet_in_cnm"] += 1
+                c["cnm_frames"] += 1  # 802.1Qau CNMs are counted, never acted upon (documented)
+                return
+            elif eth_type == ETH_TYPE_DMP:
+                c["packet_in_dmp"] += 1
+                c["dmp_packet_ins"] += 1  # the switches answer DMP; one punted here is ignored
+                return
             else:
-                self.counters["other_packet_ins"] += 1
+                c["packet_in_other"] += 1
+                c["other_packet_ins"] += 1
+                return
+            if not isinstance(in_port, int):
+                c["no_in_port"] += 1
+                return
+            if not self.ha.master:
+                c["not_master_packet_ins"] += 1
+                return
+            if eth_type == ETH_TYPE_PAUSE:
+                self._on_pause(msg, bytes(data), in_port, t0)
+            else:
+                self._on_lldp(msg, bytes(data), in_port, t0)
         except Disconnected:
             pass
         except Exception:  # pragma: no cover - never kill the receive loop
+            c["packet_in_errors"] += 1
             LOG.exception("packet-in handling failed")
 
-    def _on_pause(self, msg: Any, data: bytes, t0: float) -> None:
+    def _on_pause(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
         self.counters["pause_frames"] += 1
         sw = self.by_dpid.get(msg.datapath.id)
-        in_port = msg.match["in_port"]
         if sw is None:
+            self.counters["pause_unknown_switch"] += 1
             self._mark()
             return
         peer = self.fabric.peer(sw.name, in_port)
@@ -714,8 +1016,10 @@ class HpcfabricController(app_manager.OSKenApp):
             self._mark()
             return
         if not self.conditional:
+            self.counters["pause_minimal"] += 1
             self._mark()
             return
+        self.counters["pause_used"] += 1
         flips = self.pause.on_frame(sw.name, in_port, frame, t0)
         for flip in flips:
             self._apply_flip(flip, t0)
@@ -725,12 +1029,15 @@ class HpcfabricController(app_manager.OSKenApp):
         self._mark()
 
     def _apply_flip(self, flip: Flip, t0: float) -> None:
-        sw = self.switches[flip.switch]
+        sw = self.switches.get(flip.switch)
+        if sw is None:  # removed by a reload meanwhile
+            return
         self.counters["flips"] += 1
+        self.port_flips[(flip.switch, flip.port)] += 1
         if flip.cause == "expiry":
             self.counters["expiries"] += 1
         dp = sw.dp
-        if dp is None:
+        if dp is None or not self.ha.master:
             return  # desired() carries the state into the next sync
         if sw.syncing:
             sw.flipped_during_sync.add(flip.port)
@@ -756,6 +1063,7 @@ class HpcfabricController(app_manager.OSKenApp):
             return
         if flip.cause != "expiry":
             self.reaction_ms.append(ms)
+            self.reaction_hist.observe(ms / 1000.0)
         LOG.info(
             "flip %s:%d %s (%s) reaction %.3f ms",
             flip.switch,
@@ -858,7 +1166,7 @@ class HpcfabricController(app_manager.OSKenApp):
     def _lldp_loop(self) -> None:
         while self.is_active:
             t = time.monotonic()
-            for sw in list(self.switches.values()):
+            for sw in list(self.switches.values()) if self.ha.master else ():
                 if sw.dp is not None and sw.connected:
                     try:
                         self._send_lldp(sw)
@@ -868,22 +1176,32 @@ class HpcfabricController(app_manager.OSKenApp):
                         LOG.exception("LLDP round on %s failed", sw.name)
             hub.sleep(max(0.01, self.config.lldp_interval - (time.monotonic() - t)))
 
-    def _on_lldp(self, msg: Any, data: bytes, now: float) -> None:
+    def _on_lldp(self, msg: Any, data: bytes, in_port: int, now: float) -> None:
         try:
             info = parse_lldp(data)
-        except MalformedLLDP:
+        except (MalformedLLDP, ValueError, IndexError, struct.error):
             self.counters["lldp_malformed"] += 1
             return
         if info.dpid is None or info.port is None:
             self.counters["lldp_foreign"] += 1  # somebody else's LLDP (a host, a legacy switch)
             return
+        dpid = msg.datapath.id
+        sw = self.by_dpid.get(dpid)
+        trusted = info.nonce == self.nonce
+        if not trusted and sw is not None:
+            peer = self.fabric.peer(sw.name, in_port)
+            if peer is not None and peer.is_host:
+                # a host can forge any LLDP; only ours (a switch cabled to a host port) tells something there
+                self.counters["lldp_host_untrusted"] += 1
+                return
         self.counters["lldp_received"] += 1
-        dpid, in_port = msg.datapath.id, msg.match["in_port"]
         self.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
         self._enforce_quarantine()
         self._mark()
 
     def _enforce_quarantine(self) -> None:
+        if not self.ha.master:
+            return
         wanted = self.discovery.quarantine()
         for sw in self.switches.values():
             dp = sw.dp
@@ -922,6 +1240,72 @@ class HpcfabricController(app_manager.OSKenApp):
                 sw.no_fwd.discard(desc.port_no)
             if sw.dp is dp:
                 self._enforce_quarantine()  # e.g. a re-created port comes back without NO_FWD
+        if sw is not None and sw.dp is dp and self.config.recompute and desc.port_no in self.fabric.fabric_ports(sw.name):
+            key = (sw.name, desc.port_no)
+            is_down = bool(msg.reason == o.OFPPR_DELETE or desc.state & o.OFPPS_LINK_DOWN
+                           or desc.config & o.OFPPC_PORT_DOWN)
+            if is_down != (key in self.failover.down):
+                if is_down:
+                    self.failover.down.add(key)
+                    self.failover.events += 1
+                    LOG.warning("failover: %s port %d is down", sw.name, desc.port_no)
+                else:
+                    self.failover.down.discard(key)
+                    LOG.info("failover: %s port %d is up again", sw.name, desc.port_no)
+                self._schedule_reroute()
+        self._mark()
+
+    # ------------------------------------------------------------- failover
+    def _check_dead(self) -> None:
+        if self._dead_switches(time.monotonic()) != self._dead:
+            self._schedule_reroute()
+
+    def _dead_switches(self, now: float) -> set[str]:
+        """Switches that were connected, lost their connection and stayed away longer than lldp_timeout."""
+        grace = self.config.lldp_timeout
+        return {s.name for s in self.switches.values()
+                if not s.connected and s.disconnected_at is not None and now - s.disconnected_at > grace}
+
+    def _schedule_reroute(self, delay: float = 0.02) -> None:
+        if self._reroute_pending or not self.ha.master:
+            return
+        self._reroute_pending = True
+        self._reroute_t0 = time.monotonic()
+        hub.spawn_after(delay, self._reroute)
+
+    def _reroute(self) -> None:
+        """Recompute the tables around what is down (or back to the compiled ones) and reconcile the switches."""
+        self._reroute_pending = False
+        t0 = self._reroute_t0
+        try:
+            dead = self._dead_switches(time.monotonic())
+            before = {name: self.desired(name) for name in self.switches}
+            if self.failover.down or dead:
+                from hpcfabric.failover import reroute
+
+                self._rerouted = reroute(self.config, set(self.failover.down), dead)
+                self._dead = dead
+                self.failover.recomputes += 1
+            else:
+                self._rerouted = {}
+                self._dead = set()
+            changed = []
+            for st in self.switches.values():
+                if self.desired(st.name) != before[st.name] and st.connected and st.dp is not None:
+                    st.gen += 1
+                    st.confirmed = False
+                    changed.append(st)
+                    hub.spawn(self._session, st, st.dp, st.gen)
+            LOG.warning("failover: %s; %d switch(es) to reconcile",
+                        f"{len(self.failover.down)} port(s) down, {len(dead)} switch(es) gone" if self._rerouted
+                        else "everything is back: compiled tables", len(changed))
+            end = time.monotonic() + 30.0
+            while changed and time.monotonic() < end and not all(s.confirmed or not s.connected for s in changed):
+                hub.sleep(0.002)
+            self.failover.last_ms = round((time.monotonic() - t0) * 1000.0, 3)
+            LOG.info("failover: reroute applied %.1f ms after the event", self.failover.last_ms)
+        except Exception:  # pragma: no cover - never kill the loop
+            LOG.exception("reroute failed")
         self._mark()
 
     # --------------------------------------------------------------- status
@@ -960,9 +1344,9 @@ class HpcfabricController(app_manager.OSKenApp):
         sws = self.switches.values()
         samples = list(self.reaction_ms)
         c = self.counters
-        unknown = sorted(
-            {f"{d:016x}" for d, i in self.unknown.items() if i.get("connected")} | set(rep["unknown_dpids"])
-        )
+        unknown = self.unknown_dpids()
+        served = {k: sum(sum(v.get(k, {}).values()) for v in self.served.values())
+                  for k in ("dmp", "spoofed", "host_punts")}
         return {
             "time": time.time(),
             "running": running,
@@ -1008,8 +1392,35 @@ class HpcfabricController(app_manager.OSKenApp):
                 "unknown_port_frames": c["pause_unknown_port"],
                 "errors": c["flip_errors"],
             },
-            "errors": {"switch_errors": c["switch_errors"], "sync_failures": c["sync_failures"]},
+            "errors": {"switch_errors": c["switch_errors"], "sync_failures": c["sync_failures"],
+                       "packet_in_errors": c["packet_in_errors"], "role_failures": c["role_failures"]},
             "flowmod_cache": {"entries": len(self.cache), "hits": self.cache.hits, "misses": self.cache.misses},
+            "packet_ins": {k: c[f"packet_in_{k}"] for k in ("pause", "lldp", "cnm", "dmp", "other", "short")},
+            "dropped": {
+                "short": c["short_frames"], "no_in_port": c["no_in_port"], "pause_malformed": c["pause_malformed"],
+                "pause_host_port": c["pause_host_port"], "pause_unknown_port": c["pause_unknown_port"],
+                "pause_unknown_switch": c["pause_unknown_switch"], "pause_minimal": c["pause_minimal"],
+                "lldp_malformed": c["lldp_malformed"], "lldp_foreign": c["lldp_foreign"],
+                "lldp_host_untrusted": c["lldp_host_untrusted"], "cnm": c["cnm_frames"], "dmp": c["dmp_packet_ins"],
+                "other": c["other_packet_ins"], "not_master": c["not_master_packet_ins"],
+            },
+            "guards": {
+                "source_check": self.config.source_check,
+                "punt_meters": self.config.punt_meters,
+                "dmp_served": served["dmp"],
+                "spoofed_dropped": served["spoofed"],
+                "host_punts": served["host_punts"],
+                "meter_drops": {sw: {str(k): v for k, v in d.items()} for sw, d in sorted(self.meter_drops.items())},
+            },
+            "reload": {k: v for k, v in self.reloads.items()},
+            "ha": self.ha.as_dict(),
+            "failover": {"fast_failover": self.config.fast_failover, "recompute": self.config.recompute,
+                         "ports_down": [f"{s}:{p}" for s, p in sorted(self.failover.down)],
+                         "switches_gone": sorted(self._dead), "rerouted": bool(self._rerouted),
+                         "events": self.failover.events, "recomputes": self.failover.recomputes,
+                         "last_ms": self.failover.last_ms},
+            "metrics": f"{self.config.metrics_listen[0]}:{self.config.metrics_listen[1]}"
+            if self.config.metrics_listen else None,
         }
 
     def _write_status(self, running: bool = True) -> None:
@@ -1044,6 +1455,394 @@ class HpcfabricController(app_manager.OSKenApp):
                 LOG.error("cannot write status file %s: %s", self.status_file, err)
                 hub.sleep(1.0)
             last = time.monotonic()
+
+    # ------------------------------------------------------------ multipart
+    def _multipart(self, dp: Any, req: Any, timeout: float = REPLY_TIMEOUT) -> list[Any]:
+        """Send an os-ken multipart request and collect every part's body."""
+        dp.set_xid(req)
+        req.serialize()
+        w = self._wait(dp, req.xid, bytes(req.buf), timeout=timeout)
+        self.errors.get(dp.id, {}).pop(req.xid, None)
+        if w.error is not None:
+            raise SyncError(f"{type(req).__name__} rejected: {_err_text(w.error)}")
+        return w.parts
+
+    @set_ev_cls([ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
+                 ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
+    def _multipart_reply(self, ev: Any) -> None:
+        msg = ev.msg
+        w = self.waiters.get((msg.datapath.id, msg.xid))
+        if w is None:
+            return
+        w.parts.extend(msg.body)
+        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+            w.reply = msg
+            w.event.set()
+
+    @set_ev_cls(ofp_event.EventOFPRoleReply, MAIN_DISPATCHER)
+    def _role_reply(self, ev: Any) -> None:
+        self._wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
+
+    # ---------------------------------------------------------- meters/groups
+    def _sync_meters(self, sw: SwitchState, dp: Any) -> None:
+        """Install or correct the punt meters (before the flows that use them); nothing if they are right."""
+        wanted = {m.meter_id: (m.rate, m.burst) for m in self.config.meters}
+        if not wanted or sw.installed_meters == wanted:
+            return
+        p, o = dp.ofproto_parser, dp.ofproto
+        have: dict[int, tuple[int, int]] = {}
+        for st in self._multipart(dp, p.OFPMeterConfigStatsRequest(dp, 0, o.OFPM_ALL)):
+            if st.meter_id in wanted and st.bands and st.flags & o.OFPMF_PKTPS:
+                band = st.bands[0]
+                have[st.meter_id] = (band.rate, band.burst_size if st.flags & o.OFPMF_BURST else 0)
+        msgs = []
+        n = 0
+        for mid, (rate, burst) in sorted(wanted.items()):
+            if have.get(mid) == (rate, burst):
+                continue
+            cmd = ofwire.OFPMC_MODIFY if mid in have else ofwire.OFPMC_ADD
+            msgs.append(ofwire.meter_mod(self._xids(dp, 1), mid, rate, burst, cmd))
+            n += 1
+        if msgs:
+            xid0 = struct.unpack_from("!I", msgs[0], 4)[0]
+            bx = self._xids(dp, 1)
+            self._wait(dp, bx, b"".join(msgs) + ofwire.barrier(bx))
+            errs = self._take_errors(dp.id, [(xid0, n)])
+            if errs:
+                raise SyncError(f"meter-mod rejected ({_err_text(errs[0])}): does the switch support meters? "
+                                "else set [guards] punt_meters = off")
+            self.counters["meter_mods"] += n
+            LOG.info("switch %s: %d punt meter(s) installed/updated", sw.name, n)
+        sw.installed_meters = wanted
+
+    def _sync_groups(self, sw: SwitchState, dp: Any) -> None:
+        """Install or correct the fast-failover groups the desired flows use (before the flows)."""
+        wanted = self._groups.get(sw.name) or {}
+        if not wanted or sw.installed_groups == wanted:
+            return
+        p = dp.ofproto_parser
+        have: dict[int, Any] = {}
+        for st in self._multipart(dp, p.OFPGroupDescStatsRequest(dp, 0)):
+            if st.group_id in wanted:
+                have[st.group_id] = tuple(
+                    (b.watch_port, tuple(ofmsg.from_action(a) for a in b.actions)) for b in st.buckets
+                )
+        msgs = []
+        for gid, buckets in sorted(wanted.items()):
+            if have.get(gid) == buckets:
+                continue
+            cmd = ofwire.OFPGC_MODIFY if gid in have else ofwire.OFPGC_ADD
+            msgs.append(ofwire.group_mod(self._xids(dp, 1), gid, buckets, cmd))
+        if msgs:
+            xid0 = struct.unpack_from("!I", msgs[0], 4)[0]
+            bx = self._xids(dp, 1)
+            self._wait(dp, bx, b"".join(msgs) + ofwire.barrier(bx))
+            errs = self._take_errors(dp.id, [(xid0, len(msgs))])
+            if errs:
+                raise SyncError(f"group-mod rejected ({_err_text(errs[0])}): does the switch support fast-failover "
+                                "groups? else set [failover] fast_failover = off")
+            self.counters["group_mods"] += len(msgs)
+            LOG.info("switch %s: %d fast-failover group(s) installed/updated", sw.name, len(msgs))
+        sw.installed_groups = dict(wanted)
+
+    def _adopt_paused(self, sw: SwitchState, installed: list[FlowSpec]) -> None:
+        """PORT_STATE entries found paused (set by a previous controller run or the previous master) stay
+        paused for one hold time instead of being rewritten now: reconciliation sends nothing, and the
+        expiry (or a fresh PAUSE) decides afterwards."""
+        if not self.conditional:
+            return
+        now = time.monotonic()
+        for f in installed:
+            if f.table == TABLE_PORT_STATE and f.goto is not None and f.match.metadata is not None:
+                port = f.match.metadata[0]
+                if f == port_state_flow(port, True) and not self.pause.is_paused(sw.name, port, now):
+                    self.pause.until[(sw.name, port)] = now + max(self.pause.hold, 0.05)
+                    self._pause_wakeup.set()
+                    LOG.info("switch %s port %d found paused: adopted until its hold expires", sw.name, port)
+
+    # ---------------------------------------------------------------- reload
+    #: settings a running controller cannot change (a reload keeps the running value and says so)
+    RESTART_KEYS = ("listen_host", "listen_port", "metrics_listen", "ha_role", "ha_lease_file", "ha_instance")
+
+    def _file_stamps(self) -> tuple:
+        out = []
+        for path in (self.config.path, self.config.topology):
+            try:
+                st = os.stat(path)
+                out.append((path, st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append((path, None))
+        return tuple(out)
+
+    def _reload_loop(self) -> None:
+        stamps = self._file_stamps()
+        last_poll = time.monotonic()
+        while self.is_active:
+            hub.sleep(0.1)
+            reason = None
+            if self._reload_requested:
+                self._reload_requested = False
+                reason = "SIGHUP"
+            elif self.config.reload_poll > 0 and time.monotonic() - last_poll >= self.config.reload_poll:
+                last_poll = time.monotonic()
+                now = self._file_stamps()
+                if now != stamps:
+                    hub.sleep(0.1)  # let a writer finish (editors write in steps)
+                    reason = "file change"
+            if reason is None:
+                continue
+            try:
+                self.reload(reason)
+            except Exception:  # pragma: no cover - a reload must never kill the loop
+                LOG.exception("reload failed unexpectedly")
+            stamps = self._file_stamps()
+
+    def reload(self, reason: str = "request") -> bool:
+        """Validate the config file (and topology) again and apply the differences; False if it is invalid."""
+        t0 = time.monotonic()
+        path = self.config.path
+        LOG.info("reload (%s): loading %s", reason, path)
+        try:
+            new = _load_config_off_loop(path)
+        except HpcfabricError as err:
+            return self._reload_failed(reason, str(err), t0)
+        except Exception as err:  # noqa: BLE001 - reported, never fatal
+            return self._reload_failed(reason, f"internal error: {type(err).__name__}: {err}", t0)
+        kept = [k for k in self.RESTART_KEYS if getattr(new, k) != getattr(self.config, k)]
+        if kept:
+            new = replace(new, **{k: getattr(self.config, k) for k in kept})
+            LOG.warning("reload: %s changed but needs a restart; the running value is kept", ", ".join(kept))
+        resynced, retired, added = self._apply_config(new)
+        self.reloads["ok"] += 1
+        self.reloads["pending_restart"] = kept
+        self.reloads["last"] = {
+            "time": time.time(), "ok": True, "reason": reason, "error": None, "seconds": round(time.monotonic() - t0, 4),
+            "resynced": resynced, "retired": retired, "added": added, "pending_restart": kept,
+        }
+        LOG.info("reload (%s) ok in %.3f s: %d switch(es) to reconcile, %d retired, %d new", reason,
+                 time.monotonic() - t0, len(resynced), len(retired), len(added))
+        self._mark(rediscover=True)
+        return True
+
+    def _reload_failed(self, reason: str, error: str, t0: float) -> bool:
+        self.reloads["failed"] += 1
+        self.reloads["last"] = {"time": time.time(), "ok": False, "reason": reason, "error": error,
+                                "seconds": round(time.monotonic() - t0, 4)}
+        LOG.error("reload (%s) rejected, the running configuration is unchanged: %s", reason, error)
+        self._mark()
+        return False
+
+    def _apply_config(self, new: ControllerConfig) -> tuple[list[str], list[str], list[str]]:
+        old_cfg = self.config
+        old = dict(self.by_dpid)
+        old_desired = {s.dpid: old_cfg.desired.get(s.name, ()) for s in old.values()}
+        old_meters = old_cfg.meters
+        self.config = new
+        self.fabric = new.fabric
+        self.conditional = new.routing == "conditional"
+        if "status_file" not in _OVERRIDES:
+            self.status_file = new.status_file
+        logging.getLogger("hpcfabric").setLevel(new.log_level)
+        carried = self._build_switches(new, old)
+        self._rerouted.clear()
+        old_groups = self._groups
+        self._groups = {}
+        if new.fast_failover:
+            self._groups = _failover_groups(new)
+        # pause state: keep the ports that still exist as fabric ports
+        until = {k: v for k, v in self.pause.until.items()
+                 if self.conditional and k[0] in self.switches and k[1] in self.fabric.fabric_ports(k[0])}
+        self.pause = PauseState(new.link_speed_bps, hold=new.pause_hold_ms / 1000.0, until=until)
+        # discovery starts over on the new fabric (LLDP refreshes it within one interval)
+        now = time.monotonic()
+        self.discovery = DiscoveryState(self.fabric, new.lldp_timeout)
+        for st in self.switches.values():
+            if st.connected:
+                self.discovery.switch_up(st.dpid, now)
+                for port in st.no_fwd:
+                    self.discovery.adopt_quarantine(st.name, port)
+        self.failover.down = {k for k in self.failover.down if k[0] in self.switches}
+        if self.failover.down or self._dead:
+            from hpcfabric.failover import reroute
+
+            self._dead &= set(self.switches)
+            self._rerouted = reroute(new, set(self.failover.down), self._dead) if new.recompute else {}
+        self.cache.clear()
+        resynced, retired, added = [], [], []
+        meters_changed = new.meters != old_meters
+        for st in carried:
+            if not (st.connected and st.dp is not None):
+                continue
+            if meters_changed:
+                st.installed_meters = None
+            groups_changed = old_groups.get(st.name) != self._groups.get(st.name)
+            if old_desired.get(st.dpid) != new.desired.get(st.name, ()) or meters_changed or groups_changed:
+                st.gen += 1
+                st.confirmed = False
+                resynced.append(st.name)
+                hub.spawn(self._session, st, st.dp, st.gen)
+        # switches new to the topology that are connected already (as unknown dpids)
+        for dpid, info in list(self.unknown.items()):
+            st = self.by_dpid.get(dpid)
+            if st is not None:
+                dp = info.get("dp")
+                del self.unknown[dpid]
+                if dp is not None and info.get("connected"):
+                    added.append(st.name)
+                    self._connected(dp)
+        for dpid, prev in old.items():
+            if dpid in self.by_dpid or not (prev.connected and prev.dp is not None):
+                continue
+            prev.gen += 1
+            if dpid in new.dpid_to_switch:  # now managed by another instance: leave its table alone
+                self.unmanaged[dpid] = prev.dp
+                continue
+            prev.retired = True
+            prev.confirmed = False
+            self.retired[dpid] = prev
+            self.unknown[dpid] = {"first_seen": time.time(), "connected": True, "dp": prev.dp,
+                                  "address": None}
+            retired.append(prev.name)
+            hub.spawn(self._sync_loop, prev, prev.dp, prev.gen)
+        return resynced, retired, added
+
+    # ------------------------------------------------------------------- HA
+    def _ha_loop(self) -> None:
+        if self.ha.mode == "equal":
+            return
+        last_ok = time.monotonic()
+        while self.is_active:
+            try:
+                change = self.ha.tick()
+                last_ok = time.monotonic()
+            except OSError as err:
+                change = None
+                self.counters["lease_errors"] += 1
+                LOG.error("HA lease file %s: %s", self.ha.lease_file, err)
+                if self.ha.role == "master" and time.monotonic() - last_ok > self.ha.timeout:
+                    self.ha._set("slave")  # we cannot renew: the lease is gone by now, so are we
+                    change = "slave"
+            if change:
+                self._role_changed(change)
+            hub.sleep(max(0.05, self.ha.timeout / 5))
+
+    def _role_changed(self, role: str) -> None:
+        LOG.warning("HA: this instance (%s) is now %s (generation %d)", self.ha.instance, role.upper(),
+                    self.ha.generation)
+        for st in self.switches.values():
+            if st.connected and st.dp is not None:
+                st.gen += 1
+                st.confirmed = False if role != "master" else st.confirmed
+                hub.spawn(self._session, st, st.dp, st.gen)
+        if role != "master":
+            self.pending_flips.clear()
+        self._mark()
+
+    # ---------------------------------------------------------------- polls
+    def _poll_loop(self) -> None:
+        """Flow stats of the DMP and guard entries, meter stats: for the metrics and the status file."""
+        from hpcfabric.flows import COOKIE_APP_MASK, COOKIE_CLASS_SHIFT, ETH_TYPE_DMP, RuleClass, make_cookie
+        from hpcfabric.guards import GUARD_DROP, GUARD_HOST_PUNT, guard_kind
+
+        class_mask = COOKIE_APP_MASK | (0xFF << COOKIE_CLASS_SHIFT)
+        while self.is_active:
+            hub.sleep(self.config.metrics_poll)
+            if not self.ha.master:
+                continue
+            for sw in list(self.switches.values()):
+                dp = sw.dp
+                if dp is None or not sw.confirmed:
+                    continue
+                try:
+                    p, o = dp.ofproto_parser, dp.ofproto
+                    kinds: dict[str, dict[int, int]] = {"dmp": {}, "spoofed": {}, "host_punts": {}}
+                    for rc in (RuleClass.DMP, RuleClass.GUARD):
+                        req = p.OFPFlowStatsRequest(dp, 0, o.OFPTT_ALL, o.OFPP_ANY, o.OFPG_ANY, make_cookie(rc),
+                                                    class_mask, p.OFPMatch())
+                        for st in self._multipart(dp, req, timeout=10.0):
+                            spec = st.spec if isinstance(st, ofwire.FlowStatsEntry) else None
+                            cookie, count = st.cookie, st.packet_count
+                            if rc == RuleClass.DMP:
+                                eth_type = spec.match.eth_type if spec is not None else st.match.get("eth_type")
+                                if eth_type == ETH_TYPE_DMP:
+                                    port = cookie & 0xFFFFFFFF
+                                    kinds["dmp"][port] = kinds["dmp"].get(port, 0) + count
+                            else:
+                                kind, port = guard_kind(cookie)
+                                key = {GUARD_DROP: "spoofed", GUARD_HOST_PUNT: "host_punts"}.get(kind)
+                                if key:
+                                    kinds[key][port] = kinds[key].get(port, 0) + count
+                    self.served[sw.name] = kinds
+                    if self.config.meters:
+                        drops = {}
+                        for st in self._multipart(dp, p.OFPMeterStatsRequest(dp, 0, o.OFPM_ALL), timeout=10.0):
+                            if st.band_stats:
+                                drops[st.meter_id] = sum(b.packet_band_count for b in st.band_stats)
+                        self.meter_drops[sw.name] = drops
+                except Disconnected:
+                    continue
+                except Exception as err:  # noqa: BLE001 - polling is best effort
+                    self.counters["poll_failures"] += 1
+                    LOG.debug("poll of %s failed: %s", sw.name, err)
+            self._mark()
+
+    # -------------------------------------------------------------- metrics
+    def _start_metrics(self) -> None:
+        listen = self.config.metrics_listen
+        if listen is None:
+            return
+        import eventlet
+        import eventlet.wsgi
+        from prometheus_client import make_wsgi_app
+
+        from hpcfabric.metrics import make_registry
+
+        host, port = listen
+        family = socket_family(host)
+        sock = eventlet.listen((host, port), family=family)
+        app = make_wsgi_app(make_registry(self))
+        quiet = logging.getLogger("hpcfabric.metrics.http")
+        quiet.setLevel(logging.WARNING)
+        t = hub.spawn(eventlet.wsgi.server, sock, app, log=quiet, log_output=False)
+        self._own_threads.append(t)
+        self.metrics = (sock, t)
+        LOG.info("metrics: http://%s:%d/metrics", host, port)
+
+    def _stop_metrics(self) -> None:
+        if self.metrics is not None:
+            sock, _ = self.metrics
+            try:
+                sock.close()
+            except OSError:  # pragma: no cover
+                pass
+            self.metrics = None
+
+    def unknown_dpids(self) -> list[str]:
+        rep = self._last_report or {}
+        return sorted({f"{d:016x}" for d, i in self.unknown.items() if i.get("connected")}
+                      | set(rep.get("unknown_dpids", ())))
+
+
+
+def socket_family(host: str) -> int:
+    import socket as _socket
+
+    return _socket.AF_INET6 if ":" in host else _socket.AF_INET
+
+
+def _load_config_off_loop(path: str) -> ControllerConfig:
+    """load_config in a native thread (eventlet tpool) so the loop keeps serving flips; inline if unavailable."""
+    try:
+        from eventlet import tpool
+    except ImportError:  # pragma: no cover
+        return load_config(path)
+    return tpool.execute(load_config, path)
+
+
+def _failover_groups(config: ControllerConfig) -> dict[str, dict[int, Any]]:
+    from hpcfabric.failover import failover_groups
+
+    return failover_groups(config)
 
 
 def _install_timeout(changes: int) -> float:

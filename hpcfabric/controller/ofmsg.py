@@ -17,7 +17,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from hpcfabric.addressing import format_mac
-from hpcfabric.flows import MAC_EXACT, OFPP_CONTROLLER, FlowSpec, Match, Output, PopVlan, PushVlan, SetField
+from hpcfabric.flows import MAC_EXACT, OFPP_CONTROLLER, FlowSpec, Group, Match, Output, PopVlan, PushVlan, SetField, cookie_class, is_our_group
 from hpcfabric.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
 
 _ALL64 = (1 << 64) - 1
@@ -65,11 +65,15 @@ def to_action(action: Any) -> Any:
         return parser.OFPActionPushVlan(action.ethertype)
     if isinstance(action, PopVlan):
         return parser.OFPActionPopVlan()
+    if isinstance(action, Group):
+        return parser.OFPActionGroup(action.group_id)
     raise TypeError(f"unknown action {action!r}")
 
 
 def to_instructions(flow: FlowSpec) -> list[Any]:
     inst: list[Any] = []
+    if flow.meter is not None:
+        inst.append(parser.OFPInstructionMeter(flow.meter))
     if flow.actions:
         inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [to_action(a) for a in flow.actions]))
     if flow.write_metadata is not None:
@@ -145,6 +149,8 @@ def from_action(action: Any) -> Any:
         return PushVlan(action.ethertype)
     if isinstance(action, parser.OFPActionPopVlan):
         return PopVlan()
+    if isinstance(action, parser.OFPActionGroup) and is_our_group(action.group_id):
+        return Group(action.group_id)  # only hpcfabric's own (tagged) groups
     raise Unrepresentable(f"action {type(action).__name__}")
 
 
@@ -152,6 +158,7 @@ def _spec(table: int, priority: int, cookie: int, match: Any, instructions: list
     actions: tuple = ()
     goto = None
     metadata = None
+    meter = None
     for inst in instructions:
         if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
             actions = tuple(from_action(a) for a in inst.actions)
@@ -159,9 +166,11 @@ def _spec(table: int, priority: int, cookie: int, match: Any, instructions: list
             goto = inst.table_id
         elif isinstance(inst, parser.OFPInstructionWriteMetadata):
             metadata = (inst.metadata, inst.metadata_mask)
+        elif isinstance(inst, parser.OFPInstructionMeter) and cookie_class(cookie) is not None:
+            meter = inst.meter_id  # our flows only: a meter is part of our guard entries (hpcfabric.guards)
         else:
             raise Unrepresentable(f"instruction {type(inst).__name__} (type {getattr(inst, 'type', '?')})")
-    return FlowSpec(table, priority, from_match(match), actions, cookie, goto, metadata)
+    return FlowSpec(table, priority, from_match(match), actions, cookie, goto, metadata, meter)
 
 
 def from_flow_stats(stats: Any) -> FlowSpec:

@@ -12,7 +12,7 @@ from itertools import product
 from math import prod
 
 from hpcfabric.errors import TopologyError
-from hpcfabric.topology.model import Fabric, Host, Link, Switch
+from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
 
 DRAGONFLY_ARRANGEMENTS = ("auto", "palmtree", "xor")
 
@@ -95,6 +95,7 @@ def dragonfly_ports(p: int, h: int) -> dict[str, int]:
     return {"host": 1, "global": p + 1, "local": p + h + 1}
 
 
+@gc_paused()
 def dragonfly_fabric(
     a: int,
     p: int,
@@ -196,6 +197,7 @@ def dragonfly_fabric(
     return Fabric("dragonfly", name or f"dragonfly-a{a}-p{p}-h{h}-g{g}", switches, hosts, tuple(links), params)
 
 
+@gc_paused()
 def flattened_butterfly_fabric(dims: list[int] | tuple[int, ...], hosts_per_switch: int, *, name: str | None = None) -> Fabric:
     """Return an n-dimensional Flattened Butterfly.
 
@@ -271,6 +273,7 @@ def flattened_butterfly_fabric(dims: list[int] | tuple[int, ...], hosts_per_swit
     return Fabric("flattened_butterfly", name or f"fb-{label}-t{t_hosts}", tuple(switches), hosts, tuple(links), params)
 
 
+@gc_paused()
 def fat_tree_fabric(k: int, *, name: str | None = None) -> Fabric:
     """Return a k-ary 3-level fat-tree (folded Clos) as in Al-Fares et al.
 

@@ -2,7 +2,7 @@
 
 The schema is documented in ``docs/topology-yaml.md``. In short::
 
-    kind: dragonfly        # dragonfly | flattened_butterfly | fat_tree | explicit
+    kind: dragonfly        # dragonfly | flattened_butterfly | fat_tree | folded_clos | explicit
     name: paper-fig9       # optional
     description: ...       # optional
     a: 4                   # kind-specific keys (see KIND_KEYS)
@@ -40,7 +40,7 @@ from hpcfabric.topology.generators import dragonfly_fabric, fat_tree_fabric, fla
 from hpcfabric.topology.model import Fabric
 
 #: Valid values of ``kind``.
-KINDS = ("dragonfly", "flattened_butterfly", "fat_tree", "explicit")
+KINDS = ("dragonfly", "flattened_butterfly", "fat_tree", "folded_clos", "explicit")
 
 #: Keys every kind accepts.
 COMMON_KEYS = ("kind", "name", "description", "addressing")
@@ -50,6 +50,7 @@ KIND_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "dragonfly": (("a", "p", "h"), ("g", "arrangement")),
     "flattened_butterfly": (("dims", "hosts_per_switch"), ()),
     "fat_tree": (("k",), ()),
+    "folded_clos": (("radix",), ("stages", "hosts", "pods")),
     "explicit": (("switches", "hosts", "links"), ()),
 }
 
@@ -293,6 +294,17 @@ def _size_guard(ck: _Checker, kind: str, data: dict[str, Any]) -> None:
             return
         switches, hosts, links = 5 * k * k // 4, k**3 // 4, k**3 // 2
         label = f"fat-tree k={k}"
+    elif kind == "folded_clos":
+        from hpcfabric.topology.clos import folded_clos_shape
+
+        try:
+            shape = folded_clos_shape(
+                data["radix"], data.get("stages", 3), hosts=data.get("hosts"), pods=data.get("pods")
+            )
+        except TopologyError:
+            return  # the generator reports it
+        switches, hosts, links = shape.switches, shape.hosts, shape.links
+        label = f"folded Clos radix={shape.radix}, {shape.stages} stages, {shape.pods} pods"
     else:
         return
     total = switches + hosts + links
@@ -367,6 +379,10 @@ def parse_topology(text: str, source: str) -> Fabric:
         n_dims = len(dims)
     elif kind == "fat_tree":
         ck.integer(data["k"], "k")
+    elif kind == "folded_clos":
+        for key in ("radix", "stages", "hosts", "pods"):
+            if key in data:
+                ck.integer(data[key], key)
     else:
         switches, hosts, links = _explicit_items(ck, data)
     addressing = _addressing(ck, data["addressing"], kind, n_dims) if "addressing" in data else {}
@@ -381,6 +397,12 @@ def parse_topology(text: str, source: str) -> Fabric:
             fabric = flattened_butterfly_fabric(data["dims"], data["hosts_per_switch"], name=name)
         elif kind == "fat_tree":
             fabric = fat_tree_fabric(data["k"], name=name)
+        elif kind == "folded_clos":
+            from hpcfabric.topology.clos import folded_clos_fabric
+
+            fabric = folded_clos_fabric(
+                data["radix"], data.get("stages", 3), hosts=data.get("hosts"), pods=data.get("pods"), name=name
+            )
         else:
             fabric = explicit_fabric(switches, hosts, links, name=name)
         extra: dict[str, Any] = {"source": source, "addressing": addressing}

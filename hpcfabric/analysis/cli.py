@@ -1,0 +1,191 @@
+"""``hpcfabric analyze ...``: the analysis subcommands (registered by :mod:`hpcfabric.cli`).
+
+``analyze rules``  Eq. 1 / Table I closed forms vs compiled counts, Fig. 4 and Fig. 6;
+``analyze power``  Sec. VI-A power model, Fig. 11 and the savings split;
+``analyze onoff``  Andújar et al. on/off-link power and energy of one fabric;
+``analyze scale``  structural checks on every switch + sampled forwarding check.
+
+Bad input raises :class:`~hpcfabric.errors.ConfigError` (exit 2, one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from hpcfabric.errors import ConfigError
+
+DEFAULT_OUT = "analysis-out"
+
+
+def _progress() -> bool:
+    return sys.stderr.isatty()
+
+
+def _log(message: str) -> None:
+    if sys.stderr.isatty():
+        print(f"[analyze] {message}", file=sys.stderr)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    jobs = args.jobs
+    if jobs is None:
+        from hpcfabric.analysis.scale import default_jobs
+
+        return default_jobs()
+    if jobs < 1:
+        raise ConfigError(f"must be a positive integer, got {jobs}", field="--jobs")
+    return jobs
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(int(part, 10))
+        except ValueError:
+            raise ConfigError(f"expected comma-separated integers like 8,16,24, got {part!r}", field=what) from None
+    if not out:
+        raise ConfigError("expected at least one value, e.g. 8,16,24,48,96", field=what)
+    return out
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis import rules
+
+    ports = rules.check_ports(_int_list(args.ports, "--ports"))
+    topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
+    for t in topologies:
+        if t not in rules.TOPOLOGIES:
+            raise ConfigError(f"unknown topology {t!r}; expected some of {', '.join(rules.TOPOLOGIES)}", field="--topologies")
+    if args.max_elements < 1:
+        raise ConfigError(f"must be positive, got {args.max_elements}", field="--max-elements")
+    rows, files = rules.run(
+        args.out, ports, topologies=topologies, jobs=_jobs(args), plots=not args.no_plots,
+        progress=_progress(), max_elements=args.max_elements, log=_log,
+    )  # fmt: skip
+    print(f"{'topology':<12} {'P':>3} {'hosts':>10}  {'flat':>10} {'per-switch':>10} {'per-group':>10}  compact (min-max)")
+    for t in topologies:
+        for p in ports:
+            by = {r["mode"]: r for r in rows if r["topology"] == t and r["ports"] == p}
+            if not by:
+                continue
+            hosts = next(iter(by.values()))["hosts"]
+
+            def val(mode: str) -> str:
+                r = by.get(mode)
+                if r is None:
+                    return "-"
+                if not r["compiled"]:
+                    lo, hi = r["closed_form"], r["closed_form_max"]
+                    return f"({lo})" if lo == hi else f"({lo}-{hi})"
+                text = str(r["rules_max"]) if r["rules_min"] == r["rules_max"] else f"{r['rules_min']}-{r['rules_max']}"
+                return text + ("*" if r["measured"] != "all" else "")
+
+            print(f"{t:<12} {p:>3} {hosts:>10,}  {val('flat'):>10} {val('per-switch'):>10} {val('per-group'):>10}  {val('compact')}")
+    print("* compiled on a per-symmetry-class sample of switches; (..) closed form only, fabric not built")
+    bad = [r for r in rows if r["compiled"] and r["matches_closed_form"] is False]
+    print(f"rows matching the closed forms: {sum(1 for r in rows if r['matches_closed_form'] is True)}/{sum(1 for r in rows if r['compiled'])} measured")
+    big = rules.under_4k(rows)
+    if big:
+        print("under 4K entries with >= 300,000 hosts: " + ", ".join(sorted({f"{r['topology']} P={r['ports']} {r['mode']}" for r in big})))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 1 if bad else 0
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis import power
+
+    files = args.files or list(power.BUILDS)
+    results, split, paths = power.run(args.out, files, jobs=_jobs(args), plots=not args.no_plots, progress=_progress(), log=_log)
+    print(f"{'fabric':<16} {'organisation':<16} {'switches':>8} {'entries':>10} {'table W/sw':>10} {'total MW':>9}")
+    for b in results:
+        print(f"{b.fabric:<16} {b.organisation:<16} {b.switches:>8} {b.entries_mean:>10.1f} {b.watts['table'] / b.switches:>10.2f} {b.total_w / 1e6:>9.3f}")
+    print(json.dumps(split))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_onoff(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis.power import OnOffModel, onoff_fabric
+    from hpcfabric.topology.loader import load_topology
+
+    for name in ("utilisation", "cpu"):
+        v = getattr(args, name)
+        if not 0.0 <= v <= 1.0:
+            raise ConfigError(f"must be a fraction in [0, 1], got {v}", field=f"--{name}")
+    if args.exec_time < 0:
+        raise ConfigError(f"must be >= 0 seconds, got {args.exec_time}", field="--exec-time")
+    fabric = load_topology(args.file)
+    if args.ports is not None and args.ports < fabric.max_radix:
+        raise ConfigError(f"switches use up to {fabric.max_radix} ports; --ports {args.ports} is too small", field="--ports")
+    res = onoff_fabric(fabric, OnOffModel(), utilisation=args.utilisation, cpu=args.cpu, t_exec=args.exec_time, n_ports=args.ports)
+    print(json.dumps(res))
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis.scale import verify_at_scale
+    from hpcfabric.topology.loader import load_topology
+
+    if args.sample < 1:
+        raise ConfigError(f"must be >= 1, got {args.sample}", field="--sample")
+    fabric = load_topology(args.file)
+    mode = args.addressing or (fabric.params.get("addressing") or {}).get("mode") or "compact"
+    res = verify_at_scale(fabric, mode, sample=args.sample, seed=args.seed, jobs=_jobs(args), progress=_progress())
+    print(json.dumps(res))
+    return 0 if res["ok"] else 1
+
+
+def add_analyze_parser(sub: Any) -> None:
+    """Register ``analyze`` and its subcommands on the main parser's subparsers."""
+    from hpcfabric.addressing import MODES
+
+    top = sub.add_parser("analyze", help="paper analyses: rule counts (Fig. 4/6), power (Fig. 11), on/off links, scale checks",
+                         description="paper analyses; see docs/analysis.md")  # fmt: skip
+    an = top.add_subparsers(dest="analysis", metavar="ANALYSIS")
+    an.required = True
+
+    def jobs(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: CPUs, at most 2)")
+
+    p = an.add_parser("rules", help="closed forms vs compiled rule counts, Fig. 4 and Fig. 6",
+                      description="Eq. 1 / Table I closed forms next to compiled counts for 8..96-port switches")  # fmt: skip
+    p.set_defaults(func=cmd_rules)
+    p.add_argument("--ports", default="8,16,24,48,96", metavar="P,...", help="switch sizes (multiples of 4, 8..256)")
+    p.add_argument("--topologies", default="folded-clos,fb-2d,fb-3d,fb-4d,dragonfly", metavar="T,...")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument("--max-elements", type=int, default=2_000_000, metavar="N",
+                   help="build fabrics up to N switches+hosts+links; larger ones get closed forms only")  # fmt: skip
+    p.add_argument("--no-plots", action="store_true", help="CSV only")
+    jobs(p)
+
+    p = an.add_parser("power", help="Sec. VI-A power model: Fig. 11 and the savings split",
+                      description="network power per topology and table organisation for the ~300k-host builds")  # fmt: skip
+    p.set_defaults(func=cmd_power)
+    p.add_argument("files", nargs="*", metavar="FILE", help="topology files (default: the three 300k builds)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
+    jobs(p)
+
+    p = an.add_parser("onoff", help="Andújar et al. on/off-link power and energy of a fabric",
+                      description="Andújar et al. (2022) Eqs. 1-7, Table 2 constants")  # fmt: skip
+    p.set_defaults(func=cmd_onoff)
+    p.add_argument("file", metavar="FILE", help="topology YAML file")
+    p.add_argument("--utilisation", type=float, default=1.0, metavar="U", help="fraction of time every port in use is on")
+    p.add_argument("--cpu", type=float, default=1.0, metavar="U", help="fraction of time every node is busy")
+    p.add_argument("--exec-time", type=float, default=1.0, metavar="S", help="execution time in seconds (energies)")
+    p.add_argument("--ports", type=int, default=None, metavar="N", help="ports per switch (default: ports in use)")
+
+    p = an.add_parser("scale", help="structural checks on every switch + sampled forwarding verification",
+                      description="compile every switch (counts and structural checks) and verify N random destinations per source")  # fmt: skip
+    p.set_defaults(func=cmd_scale)
+    p.add_argument("file", metavar="FILE", help="topology YAML file")
+    p.add_argument("--addressing", choices=MODES, default=None)
+    p.add_argument("--sample", type=int, default=64, metavar="N", help="random destinations (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    jobs(p)

@@ -1,0 +1,148 @@
+"""Routing around failed links and switches (pure): the tables the controller installs while something is down.
+
+The compiled rules are static per topology (paper Sec. III); a dead link or
+switch black-holes the paths over it. :func:`reroute` recomputes the ROUTE
+table of every switch on the *surviving* graph:
+
+* per destination access switch D (its address prefix: every address field
+  but ``host``; per host in flat addressing), a BFS from D gives every
+  switch's distance to it; a switch forwards towards D through a surviving
+  port whose neighbour is one hop closer. Distances strictly decrease along
+  any path, so forwarding is loop-free for every destination; unreachable
+  destinations are dropped (never looped);
+* among equally short next hops the one the compiled table already uses is
+  kept (found with the reference pipeline on fabrics up to
+  :data:`PREFER_LIMIT` switch x destination pairs), else they are spread by
+  destination -- so routes that did not cross the failure keep their port;
+* the prefixes are compacted (ORTC, as the compiler does) into table ROUTE;
+  INGRESS (DMP, punts, guards) and the table-miss entries are kept, the
+  conditional tables (PORT_STATE, ALTERNATIVE) are left out: while a
+  reroute is in force the fabric runs minimal routing on the surviving graph
+  and PAUSE flips have nothing to switch (they resume when everything is back).
+
+Fast-failover groups (a precomputed alternative port per port, switched by
+the switch itself) are *not* implemented: on direct topologies such as a
+Dragonfly with one global link per group pair there is no per-port
+alternative that is loop-free for every destination (the neighbour group
+routes the destination straight back over the same switch), so the general
+mechanism is recomputation; see docs/operations.md.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable
+
+from hpcfabric.flows import TABLE_INGRESS, TABLE_ROUTE, FlowSpec, Output, RuleClass, SetField, sort_flows
+
+#: above this many (switch, destination) pairs the previous next hops are not looked up (speed)
+PREFER_LIMIT = 200_000
+
+
+def dead_links(fabric: Any, down: Iterable[tuple[str, int]], dead_switches: Iterable[str] = ()) -> set[int]:
+    """Indices in ``fabric.links`` of links with a down end or a dead switch."""
+    down = set(down)
+    dead = set(dead_switches)
+    out = set()
+    for i, link in enumerate(fabric.links):
+        if (link.a, link.a_port) in down or (link.b, link.b_port) in down or link.a in dead or link.b in dead:
+            out.add(i)
+    return out
+
+
+def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterable[str] = ()
+            ) -> dict[str, tuple[FlowSpec, ...]]:
+    """Per switch, the table to install while the ports ``down`` (switch, port) and the switches
+    ``dead_switches`` are out of service. ``config`` is a compiled :class:`~hpcfabric.config.ControllerConfig`."""
+    from hpcfabric.compiler import Context, Route, _host_routes, _lpm_flows, _prefix
+    from hpcfabric.pipeline import Frame, Pipeline
+
+    fabric, plan = config.fabric, config.plan
+    gone = dead_links(fabric, down, dead_switches)
+    dead = set(dead_switches)
+    adj: dict[str, list[tuple[int, str]]] = {sw.name: [] for sw in fabric.switches}
+    for i, link in enumerate(fabric.links):
+        if i in gone:
+            continue
+        adj[link.a].append((link.a_port, link.b))
+        adj[link.b].append((link.b_port, link.a))
+    for ports in adj.values():
+        ports.sort()
+    ctx = Context(fabric, plan, "minimal")
+    names = ctx.layout.names
+    per_switch = "host" in names and len(names) > 1 and names[-1] == "host"
+    # destinations: (key switch, prefix bits, prefix length, a host there for the pipeline lookup)
+    dests: list[tuple[str, int, int, str]] = []
+    for sw in fabric.access_switches:
+        hosts = fabric.hosts_on(sw.name)
+        if per_switch:
+            fv = plan.switch_fields(sw)
+            bits, length = _prefix(ctx.layout, [(n, fv[n]) for n in names if n != "host"])
+            dests.append((sw.name, bits, length, hosts[0].name))
+        else:
+            for h in hosts:
+                dests.append((sw.name, *ctx.host_prefix[h.name], h.name))
+    dist: dict[str, dict[str, int]] = {}
+    for target in {d[0] for d in dests}:
+        if target in dead:
+            dist[target] = {}
+            continue
+        seen = {target: 0}
+        queue = deque([target])
+        while queue:
+            cur = queue.popleft()
+            for _, nb in adj[cur]:
+                if nb not in seen and nb not in dead:
+                    seen[nb] = seen[cur] + 1
+                    queue.append(nb)
+        dist[target] = seen
+    prefer = len(fabric.switches) * len(dests) <= PREFER_LIMIT
+    real = dict(getattr(config, "real_macs", ()) or ())
+    out: dict[str, tuple[FlowSpec, ...]] = {}
+    for sw in fabric.switches:
+        base = config.desired.get(sw.name, ())
+        if sw.name in dead:
+            out[sw.name] = tuple(base)
+            continue
+        pipe = Pipeline(base) if prefer else None
+        in_port = min(fabric.ports(sw.name)) if fabric.ports(sw.name) else 1
+        routes = _host_routes(ctx, sw) if fabric.hosts_on(sw.name) else []
+        for rank, (target, bits, length, host) in enumerate(dests):
+            if target == sw.name:
+                continue
+            d = dist[target].get(sw.name)
+            if d is None:
+                continue  # unreachable: dropped by the table miss
+            cands = [p for p, nb in adj[sw.name] if dist[target].get(nb) == d - 1]
+            if not cands:
+                continue
+            port = None
+            if pipe is not None:
+                res = pipe.process(Frame(in_port=in_port, eth_src=0x020000000000, eth_dst=plan.host_mac[host]))
+                outs = [p for p, _ in res.outputs]
+                if len(outs) == 1 and outs[0] in cands:
+                    port = outs[0]
+            if port is None:
+                port = cands[rank % len(cands)]
+            routes.append(Route(bits, length, port, RuleClass.ROUTE))
+        route_flows = _lpm_flows(ctx.cache, routes, compact=True)
+        if real:  # host_mac = rewrite: deliveries set the host's real MAC back
+            hosts = {h.port: h.name for h in fabric.hosts_on(sw.name)}
+            fixed = []
+            for f in route_flows:
+                acts = []
+                for a in f.actions:
+                    if isinstance(a, Output) and a.port in hosts:
+                        acts.append(SetField("eth_dst", real[hosts[a.port]]))
+                    acts.append(a)
+                fixed.append(FlowSpec(f.table, f.priority, f.match, tuple(acts), f.cookie, f.goto, f.write_metadata))
+            route_flows = fixed
+        keep = [f for f in base if f.table == TABLE_INGRESS
+                or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA)]
+        out[sw.name] = sort_flows(keep + route_flows)
+    return out
+
+
+def failover_groups(config: Any) -> dict[str, dict[int, Any]]:
+    """Fast-failover groups: not implemented (see the module docstring); the config rejects ``fast_failover = on``."""
+    return {}

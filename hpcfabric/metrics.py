@@ -1,0 +1,228 @@
+"""Prometheus metrics of the controller (``[metrics] listen = HOST:PORT``), see docs/operations.md.
+
+:class:`FabricCollector` reads the controller's state at scrape time (no
+bookkeeping on the hot paths); the PAUSE reaction times feed a real
+histogram (:class:`ReactionHistogram`) as flips complete. Every metric is
+named ``hpcfabric_*``; :data:`METRICS` lists them with their help text
+(the docs table is checked against it).
+
+The controller object only needs the attributes it already has
+(``switches``, ``counters``, ``pause``, ``port_flips``, ``served``,
+``meter_drops``, ``reloads``, ``ha``, ``failover``, ``status()``-like
+discovery report via ``_last_report``), so the collector is unit-tested
+with the real app and a fake datapath.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+#: name -> (type, help). Counter names are given without the ``_total`` suffix prometheus_client adds.
+METRICS: dict[str, tuple[str, str]] = {
+    "hpcfabric_up": ("gauge", "1 while the controller runs"),
+    "hpcfabric_switches_expected": ("gauge", "Switches of the topology this instance manages"),
+    "hpcfabric_switches_connected": ("gauge", "Managed switches with an OpenFlow connection"),
+    "hpcfabric_switches_confirmed": ("gauge", "Managed switches whose table was reconciled and confirmed by a barrier"),
+    "hpcfabric_switch_connected": ("gauge", "1 if the switch is connected (label switch)"),
+    "hpcfabric_switch_rules_expected": ("gauge", "Flow entries the switch should hold"),
+    "hpcfabric_switch_rules_installed": ("gauge", "Flow entries confirmed on the switch (0 until confirmed)"),
+    "hpcfabric_switch_syncs": ("counter", "Completed reconciliations of the switch"),
+    "hpcfabric_unknown_switches": ("gauge", "Connected or LLDP-seen dpids the topology does not know"),
+    "hpcfabric_links_expected": ("gauge", "Switch-to-switch links of the topology"),
+    "hpcfabric_links_discovered": ("gauge", "Expected links confirmed by LLDP"),
+    "hpcfabric_links_missing": ("gauge", "Expected links not seen by LLDP"),
+    "hpcfabric_miswired_ports": ("gauge", "Ports whose LLDP neighbour is not the expected one"),
+    "hpcfabric_quarantined_ports": ("gauge", "Ports held at OFPPC_NO_FWD"),
+    "hpcfabric_ports_down": ("gauge", "Fabric ports reported down by port status"),
+    "hpcfabric_port_paused": ("gauge", "1 while the port is paused (ports that ever flipped)"),
+    "hpcfabric_port_pause_flips": ("counter", "PAUSE flips (paused or resumed) of the port"),
+    "hpcfabric_pause_reaction_seconds": ("histogram", "PAUSE frame handling start to barrier reply of its flip"),
+    "hpcfabric_dmp_requests_served": ("counter", "DMP requests answered by the switch's echo entry (polled flow stats)"),
+    "hpcfabric_spoofed_frames_dropped": ("counter", "Frames from a host port with a foreign source MAC (guard drops)"),
+    "hpcfabric_host_punts": ("counter", "Control frames from host ports sent towards the controller (before the meter)"),
+    "hpcfabric_meter_dropped_packets": ("counter", "Punted frames dropped by the punt meter (label meter=fabric|host)"),
+    "hpcfabric_packet_ins": ("counter", "Packet-ins by kind (pause, lldp, cnm, dmp, other, short)"),
+    "hpcfabric_malformed_frames": ("counter", "Packet-ins dropped as malformed, by kind"),
+    "hpcfabric_ignored_frames": ("counter", "Well-formed packet-ins dropped on purpose, by reason"),
+    "hpcfabric_reloads": ("counter", "Configuration reloads by result (ok, failed)"),
+    "hpcfabric_config_valid": ("gauge", "0 while the last reload attempt failed (the previous config keeps running)"),
+    "hpcfabric_flow_mods_sent": ("counter", "Flow-mods sent by reconciliation (adds, modifies, deletes)"),
+    "hpcfabric_flip_flow_mods": ("counter", "Flow-mods sent for PAUSE flips"),
+    "hpcfabric_switch_errors": ("counter", "OpenFlow error messages received"),
+    "hpcfabric_sync_failures": ("counter", "Failed reconciliation attempts"),
+    "hpcfabric_ha_master": ("gauge", "1 if this instance may write to the switches (master or equal)"),
+    "hpcfabric_ha_generation": ("gauge", "OpenFlow role generation id of this instance"),
+    "hpcfabric_ha_takeovers": ("counter", "Times this instance took the master lease over"),
+    "hpcfabric_link_failures": ("counter", "Fabric port down events handled"),
+    "hpcfabric_reroutes": ("counter", "Route recomputations after link or switch failures"),
+    "hpcfabric_reroute_seconds": ("gauge", "Duration of the last reroute (port status to last barrier reply)"),
+}
+
+#: histogram buckets of the PAUSE reaction time, seconds
+REACTION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+
+_PACKET_IN_KINDS = ("pause", "lldp", "cnm", "dmp", "other", "short")
+_MALFORMED = {"pause": "pause_malformed", "lldp": "lldp_malformed", "short": "short_frames", "no_in_port": "no_in_port"}
+_IGNORED = {
+    "pause_host_port": "pause_host_port",
+    "pause_unknown_port": "pause_unknown_port",
+    "pause_unknown_switch": "pause_unknown_switch",
+    "pause_minimal_routing": "pause_minimal",
+    "lldp_foreign": "lldp_foreign",
+    "lldp_host_port_untrusted": "lldp_host_untrusted",
+    "cnm": "cnm_frames",
+    "dmp": "dmp_packet_ins",
+    "other": "other_packet_ins",
+    "not_master": "not_master_packet_ins",
+}
+
+
+class ReactionHistogram:
+    """Cumulative histogram of reaction times (seconds), fed by the controller as flips complete."""
+
+    def __init__(self, buckets: tuple[float, ...] = REACTION_BUCKETS) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.sum += seconds
+        for i, b in enumerate(self.buckets):
+            if seconds <= b:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, total = [], 0
+        for b, c in zip(self.buckets, self.counts):
+            total += c
+            out.append((repr(b), total))
+        total += self.counts[-1]
+        out.append(("+Inf", total))
+        return out
+
+
+class FabricCollector:
+    """prometheus_client collector over a running :class:`hpcfabric.controller.HpcfabricController`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def describe(self) -> list:
+        return []  # collect() builds everything at scrape time (unchecked collector)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        app = self.app
+        c = app.counters
+        h = METRICS
+
+        def gauge(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
+            g = GaugeMetricFamily(name, h[name][1], value=value, labels=labels)
+            return g
+
+        def counter(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
+            return CounterMetricFamily(name, h[name][1], value=value, labels=labels)
+
+        sws = list(app.switches.values())
+        yield gauge("hpcfabric_up", 1)
+        yield gauge("hpcfabric_switches_expected", len(sws))
+        yield gauge("hpcfabric_switches_connected", sum(1 for s in sws if s.connected))
+        yield gauge("hpcfabric_switches_confirmed", sum(1 for s in sws if s.confirmed))
+        conn = gauge("hpcfabric_switch_connected", labels=["switch"])
+        exp = gauge("hpcfabric_switch_rules_expected", labels=["switch"])
+        inst = gauge("hpcfabric_switch_rules_installed", labels=["switch"])
+        syncs = counter("hpcfabric_switch_syncs", labels=["switch"])
+        for s in sws:
+            conn.add_metric([s.name], 1 if s.connected else 0)
+            exp.add_metric([s.name], s.rules_expected)
+            inst.add_metric([s.name], s.rules_installed if s.confirmed else 0)
+            syncs.add_metric([s.name], s.syncs)
+        yield conn
+        yield exp
+        yield inst
+        yield syncs
+        rep = app._last_report or {}
+        yield gauge("hpcfabric_unknown_switches", len(app.unknown_dpids()))
+        yield gauge("hpcfabric_links_expected", rep.get("links_expected", len(app.fabric.links)))
+        yield gauge("hpcfabric_links_discovered", rep.get("links_discovered", 0))
+        yield gauge("hpcfabric_links_missing", len(rep.get("missing_links", ())))
+        yield gauge("hpcfabric_miswired_ports", len(rep.get("miswired", ())))
+        yield gauge("hpcfabric_quarantined_ports", len(rep.get("quarantined", ())))
+        yield gauge("hpcfabric_ports_down", len(app.failover.down))
+
+        import time as _time
+
+        now = _time.monotonic()
+        paused = gauge("hpcfabric_port_paused", labels=["switch", "port"])
+        flips = counter("hpcfabric_port_pause_flips", labels=["switch", "port"])
+        ports = set(app.port_flips) | set(app.pause.until)
+        for sw, port in sorted(ports):
+            paused.add_metric([sw, str(port)], 1 if app.pause.is_paused(sw, port, now) else 0)
+            flips.add_metric([sw, str(port)], app.port_flips.get((sw, port), 0))
+        yield paused
+        yield flips
+        hist = app.reaction_hist
+        yield HistogramMetricFamily(
+            "hpcfabric_pause_reaction_seconds", h["hpcfabric_pause_reaction_seconds"][1],
+            buckets=hist.cumulative(), sum_value=hist.sum,
+        )
+        for name, kind in (("hpcfabric_dmp_requests_served", "dmp"), ("hpcfabric_spoofed_frames_dropped", "spoofed"),
+                           ("hpcfabric_host_punts", "host_punts")):
+            m = counter(name, labels=["switch", "port"])
+            for sw, kinds in sorted(app.served.items()):
+                for port, n in sorted(kinds.get(kind, {}).items()):
+                    m.add_metric([sw, str(port)], n)
+            yield m
+        m = counter("hpcfabric_meter_dropped_packets", labels=["switch", "meter"])
+        names = {mt.meter_id: mt.name for mt in app.config.meters}
+        for sw, drops in sorted(app.meter_drops.items()):
+            for mid, n in sorted(drops.items()):
+                m.add_metric([sw, names.get(mid, str(mid))], n)
+        yield m
+        m = counter("hpcfabric_packet_ins", labels=["kind"])
+        for kind in _PACKET_IN_KINDS:
+            m.add_metric([kind], c[f"packet_in_{kind}"])
+        yield m
+        m = counter("hpcfabric_malformed_frames", labels=["kind"])
+        for kind, key in _MALFORMED.items():
+            m.add_metric([kind], c[key])
+        yield m
+        m = counter("hpcfabric_ignored_frames", labels=["reason"])
+        for reason, key in _IGNORED.items():
+            m.add_metric([reason], c[key])
+        yield m
+        m = counter("hpcfabric_reloads", labels=["result"])
+        m.add_metric(["ok"], app.reloads["ok"])
+        m.add_metric(["failed"], app.reloads["failed"])
+        yield m
+        last = app.reloads.get("last") or {}
+        yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
+        yield counter("hpcfabric_flow_mods_sent", c["rules_sent"])
+        yield counter("hpcfabric_flip_flow_mods", c["flip_flow_mods"])
+        yield counter("hpcfabric_switch_errors", c["switch_errors"])
+        yield counter("hpcfabric_sync_failures", c["sync_failures"])
+        yield gauge("hpcfabric_ha_master", 1 if app.ha.master else 0)
+        yield gauge("hpcfabric_ha_generation", app.ha.generation)
+        yield counter("hpcfabric_ha_takeovers", app.ha.takeovers)
+        yield counter("hpcfabric_link_failures", app.failover.events)
+        yield counter("hpcfabric_reroutes", app.failover.recomputes)
+        yield gauge("hpcfabric_reroute_seconds", (app.failover.last_ms or 0.0) / 1000.0)
+
+
+def make_registry(app: Any) -> Any:
+    """A fresh prometheus_client registry holding only the fabric collector (no process/GC metrics)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FabricCollector(app))
+    return registry
+
+
+def render(app: Any) -> bytes:
+    """The text exposition of ``app``'s metrics (what a scrape returns)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(make_registry(app))

@@ -1,0 +1,256 @@
+"""A fake OpenFlow 1.3 switch for the operations tests (imported by the other ``test_ops_*`` modules).
+
+:class:`FakeSwitch` is a datapath the real controller app talks to: it keeps
+a flow table, meters, groups and the OpenFlow role state (generation ids,
+stale claims rejected, a slave's writes refused -- like Open vSwitch), and
+answers every request synchronously by calling the app's own handlers.
+It rejects ONF bundles, so the app uses plain flow-mods. ``log`` records
+every message type received, so tests count flow-mods exactly.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from os_ken.ofproto import ofproto_parser
+    from os_ken.ofproto import ofproto_v1_3 as O
+    from os_ken.ofproto import ofproto_v1_3_parser as P
+    from os_ken.ofproto.ofproto_protocol import ProtocolDesc
+
+import hpcfabric.controller as ctl
+from hpcfabric import ofwire
+from hpcfabric.config import load_config
+from hpcfabric.controller import ofmsg
+from hpcfabric.flows import FlowSpec, cookie_class
+from hpcfabric.reconcile import canonical
+
+ROOT = Path(__file__).resolve().parent.parent
+DESC = ProtocolDesc(O.OFP_VERSION)
+
+MP_FLOW, MP_GROUP_DESC, MP_METER, MP_METER_CONFIG = 1, 7, 9, 10
+
+
+def make_app(config_path: str | Path, status: Path | None = None):
+    cfg = load_config(config_path)
+    ctl._PRELOADED = cfg
+    ctl._OVERRIDES.clear()
+    if status is not None:
+        ctl._OVERRIDES["status_file"] = str(status)
+    try:
+        return ctl.HpcfabricController()
+    finally:
+        ctl._PRELOADED = None
+
+
+def ev(**kw: Any) -> SimpleNamespace:
+    return SimpleNamespace(msg=SimpleNamespace(**kw))
+
+
+class FakeSwitch:
+    ofproto = O
+    ofproto_parser = P
+
+    def __init__(self, app: Any, dpid: int, ports: list[int] | None = None, *, gen_cache: dict | None = None):
+        self.app = app
+        self.id = dpid
+        self.xid = 1000
+        self.address = ("127.0.0.1", 40000 + dpid)
+        ports = ports if ports is not None else list(range(1, 9))
+        self.ports = {p: SimpleNamespace(port_no=p, hw_addr="02:00:00:%02x:%02x:%02x" % (dpid >> 8 & 255, dpid & 255, p),
+                                         config=0, state=0) for p in ports}
+        self.flows: dict[tuple, FlowSpec] = {}
+        self.counts: dict[tuple, int] = {}
+        self.meters: dict[int, tuple[int, int, int]] = {}
+        self.groups: dict[int, tuple] = {}
+        self.log: list[str] = []
+        self.packet_outs: list[bytes] = []
+        self.role = O.OFPCR_ROLE_EQUAL
+        # OVS keeps the election id per switch, shared by all connections: pass one dict to both apps' fakes
+        self.gen = gen_cache if gen_cache is not None else {}
+        self.alive = True
+
+    # -- what the app calls ---------------------------------------------------------------------
+    def set_xid(self, msg: Any) -> None:
+        self.xid = (self.xid + 1) & 0xFFFFFFFF
+        msg.set_xid(self.xid)
+
+    def send(self, data: bytes) -> bool:
+        if not self.alive:
+            return False
+        buf = bytes(data)
+        while buf:
+            _, mtype, length, xid = ofproto_parser.header(buf)
+            self._handle(mtype, xid, buf[:length])
+            buf = buf[length:]
+        return True
+
+    # -- helpers for tests ----------------------------------------------------------------------
+    def connect(self) -> None:
+        self.app._connected(self)
+
+    def table(self) -> set[FlowSpec]:
+        return set(self.flows.values())
+
+    def install(self, flows) -> None:
+        for f in flows:
+            f = canonical(f)
+            self.flows[f.key()] = f
+
+    def count(self, kind: str) -> int:
+        return self.log.count(kind)
+
+    def flow_mods(self) -> int:
+        return self.count("flow_mod")
+
+    def packet_in(self, in_port: int, data: bytes) -> None:
+        self.app._packet_in(ev(datapath=self, match={"in_port": in_port}, data=data))
+
+    # -- the switch ---------------------------------------------------------------------------
+    def _error(self, xid: int, etype: int, code: int) -> None:
+        self.app._error(ev(datapath=self, xid=xid, type=etype, code=code))
+
+    def _is_slave(self) -> bool:
+        return self.role == O.OFPCR_ROLE_SLAVE
+
+    def _handle(self, mtype: int, xid: int, buf: bytes) -> None:
+        app = self.app
+        if mtype == O.OFPT_BARRIER_REQUEST:
+            self.log.append("barrier")
+            app._barrier_reply(ev(datapath=self, xid=xid))
+        elif mtype == O.OFPT_EXPERIMENTER:
+            self.log.append("bundle")
+            self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_BAD_EXPERIMENTER)
+        elif mtype == O.OFPT_ROLE_REQUEST:
+            role, gen = struct.unpack_from("!I4xQ", buf, 8)
+            self.log.append("role")
+            cached = self.gen.get("id")
+            if role in (O.OFPCR_ROLE_MASTER, O.OFPCR_ROLE_SLAVE):
+                if cached is not None and ((gen - cached) & (1 << 64) - 1) >= 1 << 63:
+                    self._error(xid, O.OFPET_ROLE_REQUEST_FAILED, O.OFPRRFC_STALE)
+                    return
+                self.gen["id"] = gen
+                if role == O.OFPCR_ROLE_MASTER:
+                    for other in self.gen.setdefault("conns", []):
+                        if other is not self and other.role == O.OFPCR_ROLE_MASTER:
+                            other.role = O.OFPCR_ROLE_SLAVE
+                self.role = role
+            if self not in self.gen.setdefault("conns", []):
+                self.gen["conns"].append(self)
+            app._role_reply(ev(datapath=self, xid=xid, role=self.role, generation_id=gen))
+        elif mtype == O.OFPT_FLOW_MOD:
+            if self._is_slave():
+                self.log.append("refused")
+                self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_IS_SLAVE)
+                return
+            self.log.append("flow_mod")
+            msg = ofproto_parser.msg(DESC, O.OFP_VERSION, mtype, len(buf), xid, buf)
+            self._flow_mod(msg, xid)
+        elif mtype == O.OFPT_METER_MOD:
+            if self._is_slave():
+                self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_IS_SLAVE)
+                return
+            self.log.append("meter_mod")
+            cmd, flags, mid = struct.unpack_from("!HHI", buf, 8)
+            if cmd == ofwire.OFPMC_DELETE:
+                self.meters.pop(mid, None)
+                return
+            _, _, rate, burst = struct.unpack_from("!HHII", buf, 16)
+            if cmd == ofwire.OFPMC_ADD and mid in self.meters:
+                self._error(xid, O.OFPET_METER_MOD_FAILED, O.OFPMMFC_METER_EXISTS)
+                return
+            if cmd == ofwire.OFPMC_MODIFY and mid not in self.meters:
+                self._error(xid, O.OFPET_METER_MOD_FAILED, O.OFPMMFC_UNKNOWN_METER)
+                return
+            self.meters[mid] = (flags, rate, burst)
+        elif mtype == O.OFPT_GROUP_MOD:
+            if self._is_slave():
+                self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_IS_SLAVE)
+                return
+            self.log.append("group_mod")
+            msg = ofproto_parser.msg(DESC, O.OFP_VERSION, mtype, len(buf), xid, buf)
+            if msg.command == O.OFPGC_DELETE:
+                self.groups.pop(msg.group_id, None)
+                return
+            if msg.command == O.OFPGC_ADD and msg.group_id in self.groups:
+                self._error(xid, O.OFPET_GROUP_MOD_FAILED, O.OFPGMFC_GROUP_EXISTS)
+                return
+            self.groups[msg.group_id] = (msg.type, msg.buckets)
+        elif mtype == O.OFPT_MULTIPART_REQUEST:
+            (mp,) = struct.unpack_from("!H", buf, 8)
+            self.log.append(f"multipart_{mp}")
+            self._multipart(mp, xid, buf)
+        elif mtype == O.OFPT_PACKET_OUT:
+            self.log.append("packet_out")
+            self.packet_outs.append(buf)
+        elif mtype == O.OFPT_PORT_MOD:
+            self.log.append("port_mod")
+        else:
+            self.log.append(f"type_{mtype}")
+
+    def _flow_mod(self, msg: Any, xid: int) -> None:
+        if msg.command == O.OFPFC_ADD:
+            spec = canonical(ofmsg.from_flow_mod(msg))
+            if spec.meter is not None and spec.meter not in self.meters:
+                self._error(xid, O.OFPET_METER_MOD_FAILED, O.OFPMMFC_UNKNOWN_METER)
+                return
+            self.flows[spec.key()] = spec
+            self.counts.setdefault(spec.key(), 0)
+            return
+        match = ofmsg.from_match(msg.match)
+        key = (msg.table_id, msg.priority, canonical(FlowSpec(msg.table_id, msg.priority, match)).match)
+        cur = self.flows.get(key)
+        if cur is None or (msg.cookie_mask and (cur.cookie & msg.cookie_mask) != (msg.cookie & msg.cookie_mask)):
+            return
+        if msg.command == O.OFPFC_DELETE_STRICT:
+            del self.flows[key]
+        elif msg.command == O.OFPFC_MODIFY_STRICT:
+            spec = canonical(ofmsg.from_flow_mod(msg))
+            from dataclasses import replace
+
+            self.flows[key] = replace(spec, cookie=cur.cookie)
+
+    def _multipart(self, mp: int, xid: int, buf: bytes) -> None:
+        app = self.app
+        if mp == MP_FLOW:
+            table, out_port, out_group, cookie, mask = struct.unpack_from("!B3xII4xQQ", buf, 16)
+            body = []
+            for f in self.flows.values():
+                if mask and (f.cookie & mask) != (cookie & mask):
+                    continue
+                match = ofwire.encode_match(f.match)
+                inst = ofwire.encode_instructions(f)
+                head = struct.pack("!HBxIIHHHH4xQQQ", 48 + len(match) + len(inst), f.table, 5, 0, f.priority, 0, 0, 0,
+                                   f.cookie, self.counts.get(f.key(), 0), 0)
+                body.append(ofwire.FlowStatsEntry(head + match + inst))
+            app._flow_stats_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+        elif mp == MP_METER_CONFIG:
+            body = [SimpleNamespace(meter_id=mid, flags=flags, bands=[SimpleNamespace(rate=rate, burst_size=burst)])
+                    for mid, (flags, rate, burst) in self.meters.items()]
+            app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+        elif mp == MP_METER:
+            body = [SimpleNamespace(meter_id=mid, band_stats=[SimpleNamespace(packet_band_count=7)])
+                    for mid in self.meters]
+            app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+        elif mp == MP_GROUP_DESC:
+            body = [SimpleNamespace(group_id=gid, type=t, buckets=b) for gid, (t, b) in self.groups.items()]
+            app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+        else:
+            self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_BAD_MULTIPART)
+
+
+def settle(rounds: int = 50) -> None:
+    """Let the app's green threads run (sessions, syncs)."""
+    from os_ken.lib import hub
+
+    for _ in range(rounds):
+        hub.sleep(0)
+
+
+def ours(flows) -> set:
+    return {f for f in flows if cookie_class(f.cookie) is not None}
