@@ -249,18 +249,21 @@ class _Sweep:
         return {r: line for r, line in changed.items() if not np.array_equal(line, self.uniq[self.li[r]])}
 
     def walk(
-        self, changed: dict[int, np.ndarray] | None = None, with_columns: bool = False
+        self, changed: dict[int, np.ndarray] | None = None, only_changed: bool = True
     ) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
-        """Every host pair through the decisions (``changed`` lines patched in,
-        and then only the destinations they change): dependency edges as row
-        pairs (with the destination column if ``with_columns``), a forwarding
-        summary, and the destination columns walked."""
+        """Every host pair through the decisions, ``changed`` lines patched in
+        (and then, with ``only_changed``, only the destinations they change):
+        the dependency edges (row pairs packed as ``r1 << 32 | r2``), a
+        forwarding summary, and the destination columns walked."""
         eng = self.eng
         U = self.unique_matrix()
         li = np.array(self.li + [U.shape[0] - 1], dtype=np.int64)  # the sink row -> the SINK line
         if changed:
             rows = list(changed)
-            cols = np.flatnonzero(np.any([changed[r] != self.uniq[self.li[r]] for r in rows], axis=0))
+            if only_changed:
+                cols = np.flatnonzero(np.any([changed[r] != self.uniq[self.li[r]] for r in rows], axis=0))
+            else:
+                cols = np.arange(self.n)
             m = np.concatenate([U[:, cols], np.stack([changed[r][cols] for r in rows])])
             li[rows] = np.arange(U.shape[0], U.shape[0] + len(rows))
         else:
@@ -268,18 +271,20 @@ class _Sweep:
             m = U
         dst = _Dst(self.dst.macs[cols])
         n = len(cols)
-        steps: list[np.ndarray] = []
+        parts: list[np.ndarray] = []
+        size = [0]
         fabric_row = np.concatenate([self.fabric_row, [False]])
 
         def on_step(cur: np.ndarray, code: np.ndarray, col: np.ndarray) -> None:
             keep = (code >= 0) & fabric_row[cur]
             if keep.any():
-                e = cur[keep].astype(np.int64) << 32 | code[keep].astype(np.int64)
-                if with_columns:
-                    e = np.unique(np.stack([e, cols[col[keep]]], axis=1), axis=0)
-                else:
-                    e = np.unique(e)
-                steps.append(e)
+                e = np.unique(cur[keep].astype(np.int64) << 32 | code[keep].astype(np.int64))
+                parts.append(e)
+                size[0] += len(e)
+                if size[0] > 4_000_000:  # keep memory bounded on big fabrics
+                    merged = np.unique(np.concatenate(parts))
+                    parts[:] = [merged]
+                    size[0] = len(merged)
 
         by_line: dict[tuple[str, int], list[int]] = {}
         for h, host in enumerate(eng.hosts):
@@ -303,10 +308,7 @@ class _Sweep:
                     bad[kind] = bad.get(kind, 0) + len(srcs)
                     if len(examples) < 3:
                         examples.append({"src": eng.hosts[srcs[0]].name, "dst": eng.hosts[d].name, "kind": kind})
-        if steps:
-            edges = np.unique(np.concatenate(steps), axis=0 if with_columns else None)
-        else:
-            edges = np.zeros((0, 2) if with_columns else 0, dtype=np.int64)
+        edges = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         return edges, {"undelivered": bad, "examples": examples}, cols
 
 
@@ -353,12 +355,12 @@ def check_deadlock_freedom(
     sweep = _Sweep(compiled)
     n_hosts = sweep.n
     union: set[int] = set()
-    scen: list[tuple[str, np.ndarray, np.ndarray]] = []  # name, walked columns, edges (with columns)
+    scen: list[tuple[str, dict[int, np.ndarray]]] = []  # paused port, the decision lines it changes
     failures: list[dict[str, Any]] = []
     failed = 0
     notes = []
-    base_edges, summary, _cols = sweep.walk(with_columns=True)
-    union.update(np.unique(base_edges[:, 0]).tolist())
+    base_edges, summary, _cols = sweep.walk()
+    union.update(base_edges.tolist())
     if summary["undelivered"]:
         failed += 1
         failures.append({"paused": None, **summary})
@@ -371,12 +373,11 @@ def check_deadlock_freedom(
             continue
         walked += 1
         changed = sweep.scenario(sw, port, flipped.tables[sw].flows)
+        scen.append((f"{sw}:{port}", changed))
         if not changed:
-            scen.append((f"{sw}:{port}", np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.int64)))
             continue
-        edges, summary, cols = sweep.walk(changed, with_columns=True)
-        union.update(np.unique(edges[:, 0]).tolist())
-        scen.append((f"{sw}:{port}", cols, edges))
+        edges, summary, _cols = sweep.walk(changed)
+        union.update(edges.tolist())
         if summary["undelivered"]:
             failed += 1
             if len(failures) < max_failures:
@@ -392,14 +393,10 @@ def check_deadlock_freedom(
         sub = g.subgraph([r for r, p in pcp_of.items() if p == k])
         per_cos[_cos_label(k)] = _cycle(sweep, sub)  # type: ignore[arg-type]
     cyclic = 0
-    if cycle is not None:  # the union is cyclic: which scenarios are cyclic on their own?
-        names = ["none"] + [name for name, _, _ in scen]
-        graphs = [base_edges[:, 0]]
-        for _name, cols, edges in scen:
-            keep = ~np.isin(base_edges[:, 1], cols)  # the unpaused walks of the destinations not re-walked
-            graphs.append(np.concatenate([base_edges[keep, 0], edges[:, 0]]))
-        for name, edges in zip(names, graphs):
-            c = _cycle(sweep, _graph(np.unique(edges).tolist()))
+    if cycle is not None:  # the union is cyclic: which scenarios are cyclic on their own? (walked again in full)
+        for name, changed in [("none", {})] + scen:
+            edges = base_edges if not changed else sweep.walk(changed, only_changed=False)[0]
+            c = _cycle(sweep, _graph(edges.tolist()))
             if c is not None:
                 cyclic += 1
                 if len(failures) < max_failures:
@@ -412,7 +409,7 @@ def check_deadlock_freedom(
         cos=getattr(compiled, "cos", None),
         cos_levels=getattr(compiled, "cos_levels", 0),
         scenarios=walked,
-        paused_ports=tuple(name for name, _, _ in scen),
+        paused_ports=tuple(name for name, _ in scen),
         channels=g.number_of_nodes(),
         dependencies=g.number_of_edges(),
         acyclic=cycle is None,
