@@ -143,7 +143,35 @@ fi
 # --------------------------------------------------------------------------
 ovs_ok() { $SUDO timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
 
+# Userspace OVS sends on every netdev-linux port through ONE AF_PACKET socket,
+# created at its first send with the then net.core.wmem_default as its send
+# buffer. Frames waiting in the experiments' link shapers (mininet/lossless.py)
+# are charged to that buffer: with the kernel default (208 KiB) a few full
+# queues make every other send fail silently. 16 MiB holds ~240 full 30-KB
+# queues (1-KB frames). Raised (never lowered) before OVS starts; docs/experiments.md.
+OVS_SNDBUF=16777216
+ovs_sndbuf() {  # send buffer of ovs-vswitchd's unbound AF_PACKET socket (0: none yet)
+    ss -0 -m -p 2>/dev/null | awk '/ovs-vswitchd/ && $4 ~ /^\[0\]/ { if (match($0, /tb[0-9]+/)) { print substr($0, RSTART + 2, RLENGTH - 2); exit } }'
+}
 if [[ $DO_OVS -eq 1 ]]; then
+    cur=$(sysctl -n net.core.wmem_default 2>/dev/null || echo 0)
+    if (( cur < OVS_SNDBUF )); then
+        log "raising net.core.wmem_default $cur -> $OVS_SNDBUF (Open vSwitch's send socket, see docs/experiments.md)"
+        $SUDO sysctl -qw net.core.wmem_default=$OVS_SNDBUF || die "sysctl net.core.wmem_default failed"
+    fi
+    (( $(sysctl -n net.core.wmem_max 2>/dev/null || echo 0) >= OVS_SNDBUF )) || $SUDO sysctl -qw net.core.wmem_max=$OVS_SNDBUF
+    if ovs_ok; then
+        tb=$(ovs_sndbuf)
+        if [[ -n $tb ]] && (( tb < OVS_SNDBUF )); then
+            if [[ -z $($SUDO ovs-vsctl list-br 2>/dev/null) ]]; then
+                log "restarting Open vSwitch: its send socket buffer is $tb bytes (< $OVS_SNDBUF) and no bridge exists"
+                $SUDO "$OVS_CTL" stop >/dev/null 2>&1 || true
+            else
+                log "WARNING: Open vSwitch's send socket buffer is $tb bytes (< $OVS_SNDBUF); bridges exist, so it is" \
+                    "not restarted: the lossless-link experiments need a restart (delete the bridges, rerun make setup)"
+            fi
+        fi
+    fi
     if ovs_ok; then
         log "Open vSwitch running"
     else

@@ -1,0 +1,430 @@
+"""Lossless-link emulation for Mininet fabrics: shaped fabric links and a PAUSE emulator.
+
+Userspace Open vSwitch on veth pairs neither limits a link's rate nor honours
+802.3x PAUSE. This module makes fabric links behave enough like lossless HPC
+links for conditional rules to matter:
+
+* :func:`shape_links` puts an htb shaper (``rate``) with a byte-limited FIFO
+  (``bfifo limit``) on the egress of every fabric-link interface, so a link
+  has a capacity and a queue. Host links stay unshaped.
+* :class:`PauseEmulator` (run as its own process: ``python lossless.py``)
+  polls every shaped queue's backlog over rtnetlink (one dump for all of
+  them) and plays the lossless receiver of that link: when the backlog of
+  ``s:x -> t:y`` reaches ``xoff_bytes`` it writes an 802.3x PAUSE (XOFF,
+  ``quanta``) into ``t-ethy``, so switch ``s`` receives it on port ``x``;
+  it repeats the XOFF every ``refresh_s`` while the backlog stays above
+  ``xon_bytes`` and sends XON (quanta 0) once it drains below. Frames are
+  written with ``PACKET_QDISC_BYPASS`` so a PAUSE never waits behind data
+  in the reverse direction's shaper (MAC control frames bypass queues in a
+  real NIC too).
+
+What it does not emulate: the paused switch does not actually stop sending
+(OVS cannot); the queue keeps absorbing until ``limit_bytes`` and then drops,
+where a real lossless fabric would hold the frames further upstream. Such
+drops are reported as loss. See docs/experiments.md.
+
+The emulator's time scale follows the link rate: at 1 Mbit/s one 1,000-byte
+frame takes 8 ms on the wire, so a 2–5 ms poll is well inside one frame
+time -- which is why the experiments shape links to a few Mbit/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+#: htb/bfifo handles used by :func:`shape_links` (the leaf FIFO is what the emulator watches)
+ROOT_HANDLE = "1:"
+LEAF_HANDLE = "10:"
+LEAF_HANDLE_ID = 0x00100000  # tc reads "10:" as hex
+PAUSE_DST = bytes.fromhex("0180c2000001")
+ETH_TYPE_MAC_CONTROL = 0x8808
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
+
+
+class LosslessError(RuntimeError):
+    """A shaping or emulator setup step failed (message says which interface and command)."""
+
+
+@dataclass(frozen=True)
+class ShapedLink:
+    """One direction of a fabric link: the queue on ``iface`` (switch ``switch`` port ``port``)
+    feeds neighbour ``peer`` port ``peer_port`` through interface ``peer_iface``."""
+
+    switch: str
+    port: int
+    iface: str
+    peer: str
+    peer_port: int
+    peer_iface: str
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """Rate and queue of every shaped fabric link."""
+
+    rate_mbit: float
+    limit_bytes: int
+    burst_bytes: int = 1600
+
+
+def fabric_directions(fabric: Any, prefix: str = "") -> list[ShapedLink]:
+    """Both directions of every switch-switch link of ``fabric`` (interface names as Mininet makes them)."""
+    out = []
+    for link in fabric.links:
+        a = f"{prefix}{link.a}-eth{link.a_port}"
+        b = f"{prefix}{link.b}-eth{link.b_port}"
+        out.append(ShapedLink(link.a, link.a_port, a, link.b, link.b_port, b))
+        out.append(ShapedLink(link.b, link.b_port, b, link.a, link.a_port, a))
+    return out
+
+
+def _tc(args: list[str]) -> None:
+    res = subprocess.run(["tc", *args], capture_output=True, text=True)
+    if res.returncode:
+        raise LosslessError(f"tc {' '.join(args)}: {res.stderr.strip() or res.returncode}")
+
+
+def shape_links(links: Iterable[ShapedLink], shape: LinkShape) -> int:
+    """Install ``htb rate`` + ``bfifo limit`` on the egress of every link direction (idempotent: replaces).
+
+    Uses one ``tc -batch`` for speed. Returns the number of interfaces shaped.
+    """
+    lines = []
+    n = 0
+    rate = f"{shape.rate_mbit * 1000:.0f}kbit"
+    for link in links:
+        dev = link.iface
+        lines += [
+            f"qdisc replace dev {dev} root handle {ROOT_HANDLE} htb default 1",
+            f"class replace dev {dev} parent {ROOT_HANDLE} classid 1:1 htb rate {rate} ceil {rate} "
+            f"burst {shape.burst_bytes} cburst {shape.burst_bytes}",
+            f"qdisc replace dev {dev} parent 1:1 handle {LEAF_HANDLE} bfifo limit {shape.limit_bytes}",
+        ]
+        n += 1
+    if not lines:
+        return 0
+    res = subprocess.run(["tc", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if res.returncode:
+        raise LosslessError(f"tc -batch (shaping {n} interfaces) failed: {res.stderr.strip()[-400:]}")
+    return n
+
+
+def unshape_links(links: Iterable[ShapedLink]) -> None:
+    """Remove the shapers again (best effort: the interfaces may be gone)."""
+    lines = [f"qdisc del dev {link.iface} root" for link in links]
+    if lines:
+        subprocess.run(["tc", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
+
+
+# ---------------------------------------------------------------------------
+# rtnetlink qdisc statistics
+
+
+NETLINK_ROUTE = 0
+RTM_NEWQDISC = 36
+RTM_GETQDISC = 38
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NLMSG_DONE = 3
+NLMSG_ERROR = 2
+TCA_STATS2 = 7
+TCA_STATS_QUEUE = 3
+_NLMSG = struct.Struct("=IHHII")
+_TCMSG = struct.Struct("=BxxxiIII")
+_NLA = struct.Struct("=HH")
+_QUEUE = struct.Struct("=IIIII")
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One qdisc's queue counters (struct gnet_stats_queue)."""
+
+    qlen: int
+    backlog: int
+    drops: int
+
+
+def _attrs(buf: bytes, start: int, end: int) -> Iterable[tuple[int, int, int]]:
+    """(type, payload start, payload end) of the netlink attributes in ``buf[start:end]``."""
+    pos = start
+    while pos + 4 <= end:
+        length, kind = _NLA.unpack_from(buf, pos)
+        if length < 4:
+            break
+        yield kind & 0x3FFF, pos + 4, pos + length
+        pos += (length + 3) & ~3
+
+
+def parse_qdisc_dump(chunks: Iterable[bytes], handle: int) -> dict[int, QueueStats]:
+    """ifindex -> queue stats of the qdiscs with ``handle``, from RTM_NEWQDISC messages."""
+    out: dict[int, QueueStats] = {}
+    for buf in chunks:
+        pos = 0
+        while pos + _NLMSG.size <= len(buf):
+            length, kind, _flags, _seq, _pid = _NLMSG.unpack_from(buf, pos)
+            if length < _NLMSG.size:
+                break
+            if kind == RTM_NEWQDISC:
+                body = pos + _NLMSG.size
+                _fam, ifindex, qhandle, _parent, _info = _TCMSG.unpack_from(buf, body)
+                if qhandle == handle:
+                    for t, s, e in _attrs(buf, body + _TCMSG.size, pos + length):
+                        if t != TCA_STATS2:
+                            continue
+                        for t2, s2, e2 in _attrs(buf, s, e):
+                            if t2 == TCA_STATS_QUEUE and e2 - s2 >= _QUEUE.size:
+                                qlen, backlog, drops, _req, _over = _QUEUE.unpack_from(buf, s2)
+                                out[ifindex] = QueueStats(qlen, backlog, drops)
+            pos += (length + 3) & ~3
+    return out
+
+
+class QdiscReader:
+    """Dumps every qdisc's stats with one rtnetlink request (much faster than ``tc -s``)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        self.sock.bind((0, 0))
+        self.seq = 0
+
+    def read(self, handle: int = LEAF_HANDLE_ID) -> dict[int, QueueStats]:
+        self.seq += 1
+        req = _NLMSG.pack(_NLMSG.size + _TCMSG.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
+        req += _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        self.sock.send(req)
+        chunks = []
+        while True:
+            data = self.sock.recv(1 << 20)
+            chunks.append(data)
+            done = False
+            pos = 0
+            while pos + _NLMSG.size <= len(data):
+                length, kind, *_ = _NLMSG.unpack_from(data, pos)
+                if kind in (NLMSG_DONE, NLMSG_ERROR) or length < _NLMSG.size:
+                    done = True
+                    break
+                pos += (length + 3) & ~3
+            if done:
+                break
+        return parse_qdisc_dump(chunks, handle)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ifindex(iface: str) -> int:
+    try:
+        with open(f"/sys/class/net/{iface}/ifindex") as f:
+            return int(f.read())
+    except OSError as err:
+        raise LosslessError(f"interface {iface} does not exist ({err.strerror})") from None
+
+
+# ---------------------------------------------------------------------------
+# the emulator
+
+
+@dataclass(frozen=True)
+class PauseSettings:
+    """Thresholds of the emulated lossless receivers (bytes of backlog in the link's queue)."""
+
+    xoff_bytes: int = 6000
+    xon_bytes: int = 1500
+    quanta: int = 0xFFFF
+    refresh_s: float = 0.02
+    poll_s: float = 0.002
+
+
+def pause_frame(src: bytes, quanta: int) -> bytes:
+    """An 802.3x PAUSE (opcode 1) from ``src`` with ``quanta``, padded to 60 bytes."""
+    return (PAUSE_DST + src + struct.pack("!HHH", ETH_TYPE_MAC_CONTROL, 1, quanta)).ljust(60, b"\0")
+
+
+@dataclass
+class LinkState:
+    link: ShapedLink
+    ifindex: int
+    sock: socket.socket
+    xoff: bytes
+    xon: bytes
+    paused: bool = False
+    last_sent: float = 0.0
+    xoff_frames: int = 0
+    xon_frames: int = 0
+    episodes: int = 0
+    paused_s: float = 0.0
+    since: float = 0.0
+    max_backlog: int = 0
+    drops0: int | None = None
+    drops: int = 0
+
+
+@dataclass
+class EmulatorReport:
+    """What the emulator did: totals and the per-link counters of links that paused or dropped."""
+
+    polls: int = 0
+    seconds: float = 0.0
+    poll_ms_avg: float = 0.0
+    xoff_frames: int = 0
+    xon_frames: int = 0
+    episodes: int = 0
+    queue_drops: int = 0
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class PauseEmulator:
+    """Plays the lossless receiver of every shaped link direction (see the module docstring)."""
+
+    def __init__(self, links: Iterable[ShapedLink], settings: PauseSettings):
+        self.settings = settings
+        self.reader = QdiscReader()
+        self.states: dict[int, LinkState] = {}
+        for link in links:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            try:
+                sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+            except OSError:
+                pass
+            sock.bind((link.peer_iface, 0))
+            with open(f"/sys/class/net/{link.peer_iface}/address") as f:
+                src = bytes.fromhex(f.read().strip().replace(":", ""))
+            idx = ifindex(link.iface)
+            self.states[idx] = LinkState(link, idx, sock, pause_frame(src, settings.quanta), pause_frame(src, 0))
+
+    def step(self, now: float) -> None:
+        """One poll: read every backlog, send the XOFF/XON frames due."""
+        st = self.settings
+        stats = self.reader.read()
+        for idx, q in stats.items():
+            ls = self.states.get(idx)
+            if ls is None:
+                continue
+            if ls.drops0 is None:
+                ls.drops0 = q.drops
+            ls.drops = q.drops - ls.drops0
+            if q.backlog > ls.max_backlog:
+                ls.max_backlog = q.backlog
+            if q.backlog >= st.xoff_bytes or (ls.paused and q.backlog > st.xon_bytes):
+                if not ls.paused:
+                    ls.paused = True
+                    ls.since = now
+                    ls.episodes += 1
+                    ls.last_sent = 0.0
+                if now - ls.last_sent >= st.refresh_s:
+                    ls.sock.send(ls.xoff)
+                    ls.last_sent = now
+                    ls.xoff_frames += 1
+            elif ls.paused:
+                ls.sock.send(ls.xon)
+                ls.xon_frames += 1
+                ls.paused = False
+                ls.paused_s += now - ls.since
+
+    def release(self, now: float) -> None:
+        """XON every link still paused (the emulator is stopping)."""
+        for ls in self.states.values():
+            if ls.paused:
+                try:
+                    ls.sock.send(ls.xon)
+                except OSError:
+                    pass
+                ls.xon_frames += 1
+                ls.paused = False
+                ls.paused_s += now - ls.since
+
+    def report(self, polls: int, seconds: float, poll_time: float) -> EmulatorReport:
+        rep = EmulatorReport(polls=polls, seconds=round(seconds, 3), poll_ms_avg=round(1000 * poll_time / max(polls, 1), 3))
+        for ls in self.states.values():
+            rep.xoff_frames += ls.xoff_frames
+            rep.xon_frames += ls.xon_frames
+            rep.episodes += ls.episodes
+            rep.queue_drops += ls.drops
+            if ls.episodes or ls.drops:
+                rep.links[f"{ls.link.switch}:{ls.link.port}"] = {
+                    "episodes": ls.episodes,
+                    "xoff_frames": ls.xoff_frames,
+                    "paused_s": round(ls.paused_s, 3),
+                    "max_backlog": ls.max_backlog,
+                    "drops": ls.drops,
+                }
+        return rep
+
+    def run(self, stop: list[int], deadline: float | None = None) -> EmulatorReport:
+        """Poll until ``stop`` is non-empty (a signal handler appends) or ``deadline`` (monotonic)."""
+        polls, busy = 0, 0.0
+        t0 = time.monotonic()
+        while not stop:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            self.step(now)
+            polls += 1
+            spent = time.monotonic() - now
+            busy += spent
+            if spent < self.settings.poll_s:
+                time.sleep(self.settings.poll_s - spent)
+        end = time.monotonic()
+        self.release(end)
+        return self.report(polls, end - t0, busy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``lossless.py LINKS_JSON [--xoff B --xon B --quanta Q --refresh-ms MS --poll-ms MS]``.
+
+    LINKS_JSON holds a list of :class:`ShapedLink` dicts. Prints ``ready`` once
+    set up, runs until SIGTERM/SIGINT, then prints one JSON report line.
+    """
+    ap = argparse.ArgumentParser(prog="lossless.py", description="PAUSE emulator for shaped Mininet fabric links")
+    ap.add_argument("links", help="JSON file: list of shaped link directions")
+    ap.add_argument("--xoff", type=int, default=PauseSettings.xoff_bytes, help="backlog (bytes) that sends XOFF")
+    ap.add_argument("--xon", type=int, default=PauseSettings.xon_bytes, help="backlog (bytes) below which XON is sent")
+    ap.add_argument("--quanta", type=int, default=PauseSettings.quanta, help="XOFF pause time, 512-bit-time quanta")
+    ap.add_argument("--refresh-ms", type=float, default=PauseSettings.refresh_s * 1000, help="XOFF repeat interval")
+    ap.add_argument("--poll-ms", type=float, default=PauseSettings.poll_s * 1000, help="backlog poll interval")
+    ap.add_argument("--realtime", action="store_true", help="run SCHED_FIFO (steadier polling on a busy machine)")
+    args = ap.parse_args(argv)
+    if not 0 <= args.xon < args.xoff:
+        print(f"lossless.py: need 0 <= --xon ({args.xon}) < --xoff ({args.xoff})", file=sys.stderr)
+        return 2
+    if not 0 < args.quanta <= 0xFFFF:
+        print(f"lossless.py: --quanta must be 1..65535, got {args.quanta}", file=sys.stderr)
+        return 2
+    with open(args.links) as f:
+        links = [ShapedLink(**d) for d in json.load(f)]
+    settings = PauseSettings(args.xoff, args.xon, args.quanta, args.refresh_ms / 1000, args.poll_ms / 1000)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    try:
+        emu = PauseEmulator(links, settings)
+    except (OSError, LosslessError) as err:
+        print(f"lossless.py: {err}", file=sys.stderr)
+        return 1
+    if args.realtime:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
+        except (AttributeError, OSError):
+            pass
+    print("ready", flush=True)
+    rep = emu.run(stop)
+    out = asdict(rep)
+    out["settings"] = asdict(settings)
+    print(json.dumps(out, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
