@@ -48,6 +48,7 @@ from hpcfabric.verify import (
     _relevant,
     _Row,
     apply_paused,
+    data_flows,
 )
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class _Sweep:
     def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
         """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
         eng = self.eng
-        relevant = [f for f in flows if _relevant(f)]
+        relevant = [f for f in data_flows(flows) if _relevant(f)]
         eng.relevant[switch] = relevant  # rows created on the way see the scenario's flows
         changed: dict[int, np.ndarray] = {}
         memo: dict[tuple, np.ndarray] = {}

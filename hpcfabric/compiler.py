@@ -45,15 +45,22 @@ from hpcfabric.flows import (
     ETH_TYPE_PAUSE,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
+    PAUSE_REACTIONS,
     TABLE_ALTERNATIVE,
     TABLE_INGRESS,
+    TABLE_PAUSE_LEARN,
+    TABLE_PAUSE_SELECT,
     TABLE_PORT_STATE,
     TABLE_ROUTE,
     FlowSpec,
+    Learn,
+    LearnLoad,
+    LearnMatch,
     Match,
     Output,
     PopVlan,
     PushVlan,
+    Resubmit,
     RuleClass,
     SetField,
     make_cookie,
@@ -76,6 +83,15 @@ PRIO_ALT_DIM = 30
 PRIO_VALIANT = 20
 PRIO_ALT_UP = 10  # fat-tree: another uplink while the default one is paused
 PRIO_FALLBACK = 1
+
+#: switch-local PAUSE reaction (``pause_reaction="switch"``, docs/controller.md)
+PRIO_PAUSE_LEARN = 1901  # table INGRESS, per fabric port, above the generic MAC-control punt (1900)
+PRIO_LEARNED = 100  # table PAUSE_LEARN: the overrides the switch learns
+PRIO_SELECT_PAUSED = 200  # table PAUSE_SELECT: an override is present -> ALTERNATIVE
+PRIO_SELECT_PORT = 100  # table PAUSE_SELECT: per port -> output it
+REG_PAUSED = (1, 1)  # reg0 bit 0: "the port in the metadata has a learned override"
+COOKIE_LEARN_NOOP = 2  # INFRA detail of the table PAUSE_LEARN miss entry
+COOKIE_SELECT_PAUSED = 1 << 16  # PORT_STATE detail of the PAUSE_SELECT "paused" entry
 
 #: Class-of-service schemes: which arrivals raise the VLAN PCP by one.
 #: ``none`` tags every frame with PCP 0 and never changes it (one class);
@@ -141,6 +157,8 @@ class CompiledFabric:
     tables: Mapping[str, SwitchTable] = field(default_factory=dict)
     cos: str | None = None
     cos_levels: int = 0
+    pause_reaction: str = "controller"
+    switch_hold_s: int = 1
 
     def flows(self, switch: str) -> tuple[FlowSpec, ...]:
         return self.tables[switch].flows
@@ -210,6 +228,8 @@ class Context:
         self.cos: str | None = None
         self.cos_levels = 0
         self.cnm_snoop = False
+        self.pause_reaction = "controller"
+        self.switch_hold_s = 1
         self.router = router_for(fabric)
         self.cache = FlowCache(plan.layout)
         #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)
@@ -487,17 +507,75 @@ def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> 
     return flows
 
 
-def port_state_flow(port: int, paused: bool) -> FlowSpec:
+def port_state_flow(port: int, paused: bool, reaction: str = "controller") -> FlowSpec:
     """The PORT_STATE entry of one fabric port: output it, or (paused) go to ALTERNATIVE.
 
     Both states share table, priority and match, so a flip is one
     OFPFC_MODIFY_STRICT flow-mod however many default rules use the port.
+    With ``reaction="switch"`` the unpaused entry asks the switch-local state
+    instead of outputting (:func:`_switch_pause_flows`): ``resubmit`` to
+    PAUSE_LEARN (a learned override sets reg0 bit 0), then to PAUSE_SELECT
+    (output the port, or ALTERNATIVE); the paused entry is the same in both
+    modes (the controller can still force a port, e.g. on a CNM).
     """
     match = Match(metadata=(port, METADATA_PORT_MASK))
     cookie = make_cookie(RuleClass.PORT_STATE, port)
     if paused:
         return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (), cookie, goto=TABLE_ALTERNATIVE)
+    if reaction == "switch":
+        return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match,
+                        (Resubmit(TABLE_PAUSE_LEARN), Resubmit(TABLE_PAUSE_SELECT)), cookie)
     return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (Output(port),), cookie)
+
+
+def pause_learn_action(hold_s: int) -> Learn:
+    """The ``learn`` a PAUSE frame runs in switch mode: an entry in PAUSE_LEARN matching
+    ``metadata[0..15] == in_port`` (the port it arrived on) that sets reg0 bit 0, for
+    ``hold_s`` seconds after the last such frame."""
+    return Learn(
+        table=TABLE_PAUSE_LEARN,
+        priority=PRIO_LEARNED,
+        hard_timeout=hold_s,
+        cookie=make_cookie(RuleClass.LEARNED, 0),
+        matches=(LearnMatch("metadata", "in_port", 16),),
+        loads=(LearnLoad("reg0", 1, 1),),
+    )
+
+
+def learned_override_flow(port: int) -> FlowSpec:
+    """What the switch holds while ``port`` is paused in switch mode: the entry
+    :func:`pause_learn_action` learns from a PAUSE received on ``port`` (its timeout aside)."""
+    return FlowSpec(
+        TABLE_PAUSE_LEARN,
+        PRIO_LEARNED,
+        Match(metadata=(port, METADATA_PORT_MASK)),
+        (LearnLoad("reg0", 1, 1),),
+        make_cookie(RuleClass.LEARNED, 0),
+    )
+
+
+def _switch_pause_flows(fabric: Fabric, sw: Switch, hold_s: int, punts: bool) -> list[FlowSpec]:
+    """Switch-local PAUSE reaction (OVS ``learn`` + ``resubmit``; docs/controller.md).
+
+    INGRESS, per fabric port: a MAC-control frame (PAUSE, PFC, XON alike --
+    OpenFlow cannot read the pause time) learns the port's override and is
+    copied to the controller (counted there; ``punts=False``: not copied).
+    PAUSE_LEARN: the learned overrides and a no-op miss entry. PAUSE_SELECT:
+    reg0 bit 0 set -> resubmit to ALTERNATIVE, else output the port in the metadata.
+    """
+    learn = pause_learn_action(hold_s)
+    flows = []
+    ports = sorted(fabric.fabric_ports(sw.name))
+    for port in ports:
+        actions: tuple = (learn, Output(OFPP_CONTROLLER)) if punts else (learn,)
+        flows.append(FlowSpec(TABLE_INGRESS, PRIO_PAUSE_LEARN, Match(in_port=port, eth_type=ETH_TYPE_PAUSE), actions,
+                              make_cookie(RuleClass.PUNT, ETH_TYPE_PAUSE | port << 16)))
+        flows.append(FlowSpec(TABLE_PAUSE_SELECT, PRIO_SELECT_PORT, Match(metadata=(port, METADATA_PORT_MASK)),
+                              (Output(port),), make_cookie(RuleClass.PORT_STATE, port)))
+    flows.append(FlowSpec(TABLE_PAUSE_LEARN, PRIO_MISS, Match(), (), make_cookie(RuleClass.INFRA, COOKIE_LEARN_NOOP)))
+    flows.append(FlowSpec(TABLE_PAUSE_SELECT, PRIO_SELECT_PAUSED, Match(reg0=REG_PAUSED), (Resubmit(TABLE_ALTERNATIVE),),
+                          make_cookie(RuleClass.PORT_STATE, COOKIE_SELECT_PAUSED)))
+    return flows
 
 
 def _fb_dim_match(fabric: Fabric, plan: AddressPlan, d: int, v: int) -> tuple[int, int]:
@@ -553,7 +631,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     flows = []
     fabric_ports = sorted(fabric.fabric_ports(sw.name))
     for port in fabric_ports:
-        flows.append(port_state_flow(port, paused=False))
+        flows.append(port_state_flow(port, False, ctx.pause_reaction))
         flows.append(
             FlowSpec(
                 TABLE_ALTERNATIVE,
@@ -703,7 +781,7 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     """Table INGRESS entries copying 802.1Qau CNMs to the controller while they keep
     being forwarded to their reaction point (:mod:`hpcfabric.cnm`).
 
-    Untagged fabrics: one entry for every port, at the punt priority. With
+    Untagged fabrics: one entry per fabric port, at the punt priority. With
     classes of service, CNMs from fabric ports must take the same PCP step as
     data (they are routed like data): per fabric port, one entry per step
     (above the step) and one for the arrivals that do not step (below the
@@ -713,10 +791,11 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     def cookie(port: int, k: int = 0) -> int:
         return make_cookie(RuleClass.PUNT, ETH_TYPE_CNM | port << 16 | (k + 1) << 32)
 
-    if scheme is None:
+    if scheme is None:  # one copy entry per fabric port: CNMs from hosts are never copied
         return [
-            FlowSpec(TABLE_INGRESS, PRIO_PUNT, Match(eth_type=ETH_TYPE_CNM), (Output(OFPP_CONTROLLER),),
-                     make_cookie(RuleClass.PUNT, ETH_TYPE_CNM), goto=TABLE_ROUTE)
+            FlowSpec(TABLE_INGRESS, PRIO_PUNT, Match(in_port=port, eth_type=ETH_TYPE_CNM), (Output(OFPP_CONTROLLER),),
+                     cookie(port), goto=TABLE_ROUTE)
+            for port in sorted(fabric.fabric_ports(sw.name))
         ]
     flows = []
     steps = set(_cos_step_ports(fabric, sw, scheme))
@@ -883,6 +962,8 @@ def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTab
     if ctx.cnm_snoop:
         flows += _cnm_snoop_flows(fabric, sw, ctx.cos, ctx.cos_levels)
     flows += _infra_flows(fabric, ctx.plan, sw, punts)
+    if adaptive and ctx.pause_reaction == "switch":
+        flows += _switch_pause_flows(fabric, sw, ctx.switch_hold_s, punts)
     return SwitchTable(sw.name, sw.dpid, sort_flows(flows), fabric.radix(sw.name), bool(fabric.hosts_on(sw.name)))
 
 
@@ -919,6 +1000,8 @@ def compile_fabric(
     cos: bool | str | None = None,
     cos_levels: int | None = None,
     cnm_snoop: bool = False,
+    pause_reaction: str = "controller",
+    switch_hold_s: int = 1,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
 
@@ -940,6 +1023,15 @@ def compile_fabric(
     cnm_snoop : bool
         Copy 802.1Qau congestion notifications arriving on fabric ports to the
         controller (and keep forwarding them), for :func:`hpcfabric.cnm.on_cnm`.
+    pause_reaction : {'controller', 'switch'}
+        Who switches a paused port's default rules off: the controller (it
+        flips the PORT_STATE entry on a punted PAUSE) or the switch itself
+        (Open vSwitch ``learn``/``resubmit`` extensions: a PAUSE learns a
+        timed override, :func:`_switch_pause_flows`). ``switch`` needs a
+        policy with PORT_STATE entries (conditional or valiant).
+    switch_hold_s : int
+        Switch mode: seconds a learned override lasts after the last PAUSE
+        (1..65535; OVS timeouts are whole seconds).
 
     Raises
     ------
@@ -949,11 +1041,19 @@ def compile_fabric(
         with a group that is not connected inside itself).
     """
     _check_policy(fabric, plan, routing)
+    if pause_reaction not in PAUSE_REACTIONS:
+        raise CompileError(f"unknown pause reaction {pause_reaction!r}; expected one of {', '.join(PAUSE_REACTIONS)}")
+    if pause_reaction == "switch" and routing == "minimal":
+        raise CompileError("switch-local pause reaction needs conditional (or valiant) routing: "
+                           "minimal routing has no PORT_STATE entries to switch")
+    if not 1 <= switch_hold_s <= 0xFFFF:
+        raise CompileError(f"switch_hold_s must be 1..65535 seconds, got {switch_hold_s}")
     scheme, levels = _resolve_cos(fabric, routing, cos, cos_levels)
     if plan.fabric is not fabric:
         raise CompileError("address plan was made for another fabric")
     with gc_paused():
         ctx = Context(fabric, plan, routing)
         ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
+        ctx.pause_reaction, ctx.switch_hold_s = pause_reaction, switch_hold_s
         tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches}
-    return CompiledFabric(fabric, plan, routing, tables, scheme, levels)
+    return CompiledFabric(fabric, plan, routing, tables, scheme, levels, pause_reaction, switch_hold_s)

@@ -9,6 +9,10 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     routing = conditional       ; minimal | conditional
     link_speed_gbps = 10        ; converts PAUSE quanta to seconds
     pause_hold_ms = 50          ; a paused port stays paused at least this long (damps PAUSE trains)
+    pause_reaction = controller ; controller | switch (OVS learn: the switch reacts to PAUSE itself)
+    switch_hold_s = 1           ; switch mode: whole seconds an override lasts after the last PAUSE
+    cnm = off                   ; on: 802.1Qau CNMs from fabric ports flip ports too (copied to the controller)
+    cnm_max_hold_ms = 250       ; hold of a CNM with the most severe feedback (qFb 63); milder: proportionally less
     host_mac = dmp              ; dmp | rewrite (rewrite needs a [hosts] section)
     status_file =               ; optional JSON status path (relative to this file)
     log_level = INFO
@@ -49,7 +53,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from hpcfabric.addressing import MODES, AddressPlan, format_mac, parse_mac, plan_addresses
 from hpcfabric.errors import AddressingError, CompileError, ConfigError, HpcfabricError
-from hpcfabric.flows import FlowSpec
+from hpcfabric.flows import PAUSE_REACTIONS, FlowSpec
 from hpcfabric.mac_rewrite import rewrite_flows
 from hpcfabric.topology.model import Fabric
 
@@ -67,6 +71,10 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "routing": "minimal",
         "link_speed_gbps": "10",
         "pause_hold_ms": "50",
+        "pause_reaction": "controller",
+        "switch_hold_s": "1",
+        "cnm": "off",
+        "cnm_max_hold_ms": "250",
         "host_mac": "dmp",
         "status_file": "",
         "log_level": "INFO",
@@ -153,6 +161,10 @@ class ControllerConfig:
     ha_switches: tuple[str, ...] = ()
     fast_failover: bool = False
     recompute: bool = True
+    pause_reaction: str = "controller"
+    switch_hold_s: int = 1
+    cnm: bool = False
+    cnm_max_hold_ms: float = 250.0
 
     @property
     def meters(self) -> tuple[Any, ...]:
@@ -198,6 +210,9 @@ class ControllerConfig:
             "routing": self.routing,
             "link_speed_gbps": self.link_speed_gbps,
             "pause_hold_ms": self.pause_hold_ms,
+            "pause_reaction": self.pause_reaction,
+            "switch_hold_s": self.switch_hold_s,
+            "cnm": "on" if self.cnm else "off",
             "host_mac": self.host_mac,
             "rules_expected": self.rules_expected,
             "listen": f"{self.listen_host}:{self.listen_port}",
@@ -389,6 +404,16 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     link_speed = _number(source, "hpcfabric.link_speed_gbps", _get(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
     hold_ms = _number(source, "hpcfabric.pause_hold_ms", _get(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
                       low_open=False)
+    pause_reaction = _choice(source, "hpcfabric.pause_reaction", _get(parser, "hpcfabric", "pause_reaction"),
+                             PAUSE_REACTIONS)
+    if pause_reaction == "switch" and routing != "conditional":
+        raise _err(source, "hpcfabric.pause_reaction",
+                   f"switch needs routing = conditional (routing = {routing} has no conditional rules to switch)")
+    switch_hold_s = _integer(source, "hpcfabric.switch_hold_s", _get(parser, "hpcfabric", "switch_hold_s"), low=1,
+                             high=65535)
+    cnm_on = _choice(source, "hpcfabric.cnm", _get(parser, "hpcfabric", "cnm"), ON_OFF) == "on"
+    cnm_max_hold_ms = _number(source, "hpcfabric.cnm_max_hold_ms", _get(parser, "hpcfabric", "cnm_max_hold_ms"),
+                              low=0, high=60000)
     host_mac = _choice(source, "hpcfabric.host_mac", _get(parser, "hpcfabric", "host_mac"), HOST_MAC_MODES)
     status = _get(parser, "hpcfabric", "status_file")
     status_file = _resolve(base, status) if status else None
@@ -508,6 +533,10 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         ha_switches=ha_switches,
         fast_failover=fast_failover,
         recompute=recompute,
+        pause_reaction=pause_reaction,
+        switch_hold_s=switch_hold_s,
+        cnm=cnm_on,
+        cnm_max_hold_ms=cnm_max_hold_ms,
     )
     # -- address plan --------------------------------------------------
     if widths is not None:
@@ -531,7 +560,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     from hpcfabric.compiler import compile_fabric
 
     try:
-        compiled = compile_fabric(fabric, plan, routing=routing)
+        compiled = compile_fabric(fabric, plan, routing=routing, pause_reaction=pause_reaction,
+                                  switch_hold_s=switch_hold_s, cnm_snoop=cnm_on)
     except CompileError as err:
         key = "hpcfabric.routing" if routing == "conditional" and "conditional" in str(err) else "hpcfabric.addressing"
         raise _err(source, key, f"cannot compile rules for {fabric.name}: {err}") from None

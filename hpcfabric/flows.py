@@ -12,7 +12,14 @@ Pipeline (OpenFlow 1.3 tables):
 2     ``PORT_STATE``   one entry per fabric port: output, or (while paused)
                        go to 3 -- a PAUSE flips one entry, O(1)
 3     ``ALTERNATIVE``  alternative (minimal multipath / Valiant) rules
+4     ``PAUSE_LEARN``  switch-local PAUSE reaction only: overrides learned
+                       from PAUSE frames (``reg0[0] = 1`` for a port)
+5     ``PAUSE_SELECT`` switch-local PAUSE reaction only: output the port,
+                       or (override present) resubmit to ALTERNATIVE
 ====  ===============  ====================================================
+
+Tables 4 and 5 are reached only by ``resubmit`` (an Open vSwitch / Nicira
+extension, like ``learn``): see docs/controller.md, "Switch-local PAUSE reaction".
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ TABLE_INGRESS = 0
 TABLE_ROUTE = 1
 TABLE_PORT_STATE = 2
 TABLE_ALTERNATIVE = 3
+TABLE_PAUSE_LEARN = 4
+TABLE_PAUSE_SELECT = 5
+
+#: Where the reaction to a PAUSE happens: the controller flips PORT_STATE entries,
+#: or the switch learns a timed override from the frame itself (OVS ``learn``).
+PAUSE_REACTIONS = ("controller", "switch")
 
 OFPP_IN_PORT = 0xFFFFFFF8
 OFPP_CONTROLLER = 0xFFFFFFFD
@@ -55,8 +68,10 @@ class RuleClass:
     INFRA = 6  # table-miss / goto entries
     PORT_STATE = 7  # per-port state entries
     GUARD = 8  # ingress guards (anti-spoofing)
+    LEARNED = 9  # port-state overrides the switch learns from PAUSE frames (never installed by the controller)
 
-    NAMES = {1: "host", 2: "route", 3: "alternative", 4: "dmp", 5: "punt", 6: "infra", 7: "port_state", 8: "guard"}
+    NAMES = {1: "host", 2: "route", 3: "alternative", 4: "dmp", 5: "punt", 6: "infra", 7: "port_state", 8: "guard",
+             9: "learned"}
     #: classes counted as "routing/forwarding entries" (what the paper counts)
     FORWARDING = frozenset({1, 2})
 
@@ -82,9 +97,10 @@ class Match:
     eth_dst: tuple[int, int] | None = None
     vlan_pcp: int | None = None
     metadata: tuple[int, int] | None = None
+    reg0: tuple[int, int] | None = None  # Nicira register 0 (32 bits), pipeline-internal
 
     def __post_init__(self) -> None:
-        for name in ("eth_src", "eth_dst", "metadata"):
+        for name in ("eth_src", "eth_dst", "metadata", "reg0"):
             vm = getattr(self, name)
             if vm is not None and vm[0] & ~vm[1]:
                 raise ValueError(f"{name} value {vm[0]:#x} has bits outside mask {vm[1]:#x}")
@@ -126,7 +142,69 @@ class Group:
     group_id: int
 
 
-Action = Union[Output, SetField, PushVlan, PopVlan, Group]
+@dataclass(frozen=True, slots=True)
+class Resubmit:
+    """Look ``table`` up with the frame as it is now, apply that entry, then carry on
+    with the next action (Nicira ``resubmit(,T)``; unlike ``goto`` any table, and it returns)."""
+
+    table: int
+
+
+#: Field names a :class:`Learn` spec may read or write, with their widths in bits.
+LEARN_FIELDS = {"in_port": 32, "metadata": 64, "reg0": 32}
+
+
+@dataclass(frozen=True, slots=True)
+class LearnMatch:
+    """Learned entry matches ``dst[dst_ofs : dst_ofs+n_bits]`` == the frame's ``src[src_ofs : ...]``."""
+
+    dst: str
+    src: str
+    n_bits: int
+    dst_ofs: int = 0
+    src_ofs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LearnLoad:
+    """Learned entry's action: load the constant ``value`` into ``dst[dst_ofs : dst_ofs+n_bits]``."""
+
+    dst: str
+    value: int
+    n_bits: int
+    dst_ofs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Learn:
+    """Add (or refresh) an entry in ``table`` built from the frame (Nicira ``learn``).
+
+    The learned entry has ``priority``, ``cookie``, ``hard_timeout`` (whole
+    seconds, 0 = none; a refresh by an identical learn restarts it), the
+    matches of ``matches`` and the loads of ``loads`` as its only actions.
+    """
+
+    table: int
+    priority: int
+    hard_timeout: int
+    cookie: int
+    matches: tuple[LearnMatch, ...]
+    loads: tuple[LearnLoad, ...]
+    idle_timeout: int = 0
+
+    def __post_init__(self) -> None:
+        for spec in self.matches + self.loads:  # type: ignore[operator]
+            fields = (spec.dst, spec.src) if isinstance(spec, LearnMatch) else (spec.dst,)
+            for name in fields:
+                if name not in LEARN_FIELDS:
+                    raise ValueError(f"learn field {name!r} is not one of {', '.join(LEARN_FIELDS)}")
+            if not 1 <= spec.n_bits <= 64 or spec.dst_ofs + spec.n_bits > LEARN_FIELDS[spec.dst]:
+                raise ValueError(f"learn spec {spec} does not fit {spec.dst}")
+        if not 0 <= self.hard_timeout <= 0xFFFF or not 0 <= self.idle_timeout <= 0xFFFF:
+            raise ValueError("learn timeouts are 0..65535 seconds")
+
+
+Action = Union[Output, SetField, PushVlan, PopVlan, Group, Resubmit, Learn]
 
 
 @dataclass(frozen=True, slots=True)

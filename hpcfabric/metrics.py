@@ -48,6 +48,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_config_valid": ("gauge", "0 while the last reload attempt failed (the previous config keeps running)"),
     "hpcfabric_flow_mods_sent": ("counter", "Flow-mods sent by reconciliation (adds, modifies, deletes)"),
     "hpcfabric_flip_flow_mods": ("counter", "Flow-mods sent for PAUSE flips"),
+    "hpcfabric_cnm_frames": ("counter", "802.1Qau CNMs copied to the controller, by result (used, flips)"),
+    "hpcfabric_pause_switch_local_frames": ("counter", "PAUSE frames the switches reacted to themselves (pause_reaction = switch)"),
     "hpcfabric_switch_errors": ("counter", "OpenFlow error messages received"),
     "hpcfabric_sync_failures": ("counter", "Failed reconciliation attempts"),
     "hpcfabric_ha_master": ("gauge", "1 if this instance may write to the switches (master or equal)"),
@@ -62,7 +64,8 @@ METRICS: dict[str, tuple[str, str]] = {
 REACTION_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 
 _PACKET_IN_KINDS = ("pause", "lldp", "cnm", "dmp", "other", "short")
-_MALFORMED = {"pause": "pause_malformed", "lldp": "lldp_malformed", "short": "short_frames", "no_in_port": "no_in_port"}
+_MALFORMED = {"pause": "pause_malformed", "lldp": "lldp_malformed", "cnm": "cnm_malformed", "short": "short_frames",
+              "no_in_port": "no_in_port"}
 _IGNORED = {
     "pause_host_port": "pause_host_port",
     "pause_unknown_port": "pause_unknown_port",
@@ -70,7 +73,10 @@ _IGNORED = {
     "pause_minimal_routing": "pause_minimal",
     "lldp_foreign": "lldp_foreign",
     "lldp_host_port_untrusted": "lldp_host_untrusted",
-    "cnm": "cnm_frames",
+    "cnm_host_port": "cnm_host_port",
+    "cnm_unknown_port": "cnm_unknown_port",
+    "cnm_no_feedback": "cnm_no_feedback",
+    "cnm_minimal_routing": "cnm_minimal",
     "dmp": "dmp_packet_ins",
     "other": "other_packet_ins",
     "not_master": "not_master_packet_ins",
@@ -202,6 +208,11 @@ class FabricCollector:
         yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
         yield counter("hpcfabric_flow_mods_sent", c["rules_sent"])
         yield counter("hpcfabric_flip_flow_mods", c["flip_flow_mods"])
+        m = counter("hpcfabric_cnm_frames", labels=["result"])
+        for result, key in (("received", "cnm_frames"), ("used", "cnm_used"), ("flips", "cnm_flips")):
+            m.add_metric([result], c[key])
+        yield m
+        yield counter("hpcfabric_pause_switch_local_frames", c["pause_switch_local"])
         yield counter("hpcfabric_switch_errors", c["switch_errors"])
         yield counter("hpcfabric_sync_failures", c["sync_failures"])
         yield gauge("hpcfabric_ha_master", 1 if app.ha.master else 0)

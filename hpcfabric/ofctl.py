@@ -10,12 +10,42 @@ from hpcfabric.flows import (
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     FlowSpec,
+    Learn,
+    LearnLoad,
+    LearnMatch,
     Match,
     Output,
     PopVlan,
     PushVlan,
+    Resubmit,
     SetField,
 )
+
+#: ovs-ofctl names of the fields learn specs use
+_NXM = {"in_port": "NXM_OF_IN_PORT", "metadata": "OXM_OF_METADATA", "reg0": "NXM_NX_REG0"}
+
+
+def _sub(name: str, ofs: int, n_bits: int) -> str:
+    width = {"in_port": 16, "metadata": 64, "reg0": 32}[name]
+    if ofs == 0 and n_bits == width:
+        return f"{_NXM[name]}[]"
+    return f"{_NXM[name]}[{ofs}]" if n_bits == 1 else f"{_NXM[name]}[{ofs}..{ofs + n_bits - 1}]"
+
+
+def learn_text(a: Learn) -> str:
+    """``learn(...)`` in ovs-ofctl syntax."""
+    parts = [f"table={a.table}"]
+    if a.idle_timeout:
+        parts.append(f"idle_timeout={a.idle_timeout}")
+    if a.hard_timeout:
+        parts.append(f"hard_timeout={a.hard_timeout}")
+    parts += [f"priority={a.priority}", f"cookie={a.cookie:#x}"]
+    for m in a.matches:
+        src_bits = m.n_bits if m.src != "in_port" else min(m.n_bits, 16)
+        parts.append(f"{_sub(m.dst, m.dst_ofs, m.n_bits)}={_sub(m.src, m.src_ofs, src_bits)}")
+    for x in a.loads:
+        parts.append(f"load:{x.value:#x}->{_sub(x.dst, x.dst_ofs, x.n_bits)}")
+    return "learn(" + ",".join(parts) + ")"
 
 
 def _masked_mac(value: int, mask: int) -> str:
@@ -38,6 +68,8 @@ def match_text(match: Match) -> list[str]:
         parts.append(f"dl_dst={_masked_mac(*match.eth_dst)}")
     if match.metadata is not None:
         parts.append(f"metadata={match.metadata[0]:#x}/{match.metadata[1]:#x}")
+    if match.reg0 is not None:
+        parts.append(f"reg0={match.reg0[0]:#x}/{match.reg0[1]:#x}")
     return parts
 
 
@@ -61,6 +93,12 @@ def actions_text(flow: FlowSpec) -> str:
             out.append(f"push_vlan:{action.ethertype:#06x}")
         elif isinstance(action, PopVlan):
             out.append("pop_vlan")
+        elif isinstance(action, Resubmit):
+            out.append(f"resubmit(,{action.table})")
+        elif isinstance(action, Learn):
+            out.append(learn_text(action))
+        elif isinstance(action, LearnLoad):
+            out.append(f"load:{action.value:#x}->{_sub(action.dst, action.dst_ofs, action.n_bits)}")
         else:  # pragma: no cover - exhaustive over flows.Action
             raise TypeError(f"unknown action {action!r}")
     if flow.write_metadata is not None:

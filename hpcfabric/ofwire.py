@@ -27,10 +27,14 @@ from hpcfabric.flows import (
     OFPP_CONTROLLER,
     FlowSpec,
     Group,
+    Learn,
+    LearnLoad,
+    LearnMatch,
     Match,
     Output,
     PopVlan,
     PushVlan,
+    Resubmit,
     SetField,
 )
 
@@ -49,6 +53,14 @@ OFPPC_NO_FWD = 1 << 5
 
 OFPIT_GOTO_TABLE, OFPIT_WRITE_METADATA, OFPIT_APPLY_ACTIONS, OFPIT_METER = 1, 2, 4, 6
 OFPAT_OUTPUT, OFPAT_PUSH_VLAN, OFPAT_POP_VLAN, OFPAT_GROUP, OFPAT_SET_FIELD = 0, 17, 18, 22, 25
+OFPAT_EXPERIMENTER = 0xFFFF
+NX_VENDOR_ID = 0x00002320  # Nicira: Open vSwitch's extension actions
+NXAST_RESUBMIT_TABLE, NXAST_LEARN = 14, 16
+NX_IN_PORT_DEFAULT = 0xFFF8  # resubmit with the frame's own in_port (16-bit OFPP_IN_PORT)
+NX_LEARN_SRC_IMMEDIATE, NX_LEARN_DST_LOAD = 1 << 13, 1 << 11
+#: OXM/NXM headers of the fields a learn spec may use (what os-ken writes), and what OVS may answer with
+_LEARN_HEADER = {"in_port": 0x80000004, "metadata": 0x80000408, "reg0": 0x00010004}
+_LEARN_FIELD = {0x80000004: "in_port", 0x00000002: "in_port", 0x80000408: "metadata", 0x00010004: "reg0"}
 OFPT_GROUP_MOD, OFPT_METER_MOD, OFPT_ROLE_REQUEST = 15, 29, 24
 OFPGC_ADD, OFPGC_MODIFY, OFPGC_DELETE = 0, 1, 2
 OFPGT_ALL, OFPGT_SELECT, OFPGT_INDIRECT, OFPGT_FF = 0, 1, 2, 3
@@ -94,9 +106,35 @@ def _oxm(name: str, value: int, mask: int | None = None) -> bytes:
     )
 
 
+def _nxm_reg0(value: int, mask: int) -> bytes:
+    if mask == 0xFFFFFFFF:
+        return struct.pack("!II", 0x00010004, value)
+    return struct.pack("!III", 0x00010108, value, mask)
+
+
+def _learn_spec(spec: LearnMatch | LearnLoad) -> bytes:
+    if isinstance(spec, LearnMatch):
+        head = spec.n_bits
+        return struct.pack("!HIHIH", head, _LEARN_HEADER[spec.src], spec.src_ofs, _LEARN_HEADER[spec.dst], spec.dst_ofs)
+    head = NX_LEARN_SRC_IMMEDIATE | NX_LEARN_DST_LOAD | spec.n_bits
+    n = (spec.n_bits + 15) // 16 * 2
+    return struct.pack("!H", head) + spec.value.to_bytes(n, "big") + struct.pack("!IH", _LEARN_HEADER[spec.dst], spec.dst_ofs)
+
+
+def encode_learn(action: Learn) -> bytes:
+    """NXAST_LEARN (Nicira extension action), padded to 8 bytes."""
+    specs = b"".join(_learn_spec(x) for x in action.matches + action.loads)  # type: ignore[operator]
+    body = struct.pack("!IHHHHQHBxHH", NX_VENDOR_ID, NXAST_LEARN, action.idle_timeout, action.hard_timeout,
+                       action.priority, action.cookie, 0, action.table, 0, 0) + specs
+    length = _pad8(4 + len(body))
+    return struct.pack("!HH", OFPAT_EXPERIMENTER, length) + body + b"\0" * (length - 4 - len(body))
+
+
 def encode_match(match: Match) -> bytes:
     """``ofp_match`` (OXM, padded to 8 bytes), fields in OXM order like os-ken."""
     fields = b""
+    if match.reg0 is not None:  # Nicira class 0x0001 sorts before OpenFlow basic (0x8000), as in os-ken
+        fields += _nxm_reg0(*match.reg0)
     if match.in_port is not None:
         fields += _oxm("in_port", match.in_port)
     if match.metadata is not None:
@@ -127,6 +165,11 @@ def encode_action(action) -> bytes:
         return struct.pack("!HH4x", OFPAT_POP_VLAN, 8)
     if isinstance(action, Group):
         return struct.pack("!HHI", OFPAT_GROUP, 8, action.group_id)
+    if isinstance(action, Resubmit):
+        return struct.pack("!HHIHHB3x", OFPAT_EXPERIMENTER, 16, NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, NX_IN_PORT_DEFAULT,
+                           action.table)
+    if isinstance(action, Learn):
+        return encode_learn(action)
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -287,7 +330,7 @@ def decode_match(buf: bytes, offset: int = 0) -> tuple[Match, int]:
         pos += 4
         if pos + size > end:
             raise Undecodable("truncated OXM field")
-        known = _OXM_NAMES.get(field_no) if oxm_class == 0x8000 else None
+        known = _OXM_NAMES.get(field_no) if oxm_class == 0x8000 else ("reg0", 4) if (oxm_class, field_no) == (1, 0) else None
         if known is None:
             raise Undecodable(f"OXM class {oxm_class:#x} field {field_no}")
         name, width = known
@@ -299,7 +342,7 @@ def decode_match(buf: bytes, offset: int = 0) -> tuple[Match, int]:
             if name in ("in_port", "eth_type", "vlan_pcp"):
                 raise Undecodable(f"masked {name}")
             kw[name] = (value & mask, mask)
-        elif name in ("metadata", "eth_dst", "eth_src"):
+        elif name in ("metadata", "eth_dst", "eth_src", "reg0"):
             kw[name] = (value, _FULL[width])
         else:
             kw[name] = value
@@ -331,10 +374,57 @@ def _decode_actions(buf: bytes, pos: int, end: int) -> tuple:
         elif atype == OFPAT_GROUP:
             (gid,) = struct.unpack_from("!I", buf, pos + 4)
             out.append(Group(gid))
+        elif atype == OFPAT_EXPERIMENTER and alen >= 16:
+            out.append(_decode_nx(buf, pos, pos + alen))
         else:
             raise Undecodable(f"action type {atype}")
         pos += alen
     return tuple(out)
+
+
+def _decode_nx(buf: bytes, pos: int, end: int) -> Resubmit | Learn:
+    """A Nicira extension action: resubmit to a table (own in_port) or learn."""
+    vendor, subtype = struct.unpack_from("!IH", buf, pos + 4)
+    if vendor != NX_VENDOR_ID:
+        raise Undecodable(f"experimenter action {vendor:#x}")
+    if subtype == NXAST_RESUBMIT_TABLE:
+        in_port, table = struct.unpack_from("!HB", buf, pos + 10)
+        if in_port != NX_IN_PORT_DEFAULT:
+            raise Undecodable(f"resubmit with in_port {in_port}")
+        return Resubmit(table)
+    if subtype != NXAST_LEARN or end - pos < 32:
+        raise Undecodable(f"Nicira action subtype {subtype}")
+    idle, hard, prio, cookie, flags, table, _pad, fin_idle, fin_hard = struct.unpack_from("!HHHQHBBHH", buf, pos + 10)
+    if flags or fin_idle or fin_hard:
+        raise Undecodable("learn with flags or FIN timeouts")
+    matches: list[LearnMatch] = []
+    loads: list[LearnLoad] = []
+    p = pos + 32
+    while p + 2 <= end:
+        (head,) = struct.unpack_from("!H", buf, p)
+        if head == 0:
+            break  # padding
+        n_bits, src_imm, dst_type = head & 0x7FF, head & NX_LEARN_SRC_IMMEDIATE, head >> 11 & 3
+        p += 2
+        if src_imm:
+            n = (n_bits + 15) // 16 * 2
+            value = int.from_bytes(buf[p : p + n], "big")
+            p += n
+        else:
+            src_h, src_ofs = struct.unpack_from("!IH", buf, p)
+            p += 6
+        dst_h, dst_ofs = struct.unpack_from("!IH", buf, p)
+        p += 6
+        dst = _LEARN_FIELD.get(dst_h)
+        if dst is None or p > end:
+            raise Undecodable(f"learn spec destination {dst_h:#x}")
+        if dst_type == 0 and not src_imm and src_h in _LEARN_FIELD:
+            matches.append(LearnMatch(dst, _LEARN_FIELD[src_h], n_bits, dst_ofs, src_ofs))
+        elif dst_type == 1 and src_imm:
+            loads.append(LearnLoad(dst, value, n_bits, dst_ofs))
+        else:
+            raise Undecodable(f"learn spec {head:#06x}")
+    return Learn(table, prio, hard, cookie, tuple(matches), tuple(loads), idle)
 
 
 def decode_instructions(buf: bytes, pos: int, end: int, meters: list | None = None

@@ -17,11 +17,19 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
 * then ``write_metadata`` (value, mask), then ``goto`` (must name a later
   table, checked when the pipeline is built); no ``goto`` ends processing;
 * no matching entry in a table is a table miss: processing ends (the frame
-  is dropped unless an earlier table already output it).
+  is dropped unless an earlier table already output it);
+* Open vSwitch extensions (switch-local PAUSE reaction): ``Resubmit(T)``
+  looks table T up with the frame as it is, applies the winner (actions,
+  write_metadata, goto -- the pipeline continues from there), then returns
+  to the next action; a miss there does nothing. ``Learn`` records the entry
+  it would add (:attr:`Result.learned`; the tables are not changed --
+  callers add them to model the switch's state), and ``LearnLoad`` (the
+  action of learned entries) loads bits of ``reg0``/``metadata``. ``reg0``
+  starts at 0 and, like ``metadata``, never leaves the switch.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
-never matches an untagged frame); ``eth_src``, ``eth_dst`` and ``metadata``
-are ``(value, mask)`` and match when ``field & mask == value``.
+never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata`` and
+``reg0`` are ``(value, mask)`` and match when ``field & mask == value``.
 
 This module is deliberately simple: it is the reference the fast verifier
 (:mod:`hpcfabric.verify`) is cross-checked against.
@@ -37,16 +45,22 @@ from hpcfabric.flows import (
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
+    LEARN_FIELDS,
     FlowSpec,
+    Learn,
+    LearnLoad,
     Match,
     Output,
     PopVlan,
     PushVlan,
+    Resubmit,
     SetField,
 )
 
 #: Frame fields a ``SetField`` action may rewrite.
-SETTABLE_FIELDS = ("eth_src", "eth_dst", "vlan_pcp")
+SETTABLE_FIELDS = ("eth_src", "eth_dst", "vlan_pcp", "reg0")
+#: Open vSwitch's limit on nested resubmits.
+MAX_RESUBMIT_DEPTH = 64
 
 
 class PipelineError(HpcfabricError):
@@ -64,6 +78,7 @@ class Frame:
     eth_type: int = ETH_TYPE_IPV4
     vlan_pcp: int | None = None
     metadata: int = 0
+    reg0: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,7 @@ class Result:
     hits: tuple[FlowSpec, ...]
     miss_table: int | None = None
     punts: tuple[Frame, ...] = field(default=())
+    learned: tuple[FlowSpec, ...] = field(default=())
 
     @property
     def dropped(self) -> bool:
@@ -105,6 +121,8 @@ def match_frame(match: Match, frame: Frame) -> bool:
     if match.eth_src is not None and frame.eth_src & match.eth_src[1] != match.eth_src[0]:
         return False
     if match.metadata is not None and frame.metadata & match.metadata[1] != match.metadata[0]:
+        return False
+    if match.reg0 is not None and frame.reg0 & match.reg0[1] != match.reg0[0]:
         return False
     return True
 
@@ -135,6 +153,36 @@ class FlowTable:
         return len(self.entries)
 
 
+@dataclass
+class _Run:
+    outputs: list[tuple[int, Frame]]
+    punts: list[Frame]
+    hits: list[FlowSpec]
+    learned: list[FlowSpec]
+    miss: int | None
+
+
+def _bits(value: int, ofs: int, n_bits: int) -> int:
+    return value >> ofs & ((1 << n_bits) - 1)
+
+
+def learned_entry(learn: Learn, frame: Frame) -> FlowSpec:
+    """The entry ``learn`` adds for ``frame`` (timeouts aside): its matches filled from the frame."""
+    kw: dict[str, tuple[int, int] | int] = {}
+    for m in learn.matches:
+        value = _bits(getattr(frame, m.src), m.src_ofs, m.n_bits) << m.dst_ofs
+        mask = ((1 << m.n_bits) - 1) << m.dst_ofs
+        if m.dst == "in_port":
+            if mask != (1 << LEARN_FIELDS["in_port"]) - 1:
+                raise PipelineError("a learned in_port match must cover all 32 bits")
+            kw["in_port"] = value
+            continue
+        old = kw.get(m.dst, (0, 0))
+        assert isinstance(old, tuple)
+        kw[m.dst] = (old[0] & ~mask | value, old[1] | mask)
+    return FlowSpec(learn.table, learn.priority, Match(**kw), tuple(learn.loads), learn.cookie)  # type: ignore[arg-type]
+
+
 class Pipeline:
     """The flow tables of one switch. ``process`` is pure: it never changes the tables."""
 
@@ -146,27 +194,36 @@ class Pipeline:
         self.tables: dict[int, FlowTable] = {t: FlowTable(t, fl) for t, fl in sorted(by_table.items())}
 
     def process(self, frame: Frame) -> Result:
-        outputs: list[tuple[int, Frame]] = []
-        punts: list[Frame] = []
-        hits: list[FlowSpec] = []
-        table: int | None = 0
-        miss: int | None = None
+        st = _Run([], [], [], [], None)
+        self._run_from(0, frame, st, 0)
+        return Result(tuple(st.outputs), bool(st.punts), tuple(st.hits), st.miss, tuple(st.punts), tuple(st.learned))
+
+    def _run_from(self, table: int | None, frame: Frame, st: "_Run", depth: int) -> Frame:
+        """Process ``frame`` from ``table`` on (following ``goto``); the frame as it ends."""
         while table is not None:
             ft = self.tables.get(table)
             entry = ft.lookup(frame) if ft is not None else None
             if entry is None:
-                miss = table
+                if depth == 0:
+                    st.miss = table
                 break
-            hits.append(entry)
+            st.hits.append(entry)
             for action in entry.actions:
-                frame = _apply(action, frame, outputs, punts)
+                if isinstance(action, Resubmit):
+                    if depth >= MAX_RESUBMIT_DEPTH:
+                        raise PipelineError(f"more than {MAX_RESUBMIT_DEPTH} nested resubmits")
+                    frame = self._run_from(action.table, frame, st, depth + 1)
+                elif isinstance(action, Learn):
+                    st.learned.append(learned_entry(action, frame))
+                else:
+                    frame = _apply(action, frame, st.outputs, st.punts)
             if entry.write_metadata is not None:
                 value, mask = entry.write_metadata
                 frame = replace(frame, metadata=(frame.metadata & ~mask) | (value & mask))
             if entry.goto is not None and entry.goto <= table:  # pragma: no cover - checked at build
                 raise PipelineError(f"goto {entry.goto} from table {table} does not go forward")
             table = entry.goto
-        return Result(tuple(outputs), bool(punts), tuple(hits), miss, tuple(punts))
+        return frame
 
     def check_overlaps(self) -> list[tuple[FlowSpec, FlowSpec]]:
         return check_overlaps(self.flows)
@@ -174,7 +231,7 @@ class Pipeline:
 
 def _apply(action: object, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
     if isinstance(action, Output):
-        sent = replace(frame, metadata=0)
+        sent = replace(frame, metadata=0, reg0=0)
         if action.port == OFPP_CONTROLLER:
             punts.append(sent)
         elif action.port == OFPP_IN_PORT:
@@ -194,6 +251,12 @@ def _apply(action: object, frame: Frame, outputs: list[tuple[int, Frame]], punts
         if frame.vlan_pcp is None:
             raise PipelineError("pop_vlan on an untagged frame")
         return replace(frame, vlan_pcp=None)
+    if isinstance(action, LearnLoad):
+        if action.dst not in ("reg0", "metadata"):
+            raise PipelineError(f"load into {action.dst!r} (supported: reg0, metadata)")
+        mask = ((1 << action.n_bits) - 1) << action.dst_ofs
+        old = getattr(frame, action.dst)
+        return replace(frame, **{action.dst: old & ~mask | (action.value << action.dst_ofs) & mask})
     raise PipelineError(f"unsupported action {action!r}")
 
 
@@ -207,7 +270,7 @@ def matches_overlap(a: Match, b: Match) -> bool:
         x, y = getattr(a, name), getattr(b, name)
         if x is not None and y is not None and x != y:
             return False
-    for name in ("eth_src", "eth_dst", "metadata"):
+    for name in ("eth_src", "eth_dst", "metadata", "reg0"):
         x, y = getattr(a, name), getattr(b, name)
         if x is not None and y is not None and (x[0] ^ y[0]) & x[1] & y[1]:
             return False
@@ -255,6 +318,7 @@ def _shape(m: Match) -> tuple:
         m.eth_src[1] if m.eth_src else None,
         m.eth_dst[1] if m.eth_dst else None,
         m.metadata[1] if m.metadata else None,
+        m.reg0[1] if m.reg0 else None,
     )
 
 
@@ -266,6 +330,7 @@ def _values(m: Match) -> tuple:
         m.eth_src[0] if m.eth_src else 0,
         m.eth_dst[0] if m.eth_dst else 0,
         m.metadata[0] if m.metadata else 0,
+        m.reg0[0] if m.reg0 else 0,
     )
 
 
@@ -276,7 +341,7 @@ def _describe(f: FlowSpec) -> str:
         v = getattr(m, name)
         if v is not None:
             parts.append(f"{name}={v:#x}" if name == "eth_type" else f"{name}={v}")
-    for name in ("eth_src", "eth_dst", "metadata"):
+    for name in ("eth_src", "eth_dst", "metadata", "reg0"):
         v = getattr(m, name)
         if v is not None:
             parts.append(f"{name}={v[0]:#x}/{v[1]:#x}")
@@ -295,10 +360,133 @@ def describe_flow(f: FlowSpec) -> str:
             acts.append(f"set_field:{a.value:#x}->{a.field}")
         elif isinstance(a, PushVlan):
             acts.append(f"push_vlan:{a.ethertype:#x}")
-        else:
+        elif isinstance(a, Resubmit):
+            acts.append(f"resubmit(,{a.table})")
+        elif isinstance(a, Learn):
+            acts.append(f"learn(table={a.table},hard_timeout={a.hard_timeout},...)")
+        elif isinstance(a, LearnLoad):
+            acts.append(f"load:{a.value:#x}->{a.dst}[{a.dst_ofs}..{a.dst_ofs + a.n_bits - 1}]")
+        elif isinstance(a, PopVlan):
             acts.append("pop_vlan")
+        else:
+            acts.append(repr(a))
     if f.write_metadata is not None:
         acts.append(f"write_metadata:{f.write_metadata[0]:#x}/{f.write_metadata[1]:#x}")
     if f.goto is not None:
         acts.append(f"goto_table:{f.goto}")
     return _describe(f) + " actions=" + (",".join(acts) or "drop")
+
+
+# ---------------------------------------------------------------------------
+# resubmit chains as plain entries (for the vectorised verifier)
+
+
+class Unflattenable(PipelineError):
+    """A resubmit chain whose outcome depends on more than the entry's own match."""
+
+
+def inline_resubmits(flows: Iterable[FlowSpec]) -> list[FlowSpec]:
+    """``flows`` with every entry that resubmits replaced by an equivalent plain entry.
+
+    The switch-local PAUSE machinery (``PORT_STATE: metadata=P -> resubmit
+    PAUSE_LEARN, resubmit PAUSE_SELECT``) decides only on the metadata the
+    entry itself matches and on ``reg0``, which only entries reached by
+    resubmit set (it is 0 on entry). So the chain can be run once per entry
+    with a frame carrying that metadata; entries reached by a resubmit must
+    match nothing but ``metadata`` bits the resubmitting entry fixes and
+    ``reg0``. A resubmit as the very last action whose table lookup depends
+    on the frame becomes a ``goto`` (equivalent when nothing follows it).
+    Tables reached only by resubmit whose entries use the extensions (reg0,
+    loads, resubmits) are left out afterwards; the rest is unchanged.
+    Raises :class:`Unflattenable` for other shapes.
+    """
+    flows = list(flows)
+    if not any(isinstance(a, Resubmit) for f in flows for a in f.actions):
+        return flows
+    by_table: dict[int, list[FlowSpec]] = {}
+    for f in flows:
+        by_table.setdefault(f.table, []).append(f)
+    for entries in by_table.values():
+        entries.sort(key=lambda f: -f.priority)
+    gotos = {0} | {f.goto for f in flows if f.goto is not None}
+    resubmitted = {a.table for f in flows for a in f.actions if isinstance(a, Resubmit)}
+    for f in flows:
+        if f.table not in resubmitted and any(
+            isinstance(a, (LearnLoad, SetField)) and getattr(a, "field", getattr(a, "dst", None)) == "reg0"
+            for a in f.actions
+        ):
+            raise Unflattenable(f"{describe_flow(f)} sets reg0 outside a resubmit chain")
+    internal = {t for t in resubmitted - gotos
+                if any(g.match.reg0 is not None or any(isinstance(a, (Resubmit, LearnLoad, Learn)) for a in g.actions)
+                       for g in by_table.get(t, ()))}
+    out = []
+    for f in flows:
+        if f.table in internal:
+            continue
+        if not any(isinstance(a, Resubmit) for a in f.actions):
+            out.append(f)
+            continue
+        fixed = f.match.metadata or (0, 0)
+        actions: list = []
+        goto, _ = _inline(f, list(f.actions), fixed, 0, by_table, actions, 0)
+        if goto is not None and f.goto is not None:
+            raise Unflattenable(f"{describe_flow(f)}: a final resubmit and a goto")
+        out.append(replace(f, actions=tuple(actions), goto=goto if goto is not None else f.goto))
+    bad = [f for f in out if f.goto in internal]
+    if bad:
+        raise Unflattenable(f"{describe_flow(bad[0])} goes to a table only resubmits should reach")
+    return out
+
+
+def _inline(entry: FlowSpec, acts: list, fixed: tuple[int, int], reg0: int,
+            by_table: dict[int, list[FlowSpec]], out: list, depth: int) -> tuple[int | None, int]:
+    """Append the effect of ``acts`` (run by ``entry``, whose match fixes the ``fixed``
+    metadata bits) to ``out``. Returns (the table a final resubmit becomes a goto to, reg0 after)."""
+    if depth > MAX_RESUBMIT_DEPTH:
+        raise Unflattenable("resubmit loop")
+    meta = fixed[0]
+    for i, a in enumerate(acts):
+        if not isinstance(a, Resubmit):
+            if isinstance(a, LearnLoad) and a.dst == "reg0":
+                mask = ((1 << a.n_bits) - 1) << a.dst_ofs
+                reg0 = reg0 & ~mask | (a.value << a.dst_ofs) & mask
+            elif isinstance(a, SetField) and a.field == "reg0":
+                reg0 = a.value
+            elif isinstance(a, (LearnLoad, Learn)):
+                raise Unflattenable(f"{a!r} inside a resubmit chain")
+            else:
+                out.append(a)
+            continue
+        last = i == len(acts) - 1
+        winner: FlowSpec | None = None
+        for g in by_table.get(a.table, ()):
+            m = g.match
+            depends = any(x is not None for x in (m.in_port, m.eth_type, m.eth_src, m.eth_dst, m.vlan_pcp)) or (
+                m.metadata is not None and m.metadata[1] & ~fixed[1])
+            if depends:
+                if not last:
+                    raise Unflattenable(f"{describe_flow(g)} depends on the frame inside a resubmit chain")
+                if a.table <= entry.table:
+                    raise Unflattenable(f"final resubmit to table {a.table} from table {entry.table} cannot be a goto")
+                return a.table, reg0
+            if m.metadata is not None and meta & m.metadata[1] != m.metadata[0]:
+                continue
+            if m.reg0 is not None and reg0 & m.reg0[1] != m.reg0[0]:
+                continue
+            winner = g
+            break
+        if winner is None:
+            continue
+        if winner.write_metadata is not None:
+            raise Unflattenable(f"{describe_flow(winner)} writes metadata inside a resubmit chain")
+        sub_acts = list(winner.actions)
+        if winner.goto is not None:
+            if not last:
+                raise Unflattenable(f"{describe_flow(winner)} goes to a table inside a resubmit chain")
+            sub_acts.append(Resubmit(winner.goto))
+        goto, reg0 = _inline(entry, sub_acts, fixed, reg0, by_table, out, depth + 1)
+        if goto is not None:
+            if not last:
+                raise Unflattenable(f"resubmit to table {a.table} ends in a table lookup before other actions")
+            return goto, reg0
+    return None, reg0

@@ -9,6 +9,10 @@ overwrites), because the fabric cannot work without it; it is reported.
 
 Two flows with the same key are equal when actions, cookie, goto,
 write-metadata and meter agree (after normalisation: a zero-mask field is a wildcard).
+
+Entries the switch learned itself (cookie class ``LEARNED``: switch-local PAUSE
+overrides, :func:`hpcfabric.compiler.pause_learn_action`) are state, not
+configuration: they are ignored (never deleted, not counted as foreign).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from hpcfabric.flows import FlowSpec, Match, cookie_class
+from hpcfabric.flows import FlowSpec, Match, RuleClass, cookie_class
 
 _ALL64 = (1 << 64) - 1
 
@@ -37,6 +41,7 @@ def canonical(flow: FlowSpec) -> FlowSpec:
         eth_dst=_canon_masked(m.eth_dst),
         vlan_pcp=m.vlan_pcp,
         metadata=_canon_masked(m.metadata),
+        reg0=_canon_masked(m.reg0),
     )
     wm = flow.write_metadata
     if wm is not None and wm[1] == 0:
@@ -48,6 +53,11 @@ def canonical(flow: FlowSpec) -> FlowSpec:
 
 def is_ours(flow: FlowSpec) -> bool:
     return cookie_class(flow.cookie) is not None
+
+
+def is_learned(cookie: int) -> bool:
+    """An entry the switch learned (switch-local PAUSE override): left alone by reconciliation."""
+    return cookie_class(cookie) == RuleClass.LEARNED
 
 
 def same_entry(a: FlowSpec, b: FlowSpec) -> bool:
@@ -115,6 +125,8 @@ def diff(desired: Iterable[FlowSpec], installed: Iterable[FlowSpec]) -> Diff:
     have: dict[tuple, FlowSpec] = {}
     foreign: list[FlowSpec] = []
     for flow in installed:
+        if is_learned(flow.cookie):
+            continue
         flow = canonical(flow)
         if is_ours(flow):
             have[flow.key()] = flow

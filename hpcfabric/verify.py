@@ -83,7 +83,12 @@ path" premise: the whole run then uses the scalar reference walk.
 
 Paused ports: ``verify(compiled, paused=[(switch, port), ...])`` flips those
 PORT_STATE entries first (:func:`apply_paused`), as the controller does on a
-PAUSE. The channel dependency graph over every single paused port is
+PAUSE; with switch-local PAUSE reaction (``compiled.pause_reaction ==
+"switch"``) a port is paused by adding the override its PAUSE makes the
+switch learn (:func:`hpcfabric.compiler.learned_override_flow`). The
+vectorised engine models ``resubmit`` chains by inlining them per entry
+(:func:`hpcfabric.pipeline.inline_resubmits`; the scalar reference runs them
+literally). The channel dependency graph over every single paused port is
 :mod:`hpcfabric.cdg`.
 """
 
@@ -109,7 +114,7 @@ from hpcfabric.flows import (
     PushVlan,
     SetField,
 )
-from hpcfabric.pipeline import Frame, Pipeline, PipelineError, check_overlaps, describe_flow
+from hpcfabric.pipeline import Frame, Pipeline, PipelineError, Unflattenable, check_overlaps, describe_flow, inline_resubmits
 
 __all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused"]
 
@@ -574,6 +579,15 @@ def _flow_attrs(f: FlowSpec) -> tuple[int, ...]:
     return -1 if f.goto is None else f.goto, wmv, wmm, dv, dm, mv, mm
 
 
+def data_flows(flows: Sequence[FlowSpec]) -> Sequence[FlowSpec]:
+    """``flows`` with resubmit chains (switch-local PAUSE reaction) inlined into
+    plain entries (:func:`hpcfabric.pipeline.inline_resubmits`)."""
+    try:
+        return inline_resubmits(flows)
+    except Unflattenable as why:
+        raise _Unsupported(str(why)) from None
+
+
 def _relevant(f: FlowSpec) -> bool:
     """Can this entry ever match a data frame (IPv4, tagged or not)?"""
     m = f.match
@@ -786,7 +800,7 @@ class _Engine:
         self.tagging = False
         rewrites = []
         for sw in fabric.switches:
-            flows = compiled.tables[sw.name].flows
+            flows = data_flows(compiled.tables[sw.name].flows)
             for f in flows:
                 if f.goto is not None and f.goto <= f.table:
                     raise PipelineError(
@@ -1144,13 +1158,15 @@ class _Tally:
 def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any, list[tuple[str, int]]]:
     """``compiled`` with the PORT_STATE entry of every (switch, port) in ``paused``
     flipped to its paused version (:func:`hpcfabric.compiler.port_state_flow`),
-    and the flips applied. Ports without a PORT_STATE entry (minimal routing,
+    or, switch-local reaction, the learned override of the port added
+    (:func:`hpcfabric.compiler.learned_override_flow`), and the flips applied. Ports without a PORT_STATE entry (minimal routing,
     host ports) are left alone, as the controller leaves them; an unknown
     switch or port raises ValueError."""
     from dataclasses import replace as _replace
 
-    from hpcfabric.compiler import port_state_flow
+    from hpcfabric.compiler import learned_override_flow, port_state_flow
 
+    switch_local = getattr(compiled, "pause_reaction", "controller") == "switch"
     by_switch: dict[str, set[int]] = {}
     for sw, port in paused:
         if not compiled.fabric.has_switch(sw) or compiled.fabric.peer(sw, port) is None:
@@ -1163,6 +1179,11 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
     for sw, ports in sorted(by_switch.items()):
         flows = list(tables[sw].flows)
         for port in sorted(ports):
+            if switch_local:
+                if port_state_flow(port, False, "switch") in flows:
+                    flows.append(learned_override_flow(port))
+                    applied.append((sw, port))
+                continue
             old, new = port_state_flow(port, False), port_state_flow(port, True)
             for i, f in enumerate(flows):
                 if f == old:

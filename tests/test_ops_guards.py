@@ -35,6 +35,7 @@ from hpcfabric.flows import (
     RuleClass,
 )
 from hpcfabric.guards import METER_FABRIC, METER_HOST, guard_flows
+from hpcfabric.cnm import build_cnm, parse_cnm
 from hpcfabric.pause import MalformedFrame, build_pause, build_pfc, parse_mac_control
 from hpcfabric.pipeline import Frame, Pipeline
 from hpcfabric.verify import verify
@@ -179,7 +180,13 @@ def test_pause_pfc_cnm_from_host_ports_never_flip(tmp_path):
     assert sw.flow_mods() == before and app.pause.paused_ports() == []
     st = app.status()
     assert st["pause"]["host_port_frames"] == 150 and st["pause"]["flips"] == 0
-    assert st["packet_ins"]["cnm"] == 50 and st["dropped"]["cnm"] == 50
+    assert st["packet_ins"]["cnm"] == 50 and st["dropped"]["cnm_host_port"] == 50
+    assert st["cnm"]["host_port_frames"] == 50 and st["cnm"]["flips"] == 0
+    # a valid CNM with the most severe feedback from a host port does not flip either
+    for _ in range(20):
+        sw.packet_in(1, build_cnm(SRC, bytes.fromhex("020000000011"), 63))
+    assert sw.flow_mods() == before and app.pause.paused_ports() == []
+    assert app.status()["cnm"]["host_port_frames"] == 70
     # the same PAUSE on a fabric port does flip
     sw.packet_in(3, build_pause(SRC, 0xFFFF))
     assert sw.flow_mods() == before + 1 and app.pause.paused_ports() == [("g0s0", 3)]
@@ -212,8 +219,17 @@ def _frame(rng: random.Random, app, dpids: list[int]) -> tuple[str, bytes]:
         if rng.random() < 0.2:
             frame = frame[: rng.randint(14, 40)]
         return "pfc", bytes(frame)
-    if r < 0.45:
+    if r < 0.40:
         return "cnm", bytes.fromhex("0180c2000000") + SRC + struct.pack("!H", ETH_TYPE_CNM) + rng.randbytes(rng.randint(0, 80))
+    if r < 0.45:  # well-formed CNMs (any feedback, tags, CN-TAG), some of them mutated or cut
+        frame = bytearray(build_cnm(bytes.fromhex("020000000011"), SRC, rng.randrange(64), cpid=rng.getrandbits(64),
+                                    rpid=rng.choice([None, rng.randrange(65536)]),
+                                    vlan_pcp=rng.choice([None, rng.randrange(8)]), msdu=rng.randbytes(rng.randint(0, 64))))
+        if rng.random() < 0.3:
+            frame[rng.randrange(len(frame))] = rng.randrange(256)
+        if rng.random() < 0.1:
+            frame = frame[: rng.randint(14, len(frame))]
+        return "cnm", bytes(frame)
     if r < 0.65:
         return "lldp", _lldp_variants(rng, app, dpids)
     if r < 0.72:
@@ -225,7 +241,9 @@ def _frame(rng: random.Random, app, dpids: list[int]) -> tuple[str, bytes]:
 
 
 def _accounted(c) -> int:
-    return (c["short_frames"] + c["cnm_frames"] + c["dmp_packet_ins"] + c["other_packet_ins"] + c["no_in_port"]
+    return (c["short_frames"] + c["cnm_malformed"] + c["cnm_host_port"] + c["cnm_unknown_port"] + c["cnm_no_feedback"]
+            + c["cnm_minimal"] + c["cnm_used"] + c["pause_switch_local"]
+            + c["dmp_packet_ins"] + c["other_packet_ins"] + c["no_in_port"]
             + c["not_master_packet_ins"] + c["pause_unknown_switch"] + c["pause_unknown_port"] + c["pause_host_port"]
             + c["pause_malformed"] + c["pause_minimal"] + c["pause_used"] + c["lldp_malformed"] + c["lldp_foreign"]
             + c["lldp_host_untrusted"] + c["lldp_received"])
@@ -253,6 +271,13 @@ def _is_garbage(kind: str, frame: bytes, port: int | None, known: bool, app, sw_
         try:
             parse_mac_control(frame)
             return False
+        except MalformedFrame:
+            return True
+    if eth_type == ETH_TYPE_CNM or (eth_type == 0x8100 and len(frame) >= 18 and frame[16:18] == b"\x22\xe9"):
+        if not known or peer is None or peer.is_host:
+            return True
+        try:
+            return parse_cnm(frame).qfb == 0  # feedback 0 changes nothing by design
         except MalformedFrame:
             return True
     return True
@@ -309,6 +334,7 @@ def test_fuzzed_packet_ins_no_crash_no_state_change_every_drop_counted(tmp_path,
     assert c["packet_in_errors"] == 0 and "Traceback" not in caplog.text
     assert _accounted(c) == n_garbage + n
     assert c["pause_used"] > 0 and c["flips"] > 0  # the valid PAUSE frames did their job
+    assert c["cnm_used"] > 0  # and so did the valid CNMs from fabric ports
     st = app.status()
     assert sum(st["packet_ins"].values()) == n_garbage + n
     assert all(s.confirmed for s in app.switches.values())  # no switch fell out of sync

@@ -21,7 +21,10 @@ What it does (all decisions live in the pure modules it calls):
   :class:`hpcfabric.discovery.DiscoveryState` judges the wiring, miswired
   ports get ``OFPPC_NO_FWD`` until healed;
 * PAUSE/PFC packet-ins on fabric ports -> :class:`hpcfabric.pause.PauseState`
-  -> one ``OFPFC_MODIFY_STRICT`` of the port's PORT_STATE entry + barrier per flip;
+  -> one ``OFPFC_MODIFY_STRICT`` of the port's PORT_STATE entry + barrier per flip
+  (``pause_reaction = switch``: the switch reacts itself, PAUSEs are only counted);
+* 802.1Qau CNM packet-ins on fabric ports (``cnm = on``) -> :func:`hpcfabric.cnm.on_cnm`
+  -> the same flips, held for a time derived from the feedback;
 * a JSON status file, rewritten atomically on change (<= 10/s) and every second.
 """
 
@@ -62,7 +65,7 @@ from hpcfabric.flows import (
     cookie_class,
 )
 from hpcfabric.pause import Flip, MalformedFrame, PauseState, parse_mac_control
-from hpcfabric.reconcile import diff
+from hpcfabric.reconcile import diff, is_learned
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -344,6 +347,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
         self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
         self.conditional = config.routing == "conditional"
+        self.reaction = config.pause_reaction
         self._build_switches(config, {})
         self.cache = ofwire.FlowModCache()
         self.nonce = secrets.token_bytes(8)
@@ -353,6 +357,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self.reaction_ms: collections.deque[float] = collections.deque(maxlen=1000)
         self.counters = collections.Counter()
         self.port_flips: collections.Counter = collections.Counter()  # (switch, port) -> flips
+        self.port_pauses: collections.Counter = collections.Counter()  # switch mode: (switch, port) -> PAUSEs seen
         self.served: dict[str, dict[str, dict[int, int]]] = {}  # switch -> kind -> port -> packets (polled)
         self.meter_drops: dict[str, dict[int, int]] = {}  # switch -> meter -> packets dropped by its band
         self.reloads: dict[str, Any] = {"ok": 0, "failed": 0, "last": None, "pending_restart": []}
@@ -366,7 +371,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self._report_at = -1.0
         self._logged_problems: set[str] = set()
         self._own_threads: list[Any] = []
-        self._flip_parts: dict[tuple[int, bool], tuple[bytes, bytes]] = {}
+        self._flip_parts: dict[tuple[int, bool, str], tuple[bytes, bytes]] = {}
         self._report_cost = 0.0
         self._status_cost = 0.0
         self.ha = HaState(config)
@@ -525,7 +530,7 @@ class HpcfabricController(app_manager.OSKenApp):
         for f in base:
             if f.table == TABLE_PORT_STATE and f.match.metadata is not None:
                 port = f.match.metadata[0]
-                if port in paused and f == port_state_flow(port, False):
+                if port in paused and f == port_state_flow(port, False, self.reaction):
                     f = port_state_flow(port, True)
             out.append(f)
         return tuple(out)
@@ -718,6 +723,7 @@ class HpcfabricController(app_manager.OSKenApp):
                 self._sync_meters(sw, dp)
                 self._sync_groups(sw, dp)
             installed, opaque = self._dump_flows(dp, sw)
+            opaque = [s for s in opaque if not is_learned(s.cookie)]  # switch-local PAUSE state, not ours to sync
             if not sw.retired:
                 self._adopt_paused(sw, installed)
             desired = () if sw.retired else self.desired(sw.name)
@@ -748,7 +754,7 @@ class HpcfabricController(app_manager.OSKenApp):
                             sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
             # flips that raced with the sync: re-assert the current PORT_STATE entries
             for port in sorted(sw.flipped_during_sync):
-                flow = port_state_flow(port, self.pause.is_paused(sw.name, port, time.monotonic()))
+                flow = port_state_flow(port, self.pause.is_paused(sw.name, port, time.monotonic()), self.reaction)
                 x = self._xids(dp, 1)
                 self._send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
             sw.confirmed = not sw.retired
@@ -966,8 +972,6 @@ class HpcfabricController(app_manager.OSKenApp):
                 c["packet_in_lldp"] += 1
             elif eth_type == ETH_TYPE_CNM:
                 c["packet_in_cnm"] += 1
-                c["cnm_frames"] += 1  # 802.1Qau CNMs are counted, never acted upon (documented)
-                return
             elif eth_type == ETH_TYPE_DMP:
                 c["packet_in_dmp"] += 1
                 c["dmp_packet_ins"] += 1  # the switches answer DMP; one punted here is ignored
@@ -984,6 +988,8 @@ class HpcfabricController(app_manager.OSKenApp):
                 return
             if eth_type == ETH_TYPE_PAUSE:
                 self._on_pause(msg, bytes(data), in_port, t0)
+            elif eth_type == ETH_TYPE_CNM:
+                self._on_cnm(msg, bytes(data), in_port, t0)
             else:
                 self._on_lldp(msg, bytes(data), in_port, t0)
         except Disconnected:
@@ -1019,6 +1025,11 @@ class HpcfabricController(app_manager.OSKenApp):
             self.counters["pause_minimal"] += 1
             self._mark()
             return
+        if self.reaction == "switch":  # the switch learned its override from this very frame
+            self.counters["pause_switch_local"] += 1
+            self.port_pauses[(sw.name, in_port)] += 1
+            self._mark()
+            return
         self.counters["pause_used"] += 1
         flips = self.pause.on_frame(sw.name, in_port, frame, t0)
         for flip in flips:
@@ -1026,6 +1037,42 @@ class HpcfabricController(app_manager.OSKenApp):
         deadline = self.pause.until.get((sw.name, in_port))
         if deadline is not None and deadline < self._expiry_wait_until:
             self._pause_wakeup.set()  # only an earlier deadline needs the expiry loop now
+        self._mark()
+
+    def _on_cnm(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
+        """An 802.1Qau CNM copied from a fabric port: the same flip as a PAUSE, held
+        ``cnm_max_hold_ms * qFb / 63`` (:func:`hpcfabric.cnm.on_cnm`, docs/routing.md)."""
+        from hpcfabric.cnm import on_cnm, parse_cnm
+
+        c = self.counters
+        c["cnm_frames"] += 1
+        sw = self.by_dpid.get(msg.datapath.id)
+        peer = self.fabric.peer(sw.name, in_port) if sw is not None else None
+        if sw is None or peer is None:
+            c["cnm_unknown_port"] += 1
+        elif peer.is_host:
+            c["cnm_host_port"] += 1  # a congestion point in a host says nothing about the fabric
+        else:
+            try:
+                cnm = parse_cnm(data)
+            except MalformedFrame as err:
+                c["cnm_malformed"] += 1
+                LOG.debug("switch %s port %d: malformed CNM dropped: %s", sw.name, in_port, err)
+            else:
+                if not self.conditional:
+                    c["cnm_minimal"] += 1
+                elif cnm.qfb == 0:
+                    c["cnm_no_feedback"] += 1
+                else:
+                    c["cnm_used"] += 1
+                    flips = on_cnm(self.pause, sw.name, in_port, cnm, t0,
+                                   max_hold=self.config.cnm_max_hold_ms / 1000.0)
+                    for flip in flips:
+                        c["cnm_flips"] += 1
+                        self._apply_flip(flip, t0)
+                    deadline = self.pause.until.get((sw.name, in_port))
+                    if deadline is not None and deadline < self._expiry_wait_until:
+                        self._pause_wakeup.set()
         self._mark()
 
     def _apply_flip(self, flip: Flip, t0: float) -> None:
@@ -1041,10 +1088,11 @@ class HpcfabricController(app_manager.OSKenApp):
             return  # desired() carries the state into the next sync
         if sw.syncing:
             sw.flipped_during_sync.add(flip.port)
-        parts = self._flip_parts.get((flip.port, flip.paused))
+        key = (flip.port, flip.paused, self.reaction)
+        parts = self._flip_parts.get(key)
         if parts is None:  # the two versions of a port's PORT_STATE entry, encoded once
-            parts = self.cache.parts(port_state_flow(flip.port, flip.paused), ofwire.OFPFC_MODIFY_STRICT)
-            self._flip_parts[(flip.port, flip.paused)] = parts
+            parts = self.cache.parts(port_state_flow(flip.port, flip.paused, self.reaction), ofwire.OFPFC_MODIFY_STRICT)
+            self._flip_parts[key] = parts
         xid = self._xids(dp, 2)
         bxid = (xid + 1) & MAX_XID
         data = b"".join((parts[0], _XID.pack(xid), parts[1], _BARRIER_HEAD, _XID.pack(bxid)))
@@ -1381,6 +1429,9 @@ class HpcfabricController(app_manager.OSKenApp):
             },
             "pause": {
                 "enabled": self.conditional,
+                "reaction": self.reaction,
+                "switch_local_frames": c["pause_switch_local"],
+                "switch_local_ports": {f"{s}:{p}": n for (s, p), n in sorted(self.port_pauses.items())},
                 "flips": c["flips"],
                 "expiries": c["expiries"],
                 "flow_mods": c["flip_flow_mods"],
@@ -1392,6 +1443,17 @@ class HpcfabricController(app_manager.OSKenApp):
                 "unknown_port_frames": c["pause_unknown_port"],
                 "errors": c["flip_errors"],
             },
+            "cnm": {
+                "enabled": self.config.cnm,
+                "frames": c["cnm_frames"],
+                "used": c["cnm_used"],
+                "flips": c["cnm_flips"],
+                "malformed": c["cnm_malformed"],
+                "host_port_frames": c["cnm_host_port"],
+                "unknown_port_frames": c["cnm_unknown_port"],
+                "no_feedback": c["cnm_no_feedback"],
+                "minimal": c["cnm_minimal"],
+            },
             "errors": {"switch_errors": c["switch_errors"], "sync_failures": c["sync_failures"],
                        "packet_in_errors": c["packet_in_errors"], "role_failures": c["role_failures"]},
             "flowmod_cache": {"entries": len(self.cache), "hits": self.cache.hits, "misses": self.cache.misses},
@@ -1401,7 +1463,9 @@ class HpcfabricController(app_manager.OSKenApp):
                 "pause_host_port": c["pause_host_port"], "pause_unknown_port": c["pause_unknown_port"],
                 "pause_unknown_switch": c["pause_unknown_switch"], "pause_minimal": c["pause_minimal"],
                 "lldp_malformed": c["lldp_malformed"], "lldp_foreign": c["lldp_foreign"],
-                "lldp_host_untrusted": c["lldp_host_untrusted"], "cnm": c["cnm_frames"], "dmp": c["dmp_packet_ins"],
+                "lldp_host_untrusted": c["lldp_host_untrusted"], "cnm_malformed": c["cnm_malformed"],
+                "cnm_host_port": c["cnm_host_port"], "cnm_unknown_port": c["cnm_unknown_port"],
+                "cnm_no_feedback": c["cnm_no_feedback"], "cnm_minimal": c["cnm_minimal"], "dmp": c["dmp_packet_ins"],
                 "other": c["other_packet_ins"], "not_master": c["not_master_packet_ins"],
             },
             "guards": {
@@ -1640,6 +1704,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self.config = new
         self.fabric = new.fabric
         self.conditional = new.routing == "conditional"
+        self.reaction = new.pause_reaction
         if "status_file" not in _OVERRIDES:
             self.status_file = new.status_file
         logging.getLogger("hpcfabric").setLevel(new.log_level)

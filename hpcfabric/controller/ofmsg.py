@@ -17,7 +17,23 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from hpcfabric.addressing import format_mac
-from hpcfabric.flows import MAC_EXACT, OFPP_CONTROLLER, FlowSpec, Group, Match, Output, PopVlan, PushVlan, SetField, cookie_class, is_our_group
+from hpcfabric.flows import (
+    MAC_EXACT,
+    OFPP_CONTROLLER,
+    FlowSpec,
+    Group,
+    Learn,
+    LearnLoad,
+    LearnMatch,
+    Match,
+    Output,
+    PopVlan,
+    PushVlan,
+    Resubmit,
+    SetField,
+    cookie_class,
+    is_our_group,
+)
 from hpcfabric.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
 
 _ALL64 = (1 << 64) - 1
@@ -36,8 +52,16 @@ def _parse_mac(text: str) -> int:
     return int(text.replace(":", ""), 16)
 
 
+#: os-ken's names of the fields a learn spec uses -> ours (OVS may answer with NXM in_port)
+_LEARN_NAMES = {"in_port": "in_port", "in_port_nxm": "in_port", "metadata": "metadata", "reg0": "reg0"}
+_NX_IN_PORT = 0xFFF8
+
+
 def to_match(match: Match) -> Any:
     kw: dict[str, Any] = {}
+    if match.reg0 is not None:
+        v, m = match.reg0
+        kw["reg0"] = v if m == 0xFFFFFFFF else (v, m)
     if match.in_port is not None:
         kw["in_port"] = match.in_port
     if match.eth_type is not None:
@@ -67,6 +91,14 @@ def to_action(action: Any) -> Any:
         return parser.OFPActionPopVlan()
     if isinstance(action, Group):
         return parser.OFPActionGroup(action.group_id)
+    if isinstance(action, Resubmit):
+        return parser.NXActionResubmitTable(in_port=_NX_IN_PORT, table_id=action.table)
+    if isinstance(action, Learn):
+        specs = [parser.NXFlowSpecMatch(src=(m.src, m.src_ofs), dst=(m.dst, m.dst_ofs), n_bits=m.n_bits)
+                 for m in action.matches]
+        specs += [parser.NXFlowSpecLoad(src=x.value, dst=(x.dst, x.dst_ofs), n_bits=x.n_bits) for x in action.loads]
+        return parser.NXActionLearn(table_id=action.table, specs=specs, idle_timeout=action.idle_timeout,
+                                    hard_timeout=action.hard_timeout, priority=action.priority, cookie=action.cookie)
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -131,6 +163,8 @@ def from_match(match: Any) -> Match:
             kw[name] = _masked_mac(value)
         elif name == "metadata":
             kw[name] = tuple(value) if isinstance(value, tuple) else (value, _ALL64)
+        elif name == "reg0":
+            kw[name] = tuple(value) if isinstance(value, tuple) else (value, 0xFFFFFFFF)
         else:
             raise Unrepresentable(f"match field {name}")
     return Match(**kw)
@@ -151,7 +185,33 @@ def from_action(action: Any) -> Any:
         return PopVlan()
     if isinstance(action, parser.OFPActionGroup) and is_our_group(action.group_id):
         return Group(action.group_id)  # only hpcfabric's own (tagged) groups
+    if isinstance(action, parser.NXActionResubmitTable) and action.in_port == _NX_IN_PORT:
+        return Resubmit(action.table_id)
+    if isinstance(action, parser.NXActionLearn) and not (action.flags or action.fin_idle_timeout
+                                                           or action.fin_hard_timeout):
+        return _from_learn(action)
     raise Unrepresentable(f"action {type(action).__name__}")
+
+
+def _learn_field(spec_part: Any) -> tuple[str, int]:
+    if not isinstance(spec_part, tuple) or spec_part[0] not in _LEARN_NAMES:
+        raise Unrepresentable(f"learn spec field {spec_part!r}")
+    return _LEARN_NAMES[spec_part[0]], spec_part[1]
+
+
+def _from_learn(action: Any) -> Learn:
+    matches, loads = [], []
+    for spec in action.specs:
+        dst, dst_ofs = _learn_field(spec.dst)
+        if isinstance(spec, parser.NXFlowSpecMatch) and isinstance(spec.src, tuple):
+            src, src_ofs = _learn_field(spec.src)
+            matches.append(LearnMatch(dst, src, spec.n_bits, dst_ofs, src_ofs))
+        elif isinstance(spec, parser.NXFlowSpecLoad) and isinstance(spec.src, int):
+            loads.append(LearnLoad(dst, spec.src, spec.n_bits, dst_ofs))
+        else:
+            raise Unrepresentable(f"learn spec {type(spec).__name__}")
+    return Learn(action.table_id, action.priority, action.hard_timeout, action.cookie, tuple(matches), tuple(loads),
+                 action.idle_timeout)
 
 
 def _spec(table: int, priority: int, cookie: int, match: Any, instructions: list[Any]) -> FlowSpec:
