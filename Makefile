@@ -20,8 +20,11 @@ DEMO_CMD     ?= $(VENV)/bin/python mininet/run_fabric.py --topology topologies/d
 
 BENCH_GLOB   ?= bench/*.py
 RELIABILITY_ARGS ?=
+# make experiment QUICK=1: one repeat, 8-s windows (<= 10 minutes); EXPERIMENT_ARGS: more run_experiment.py options
+QUICK        ?=
+EXPERIMENT_ARGS ?=
 
-.PHONY: help setup test demo bench clean distclean ovs reliability
+.PHONY: help setup test demo bench clean distclean ovs reliability experiment
 
 help:
 	@echo "targets:"
@@ -30,6 +33,7 @@ help:
 	@echo "  demo       bootstrap + \$$DEMO_CMD"
 	@echo "  bench      run every $(BENCH_GLOB)"
 	@echo "  reliability  bootstrap + mininet/run_reliability.py (restart, HA failover, link failure, fuzz, spoof; JSON)"
+	@echo "  experiment bootstrap + mininet/run_experiment.py (UN/ADV x minimal/conditional on DF and FB; QUICK=1: <= 10 min)"
 	@echo "  ovs        only make sure Open vSwitch is installed and running"
 	@echo "  clean      remove caches and build artefacts (keeps .venv)"
 	@echo "  distclean  clean + remove .venv"
@@ -55,6 +59,10 @@ demo:
 reliability:
 	@bash $(BOOTSTRAP)
 	$(PY) mininet/run_reliability.py $(RELIABILITY_ARGS)
+
+experiment:
+	@bash $(BOOTSTRAP)
+	$(PY) mininet/run_experiment.py $(if $(QUICK),--quick,) $(EXPERIMENT_ARGS)
 
 bench:
 	@bash $(BOOTSTRAP) --no-ovs

@@ -8,8 +8,12 @@ frame by frame, in the traffic generator). Paper Sec. VI-B and notes §1:
   routing concentrates a whole block's traffic on few links --
   Dragonfly: group i -> group i+1 (mod g; the paper's ADV, one global link
   carries it all); Flattened Butterfly: switch (c_0, ..., c_{N-1}) -> switch
-  (c_0+1, ..., c_{N-1}+1) (mod k_d; every host of a switch to one destination
-  switch, which dimension-order routing funnels through one port);
+  (c_0, ..., c_{N-1}+1) (mod k_{N-1}): every host of a switch to the one
+  switch of the next "group" (the paper's FB group is a dimension-0 row) on
+  its own dimension-0 position, so minimal routing has a single path, the
+  direct highest-dimension link. (Shifting every dimension would be no
+  harder for minimal routing and no easier for adaptive routing: both
+  minimal first hops are then links the neighbours saturate themselves.)
   fat-tree / folded Clos: pod i -> pod i+1; explicit fabrics: switch i ->
   switch i+1 in fabric order.
 
@@ -17,8 +21,6 @@ Each destination list is sorted by host name, so runs are reproducible.
 """
 
 from __future__ import annotations
-
-from typing import Mapping
 
 from hpcfabric.errors import HpcfabricError
 from hpcfabric.topology.model import Fabric
@@ -62,7 +64,8 @@ def _block_of(fabric: Fabric) -> tuple[dict[str, tuple[int, ...]], dict[tuple[in
     if fabric.kind == "flattened_butterfly":
         dims = tuple(fabric.params["dims"])
         block = {s.name: tuple(s.coords) for s in access}
-        nxt = {c: tuple((v + 1) % k for v, k in zip(c, dims)) for c in block.values()}
+        top = len(dims) - 1
+        nxt = {c: c[:top] + ((c[top] + 1) % dims[top],) for c in block.values()}
         return block, nxt
     if fabric.kind in ("dragonfly", "fat_tree", "folded_clos"):
         block = {s.name: (s.group,) for s in access}
@@ -88,16 +91,3 @@ def adversarial(fabric: Fabric) -> dict[str, tuple[str, ...]]:
             raise PatternError(f"adversarial pattern: the block after {h.switch}'s has no hosts")
         out[h.name] = tuple(dests)
     return out
-
-
-def link_load(fabric: Fabric, dests: Mapping[str, tuple[str, ...]], paths: Mapping[tuple[str, str], tuple[tuple[str, int], ...]]
-              ) -> dict[tuple[str, int], float]:
-    """Expected load per egress (switch, port) in host-rate units: each host sends 1, spread evenly over its
-    destinations, along ``paths[(src, dst)]`` (the (switch, egress port) hops of a route)."""
-    load: dict[tuple[str, int], float] = {}
-    for src, ds in dests.items():
-        share = 1.0 / len(ds) if ds else 0.0
-        for d in ds:
-            for hop in paths[(src, d)]:
-                load[hop] = load.get(hop, 0.0) + share
-    return load

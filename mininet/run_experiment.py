@@ -34,6 +34,7 @@ import argparse
 import configparser
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -78,6 +79,7 @@ class Plan:
 
     fabrics: tuple[str, ...]
     policies: tuple[str, ...]
+    switch_local_on: tuple[str, ...]
     patterns: tuple[str, ...]
     repeats: int
     warmup: float
@@ -93,18 +95,31 @@ class Plan:
     poll_ms: float
     quanta: int
     seed: int
+    spread: bool = True
+    pause_hold_ms: float | None = None
 
 
 class UsageError(Exception):
     pass
 
 
+class Progress(rf.Progress):
+    """Timestamped progress lines on stderr, labelled with this tool's name."""
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[{PROG} {self.elapsed():6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="run_experiment.py", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat, short windows (<= 10 minutes)")
     ap.add_argument("--fabrics", default="df,fb", help=f"comma list of {', '.join(FABRICS)}")
-    ap.add_argument("--policies", default="minimal,conditional",
-                    help="comma list: minimal, conditional, conditional-switch (switch-local PAUSE reaction)")
+    ap.add_argument("--policies", default="minimal,conditional,conditional-switch",
+                    help="comma list: minimal, conditional, conditional-switch (conditional with the switch-local "
+                         "PAUSE reaction, [hpcfabric] pause_reaction = switch)")
+    ap.add_argument("--switch-local-on", default=None,
+                    help="fabrics that also run conditional-switch (default: all; with --quick: df)")
     ap.add_argument("--patterns", default="adv,un", help="comma list: adv, un")
     ap.add_argument("--repeats", type=int, default=None, help="runs per (fabric, policy, pattern) (default 3; quick 1)")
     ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 8)")
@@ -112,14 +127,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--drain", type=float, default=1.5, help="load kept on after the window while it drains, s")
     ap.add_argument("--link-mbit", type=float, default=1.0, help="fabric link rate, Mbit/s (default 1)")
     ap.add_argument("--queue-bytes", type=int, default=30000, help="byte FIFO per fabric link direction")
-    ap.add_argument("--size", type=int, default=1000, help="UDP payload bytes per frame")
+    ap.add_argument("--size", type=int, default=1400, help="UDP payload bytes per frame (fewer frames per bit: less OVS CPU)")
     ap.add_argument("--load-adv", type=float, default=0.5, help="offered load per host under ADV, x link rate")
     ap.add_argument("--load-un", type=float, default=0.3, help="offered load per host under UN, x link rate")
     ap.add_argument("--xoff", type=int, default=5000, help="emulated receiver: XOFF at this queue backlog, bytes")
     ap.add_argument("--xon", type=int, default=1000, help="emulated receiver: XON below this backlog, bytes")
-    ap.add_argument("--refresh-ms", type=float, default=20.0, help="XOFF repeat interval while congested")
-    ap.add_argument("--poll-ms", type=float, default=2.0, help="backlog poll interval")
-    ap.add_argument("--quanta", type=int, default=100, help="XOFF quanta (512 bit times at the link rate)")
+    ap.add_argument("--refresh-ms", type=float, default=100.0, help="XOFF repeat interval while congested")
+    ap.add_argument("--poll-ms", type=float, default=10.0, help="backlog poll interval")
+    ap.add_argument("--quanta", type=int, default=400, help="XOFF quanta (512 bit times at the link rate)")
+    ap.add_argument("--pause-hold-ms", type=float, default=None,
+                    help="override the controller's [hpcfabric] pause_hold_ms (minimum time a flipped port stays flipped; "
+                         "default: the config's, 50 ms)")
+    ap.add_argument("--no-spread", action="store_true",
+                    help="no congestion spreading: a congested link pauses only its own sender (lossless.py --spread)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prefix", default="", help="bridge/interface name prefix (next to another net)")
     ap.add_argument("--out", default=None, help="results directory (default results/experiment-<time>)")
@@ -131,11 +151,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     fabrics = tuple(x.strip() for x in args.fabrics.split(",") if x.strip())
-    bad = [f for f in fabrics if f not in FABRICS]
+    bad = [f for f in fabrics if f not in FABRICS and not (f.endswith(".conf") and Path(f).is_file())]
     if bad or not fabrics:
-        raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of {', '.join(FABRICS)}")
+        raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
+                         f"{', '.join(FABRICS)} or controller .conf files")
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
-    bad = [p for p in policies if p not in ("minimal", "conditional", "conditional-switch", "valiant")]
+    bad = [p for p in policies if p not in ("minimal", "conditional", "conditional-switch")]
     if bad or not policies:
         raise UsageError(f"--policies: unknown {', '.join(bad) or '(empty)'}; expected minimal, conditional, "
                          "conditional-switch")
@@ -158,16 +179,67 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--xoff ({args.xoff}) must be below --queue-bytes ({args.queue_bytes})")
     if not 0 < args.quanta <= 0xFFFF:
         raise UsageError(f"--quanta must be 1..65535, got {args.quanta}")
-    return Plan(fabrics, policies, patterns, repeats, args.warmup, measure, args.drain, args.link_mbit, args.queue_bytes,
+    if args.switch_local_on is None:
+        switch_on = ("df",) if args.quick else fabrics
+    else:
+        switch_on = tuple(x.strip() for x in args.switch_local_on.split(",") if x.strip())
+    return Plan(fabrics, policies, switch_on, patterns, repeats, args.warmup, measure, args.drain, args.link_mbit, args.queue_bytes,
                 args.size, {"adversarial": args.load_adv, "uniform": args.load_un}, args.xoff, args.xon,
-                args.refresh_ms, args.poll_ms, args.quanta, args.seed)
+                args.refresh_ms, args.poll_ms, args.quanta, args.seed, not args.no_spread, args.pause_hold_ms)
 
 
 # ---------------------------------------------------------------------------
 # one (fabric, policy): controller + net
 
 
-def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int, status: Path) -> Path:
+#: OVS other_config:max-idle (ms) while the switch-local mode runs: OVS executes a ``learn`` action only when it
+#: translates a frame, and a PAUSE that hits a datapath flow cached from an earlier PAUSE (10 s by default) is
+#: learned only at the next revalidation, ~0.5 s later (docs/controller.md, "switch-local PAUSE reaction")
+SWITCH_MODE_MAX_IDLE_MS = 200
+
+
+def set_max_idle(ms: int | str | None) -> str:
+    """Set (None: remove) Open vSwitch's other_config:max-idle; returns the previous value ('' if unset)."""
+    res = subprocess.run(["ovs-vsctl", "--if-exists", "get", "Open_vSwitch", ".", "other_config:max-idle"],
+                         capture_output=True, text=True)
+    prev = res.stdout.strip().strip('"') if res.returncode == 0 else ""
+    if ms is None:
+        subprocess.run(["ovs-vsctl", "remove", "Open_vSwitch", ".", "other_config", "max-idle"], capture_output=True)
+    else:
+        subprocess.run(["ovs-vsctl", "set", "Open_vSwitch", ".", f"other_config:max-idle={ms}"], check=True,
+                       capture_output=True)
+    return prev
+
+
+def ovs_send_buffer() -> int | None:
+    """Send buffer (bytes) of ovs-vswitchd's unbound AF_PACKET socket, through which userspace OVS sends on
+    every port; None if it cannot be read (no ``ss``, or OVS has not sent anything yet)."""
+    try:
+        out = subprocess.run(["ss", "-0", "-m", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        parts = line.split()
+        if "ovs-vswitchd" in line and len(parts) > 3 and parts[3].startswith("[0]"):
+            m = re.search(r"\btb(\d+)", line)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def check_send_buffer(plan: Plan, n_links: int) -> None:
+    """Refuse to measure when OVS's send socket cannot hold the shaped queues (sends would fail silently)."""
+    tb = ovs_send_buffer()
+    need = min(64 << 20, int(n_links * plan.queue_bytes * 2.3 * 4))  # every queue full + receive queues, skb overhead
+    if tb is not None and tb < need:
+        raise UsageError(
+            f"Open vSwitch's send socket buffer is {tb} bytes, below the {need} the shaped queues need: frames "
+            "would be dropped outside the emulated links. Stop every Mininet net and run 'make setup' (it raises "
+            "net.core.wmem_default and restarts Open vSwitch); see docs/experiments.md")
+
+
+def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int, status: Path,
+                 pause_hold_ms: float | None = None) -> Path:
     """A copy of the shipped config with the policy, the emulated link speed, our status file and port."""
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"), default_section="\0none")
     parser.optionxform = str  # type: ignore[assignment,method-assign]
@@ -179,6 +251,8 @@ def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int
         hf["pause_reaction"] = "switch"
     hf["link_speed_gbps"] = repr(link_mbit / 1000)  # PAUSE quanta are 512 bit times at the emulated rate
     hf["status_file"] = str(status)
+    if pause_hold_ms is not None:
+        hf["pause_hold_ms"] = f"{pause_hold_ms:g}"
     if "openflow" not in parser:
         parser["openflow"] = {}
     parser["openflow"]["listen_host"] = "127.0.0.1"
@@ -241,6 +315,8 @@ def run_traffic(net: Any, fabric: Any, dests: dict[str, tuple[str, ...]], pps: f
     """One measured run: emulator + one generator per host; returns the raw per-host results and emulator report."""
     emu_cmd = [sys.executable, str(LOSSLESS), str(links_file), "--xoff", str(plan.xoff), "--xon", str(plan.xon),
                "--quanta", str(plan.quanta), "--refresh-ms", str(plan.refresh_ms), "--poll-ms", str(plan.poll_ms)]
+    if plan.spread:
+        emu_cmd.append("--spread")
     emu = subprocess.Popen(emu_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = emu.stdout.readline().strip() if emu.stdout else ""
     if line != "ready":
@@ -295,6 +371,8 @@ def run_traffic(net: Any, fabric: Any, dests: dict[str, tuple[str, ...]], pps: f
 def summarise(raw: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """Aggregate throughput, per-source throughput, loss and latency of one run."""
     hosts = raw["hosts"]
+    sent_all = sum(r["sent"] for r in hosts.values())
+    rx_all = sum(r["rx_total"] for r in hosts.values())
     window = plan.measure
     bits = plan.size * 8
     sent = sum(r["sent_measured"] for r in hosts.values())
@@ -331,18 +409,23 @@ def summarise(raw: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "emulator_poll_ms": emu.get("poll_ms_avg"),
         "emulator_links_paused": len(emu.get("links") or {}),
         "queue_drops": raw.get("queue_drops"),
+        # frames of the whole run (warm-up and drain too) lost neither in an emulated link queue nor delivered:
+        # dropped by userspace OVS itself (receive/send overload), see docs/experiments.md
+        "lost_outside_queues": round(max(0, sent_all - rx_all - (raw.get("queue_drops") or 0)) / sent_all, 4)
+        if sent_all else None,
         "emulator_links": emu.get("links") or {},
     }
 
 
-def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: rf.Progress) -> list[dict[str, Any]]:
+def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress) -> list[dict[str, Any]]:
     """Controller + net for one (fabric, policy), then every pattern x repeat. Returns one record per run."""
-    cfg_file, _topo = FABRICS[label]
+    cfg_file = FABRICS[label][0] if label in FABRICS else str(Path(label).resolve())
+    label = label if label in FABRICS else Path(label).stem
     tmp = work / f"{label}-{policy}"
     tmp.mkdir(parents=True, exist_ok=True)
     port = rf.free_port()
     status_file = tmp / "status.json"
-    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file)
+    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms)
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:
@@ -351,7 +434,10 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
     controller = rf.Controller(conf, status_file, port, tmp / "controller.log")
     net = None
     records: list[dict[str, Any]] = []
+    max_idle = None
     try:
+        if policy == "conditional-switch":
+            max_idle = set_max_idle(SWITCH_MODE_MAX_IDLE_MS)
         controller.start()
         net = fn.build_net(fabric, cfg.plan, controller_port=port, prefix=prefix)
         status = controller.wait_ready(len(fabric.switches), 120, progress)
@@ -366,6 +452,7 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
         progress(f"{label}/{policy}: {status['rules_installed']} rules, DMP {len(fabric.hosts)}/{len(fabric.hosts)}, "
                  f"all-pairs ping: {ping['pairs']} pairs reachable")
         links = lossless.fabric_directions(fabric, prefix)
+        check_send_buffer(plan, len(links))
         lossless.shape_links(links, lossless.LinkShape(plan.link_mbit, plan.queue_bytes))
         links_file = tmp / "links.json"
         links_file.write_text(json.dumps([l.__dict__ for l in links]))
@@ -401,6 +488,8 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
             except Exception as err:  # noqa: BLE001 - keep tearing down
                 progress(f"net.stop failed: {err}")
         controller.stop()
+        if max_idle is not None:
+            set_max_idle(max_idle or None)
 
 
 # ---------------------------------------------------------------------------
@@ -431,6 +520,8 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "jain_fairness": mean([r["jain_fairness"] for r in rs]),
             "pause_xoff_frames": mean([r["pause_xoff_frames"] or 0 for r in rs]),
             "controller_flips": mean([r["controller_flips"] for r in rs]),
+            "queue_drops": mean([r["queue_drops"] or 0 for r in rs]),
+            "lost_outside_queues": mean([r["lost_outside_queues"] or 0 for r in rs]),
             "alternative_frames": mean([r["alternative_frames"] for r in rs]),
         })
     return rows
@@ -439,7 +530,7 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r["fabric"], r["pattern"], r["policy"]): r for r in rows}
     out: dict[str, Any] = {}
-    for fab in FABRICS:
+    for fab in sorted({r["fabric"] for r in rows}):
         for pat, short in (("adversarial", "adv"), ("uniform", "un")):
             base = by.get((fab, pat, "minimal"))
             for pol, suffix in (("conditional", ""), ("conditional-switch", "_switch"), ("valiant", "_valiant")):
@@ -468,8 +559,9 @@ def plots(records: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) 
     policies = [p for p in ("minimal", "valiant", "conditional", "conditional-switch") if any(r["policy"] == p for r in rows)]
     fig, axes = plt.subplots(1, len(fabrics), figsize=(5 * len(fabrics), 4), squeeze=False)
     for ax, fab in zip(axes[0], fabrics):
-        width = 0.8 / max(len(policies), 1)
-        for i, pol in enumerate(policies):
+        here = [p for p in policies if any(r["policy"] == p and r["fabric"] == fab for r in rows)]
+        width = 0.8 / max(len(here), 1)
+        for i, pol in enumerate(here):
             ys, lo, hi = [], [], []
             for pat in patterns:
                 r = next((r for r in rows if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol), None)
@@ -480,8 +572,8 @@ def plots(records: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) 
             ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=pol)
         offered = [next((r["offered_mbps"] for r in rows if r["fabric"] == fab and r["pattern"] == pat), 0) for pat in patterns]
         for j, o in enumerate(offered):
-            ax.hlines(o, j - width / 2, j - width / 2 + width * len(policies), colors="k", linestyles="dashed")
-        ax.set_xticks([j + width * (len(policies) - 1) / 2 for j in range(len(patterns))])
+            ax.hlines(o, j - width / 2, j - width / 2 + width * len(here), colors="k", linestyles="dashed")
+        ax.set_xticks([j + width * (len(here) - 1) / 2 for j in range(len(patterns))])
         ax.set_xticklabels(patterns)
         ax.set_title(f"{fab}: aggregate delivered throughput")
         ax.set_ylabel("Mbit/s (dashed: offered)")
@@ -513,9 +605,11 @@ def plots(records: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) 
     for a, fab in enumerate(fabrics):
         for b, pat in enumerate(patterns):
             ax = axes[a][b]
+            here = [p for p in policies if any(r["policy"] == p and r["fabric"] == fab for r in records)]
             data = [[x for r in records if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol
-                     for x in r["per_source_all_mbps"]] for pol in policies]
-            ax.boxplot(data, labels=policies)
+                     for x in r["per_source_all_mbps"]] for pol in here]
+            ax.boxplot(data)
+            ax.set_xticks(range(1, len(here) + 1), here)
             ax.set_title(f"{fab} {pat}: per-source throughput")
             ax.set_ylabel("Mbit/s")
             ax.tick_params(axis="x", labelsize=8)
@@ -537,8 +631,8 @@ def report_md(rows: list[dict[str, Any]], summary: dict[str, Any], plan: Plan, f
         f"{plan.xoff} B, XON below {plan.xon} B, {plan.quanta} quanta, refreshed every {plan.refresh_ms:g} ms.",
         "",
         "| fabric | pattern | policy | runs | offered Mbit/s | delivered Mbit/s (min–max) | loss | p50 / p99 latency ms "
-        "| min per-source Mbit/s | Jain | XOFF frames | flips | diverted frames |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| min per-source Mbit/s | Jain | XOFF frames | flips | diverted frames | lost outside queues |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["fabric"], r["pattern"], r["policy"])):
         lines.append(
@@ -546,7 +640,7 @@ def report_md(rows: list[dict[str, Any]], summary: dict[str, Any], plan: Plan, f
             f"{r['throughput_mbps']:.2f} ({r['throughput_min']:.2f}–{r['throughput_max']:.2f}) | "
             f"{(r['loss'] or 0):.1%} | {r['latency_p50_ms']} / {r['latency_p99_ms']} | {r['per_source_min_mbps']:.3f} | "
             f"{r['jain_fairness']:.2f} | {r['pause_xoff_frames']:.0f} | {r['controller_flips']:.0f} | "
-            f"{r['alternative_frames']:.0f} |")
+            f"{r['alternative_frames']:.0f} | {(r['lost_outside_queues'] or 0):.1%} |")
     lines += ["", "Ratios (conditional / minimal aggregate throughput, this run): `" + json.dumps(
         {k: v for k, v in summary.items() if "ratio" in k or "loss" in k}, sort_keys=True) + "`", ""]
     for f in files:
@@ -556,7 +650,7 @@ def report_md(rows: list[dict[str, Any]], summary: dict[str, Any], plan: Plan, f
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    progress = rf.Progress(False)
+    progress = Progress(False)
     summary: dict[str, Any] = {"passed": False}
     code = EXIT_FAILED
     work = Path(tempfile.mkdtemp(prefix="hfexp"))
@@ -586,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"results in {out}")
         for label in plan.fabrics:
             for policy in plan.policies:
+                if policy == "conditional-switch" and label not in plan.switch_local_on:
+                    continue
                 records += run_policy(label, policy, plan, args.prefix, work, progress)
         rows = table(records)
         summary.update(ratios(rows))

@@ -147,9 +147,10 @@ ovs_ok() { $SUDO timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
 # created at its first send with the then net.core.wmem_default as its send
 # buffer. Frames waiting in the experiments' link shapers (mininet/lossless.py)
 # are charged to that buffer: with the kernel default (208 KiB) a few full
-# queues make every other send fail silently. 16 MiB holds ~240 full 30-KB
+# queues make every other send fail silently; frames waiting in OVS's receive
+# queues count too (veth keeps the sender as owner). 64 MiB: ~900 full 30-KB
 # queues (1-KB frames). Raised (never lowered) before OVS starts; docs/experiments.md.
-OVS_SNDBUF=16777216
+OVS_SNDBUF=67108864
 ovs_sndbuf() {  # send buffer of ovs-vswitchd's unbound AF_PACKET socket (0: none yet)
     ss -0 -m -p 2>/dev/null | awk '/ovs-vswitchd/ && $4 ~ /^\[0\]/ { if (match($0, /tb[0-9]+/)) { print substr($0, RSTART + 2, RLENGTH - 2); exit } }'
 }
@@ -165,7 +166,7 @@ if [[ $DO_OVS -eq 1 ]]; then
         if [[ -n $tb ]] && (( tb < OVS_SNDBUF )); then
             if [[ -z $($SUDO ovs-vsctl list-br 2>/dev/null) ]]; then
                 log "restarting Open vSwitch: its send socket buffer is $tb bytes (< $OVS_SNDBUF) and no bridge exists"
-                $SUDO "$OVS_CTL" stop >/dev/null 2>&1 || true
+                $SUDO "$OVS_CTL" stop >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- || true
             else
                 log "WARNING: Open vSwitch's send socket buffer is $tb bytes (< $OVS_SNDBUF); bridges exist, so it is" \
                     "not restarted: the lossless-link experiments need a restart (delete the bridges, rerun make setup)"
@@ -177,7 +178,8 @@ if [[ $DO_OVS -eq 1 ]]; then
     else
         [[ -x $OVS_CTL ]] || die "$OVS_CTL not found (is openvswitch-switch installed?)"
         log "starting Open vSwitch (ovs-ctl, userspace datapath)"
-        out=$($SUDO "$OVS_CTL" start --system-id=random --no-monitor 2>&1) || {
+        # fds 3-9 closed: the daemons must not inherit e.g. a caller's flock(1) lock
+        out=$($SUDO "$OVS_CTL" start --system-id=random --no-monitor 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) || {
             printf '%s\n' "$out" >&2
             die "ovs-ctl start failed"
         }
