@@ -187,6 +187,33 @@ def test_pause_emulator_sends_xoff_into_the_peer_then_xon_when_drained(veth):
         cap.close()
 
 
+@root_only
+@pytest.mark.parametrize("spread", [False, True])
+def test_congestion_spreading_pauses_the_links_into_a_switch_with_a_congested_output(spread):
+    """s1 -> s2 -> s3: s2's output to s3 is congested. Without spreading only s2:5 is paused; with it,
+    s2 also pauses s1 (the link into s2), as a lossless switch whose input buffers fill would."""
+    tag = f"hfs{os.getpid() % 1000}{int(spread)}"
+    pairs = [(f"{tag}a1", f"{tag}a2"), (f"{tag}b1", f"{tag}b2")]
+    for x, y in pairs:
+        subprocess.run(["ip", "link", "add", x, "type", "veth", "peer", "name", y], check=True)
+        for dev in (x, y):
+            subprocess.run(["ip", "link", "set", dev, "up"], check=True)
+    try:
+        a = lossless.ShapedLink("s1", 3, pairs[0][0], "s2", 4, pairs[0][1])
+        b = lossless.ShapedLink("s2", 5, pairs[1][0], "s3", 6, pairs[1][1])
+        lossless.shape_links([a, b], lossless.LinkShape(0.2, 20000))
+        emu = lossless.PauseEmulator([a, b], lossless.PauseSettings(4000, 1500, 300, 10.0, 0.005, spread))
+        _fill(b.iface, 8)
+        emu.step(time.monotonic())
+        states = {ls.link.switch: ls for ls in emu.states.values()}
+        assert states["s2"].paused and states["s2"].congested
+        assert not states["s1"].congested
+        assert states["s1"].paused is spread
+    finally:
+        for x, _ in pairs:
+            subprocess.run(["ip", "link", "del", x], check=False)
+
+
 # ---------------------------------------------------------------------------
 # generator
 
