@@ -50,6 +50,7 @@ from hpcfabric.flows import (
     TABLE_PORT_STATE,
     TABLE_ROUTE,
     FlowSpec,
+    Group,
     Match,
     Output,
     PopVlan,
@@ -231,6 +232,30 @@ class Context:
                 self.switch_prefix[sw.name] = _prefix(self.layout, lead)
         if "group" in names:
             self.group_prefix = {g: _prefix(self.layout, [("group", g)]) for g in self.groups}
+
+
+# -- public helpers for code that builds ROUTE tables of its own (hpcfabric.failover) --------
+
+
+def host_routes(ctx: Context, sw: Switch) -> list[Route]:
+    """Delivery routes (one per host of ``sw``, exact host prefix -> its port)."""
+    return _host_routes(ctx, sw)
+
+
+def access_prefix(ctx: Context, sw: Switch) -> tuple[int, int] | None:
+    """(bits, length) of the prefix every host of access switch ``sw`` shares (all address fields but
+    ``host``), or None when the layout does not end in a ``host`` field after others (e.g. flat)."""
+    names = ctx.layout.names
+    if not ("host" in names and len(names) > 1 and names[-1] == "host"):
+        return None
+    fv = ctx.plan.switch_fields(sw)
+    return _prefix(ctx.layout, [(n, fv[n]) for n in names if n != "host"])
+
+
+def route_flows(ctx: Context, routes: list[Route], compact: bool = True) -> list[FlowSpec]:
+    """Table-ROUTE entries for ``routes`` (plain outputs; drop for ``port=None``), compacted with
+    ORTC when ``compact`` -- exactly as the compiler emits prefix tables."""
+    return _lpm_flows(ctx.cache, routes, compact)
 
 
 def _host_routes(ctx: Context, sw: Switch) -> list[Route]:
@@ -487,17 +512,20 @@ def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> 
     return flows
 
 
-def port_state_flow(port: int, paused: bool) -> FlowSpec:
+def port_state_flow(port: int, paused: bool, group: int | None = None) -> FlowSpec:
     """The PORT_STATE entry of one fabric port: output it, or (paused) go to ALTERNATIVE.
 
     Both states share table, priority and match, so a flip is one
     OFPFC_MODIFY_STRICT flow-mod however many default rules use the port.
+    ``group``: the port is protected by that fast-failover group
+    (:mod:`hpcfabric.fastfailover`); the unpaused entry outputs through it.
     """
     match = Match(metadata=(port, METADATA_PORT_MASK))
     cookie = make_cookie(RuleClass.PORT_STATE, port)
     if paused:
         return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (), cookie, goto=TABLE_ALTERNATIVE)
-    return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (Output(port),), cookie)
+    action = Output(port) if group is None else Group(group)
+    return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (action,), cookie)
 
 
 def _fb_dim_match(fabric: Fabric, plan: AddressPlan, d: int, v: int) -> tuple[int, int]:

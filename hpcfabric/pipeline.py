@@ -17,7 +17,12 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
 * then ``write_metadata`` (value, mask), then ``goto`` (must name a later
   table, checked when the pipeline is built); no ``goto`` ends processing;
 * no matching entry in a table is a table miss: processing ends (the frame
-  is dropped unless an earlier table already output it).
+  is dropped unless an earlier table already output it);
+* ``Group`` runs a fast-failover group (``groups``, :class:`~hpcfabric.flows.GroupSpec`):
+  the actions of its first bucket whose watch port is not in ``down``; no live
+  bucket drops the frame. A bucket output to the frame's own ingress port is
+  dropped, as Open vSwitch does (sending back needs ``OFPP_IN_PORT``);
+* ``Output`` to a port in ``down`` (link down) loses the frame.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
 never matches an untagged frame); ``eth_src``, ``eth_dst`` and ``metadata``
@@ -38,6 +43,8 @@ from hpcfabric.flows import (
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     FlowSpec,
+    Group,
+    GroupSpec,
     Match,
     Output,
     PopVlan,
@@ -136,11 +143,16 @@ class FlowTable:
 
 
 class Pipeline:
-    """The flow tables of one switch. ``process`` is pure: it never changes the tables."""
+    """The flow tables of one switch. ``process`` is pure: it never changes the tables.
 
-    def __init__(self, flows: Iterable[FlowSpec]) -> None:
+    ``groups``: the switch's fast-failover groups; ``down``: its ports whose link is down.
+    """
+
+    def __init__(self, flows: Iterable[FlowSpec], groups: Iterable[GroupSpec] = (), down: Iterable[int] = ()) -> None:
         by_table: dict[int, list[FlowSpec]] = {}
         self.flows: tuple[FlowSpec, ...] = tuple(flows)
+        self.groups: dict[int, GroupSpec] = {g.group_id: g for g in groups}
+        self.down: frozenset[int] = frozenset(down)
         for f in self.flows:
             by_table.setdefault(f.table, []).append(f)
         self.tables: dict[int, FlowTable] = {t: FlowTable(t, fl) for t, fl in sorted(by_table.items())}
@@ -159,7 +171,12 @@ class Pipeline:
                 break
             hits.append(entry)
             for action in entry.actions:
-                frame = _apply(action, frame, outputs, punts)
+                if isinstance(action, Group):
+                    frame = self._group(action.group_id, frame, outputs, punts)
+                elif isinstance(action, Output) and action.port in self.down:
+                    continue  # the link is down: this copy is lost
+                else:
+                    frame = _apply(action, frame, outputs, punts)
             if entry.write_metadata is not None:
                 value, mask = entry.write_metadata
                 frame = replace(frame, metadata=(frame.metadata & ~mask) | (value & mask))
@@ -167,6 +184,19 @@ class Pipeline:
                 raise PipelineError(f"goto {entry.goto} from table {table} does not go forward")
             table = entry.goto
         return Result(tuple(outputs), bool(punts), tuple(hits), miss, tuple(punts))
+
+    def _group(self, group_id: int, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise PipelineError(f"group {group_id:#x} is not installed on this switch")
+        bucket = group.live_bucket(self.down)
+        for action in bucket.actions if bucket is not None else ():  # none live: dropped
+            if isinstance(action, Output) and action.port == frame.in_port:
+                continue  # OpenFlow: never back out of the ingress port without OFPP_IN_PORT
+            if isinstance(action, Group):
+                raise PipelineError(f"group {group_id:#x} chains group {action.group_id:#x} (not supported)")
+            frame = _apply(action, frame, outputs, punts)
+        return frame
 
     def check_overlaps(self) -> list[tuple[FlowSpec, FlowSpec]]:
         return check_overlaps(self.flows)
@@ -295,6 +325,8 @@ def describe_flow(f: FlowSpec) -> str:
             acts.append(f"set_field:{a.value:#x}->{a.field}")
         elif isinstance(a, PushVlan):
             acts.append(f"push_vlan:{a.ethertype:#x}")
+        elif isinstance(a, Group):
+            acts.append(f"group:{a.group_id:#x}")
         else:
             acts.append("pop_vlan")
     if f.write_metadata is not None:
