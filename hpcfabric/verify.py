@@ -1150,6 +1150,7 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
     from dataclasses import replace as _replace
 
     from hpcfabric.compiler import port_state_flow
+    from hpcfabric.flows import GROUP_TAG
 
     by_switch: dict[str, set[int]] = {}
     for sw, port in paused:
@@ -1164,8 +1165,9 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
         flows = list(tables[sw].flows)
         for port in sorted(ports):
             old, new = port_state_flow(port, False), port_state_flow(port, True)
+            grouped = port_state_flow(port, False, GROUP_TAG | port)  # protected by a fast-failover group
             for i, f in enumerate(flows):
-                if f == old:
+                if f == old or f == grouped:
                     flows[i] = new
                     applied.append((sw, port))
         tables[sw] = _replace(tables[sw], flows=tuple(flows))
@@ -1220,13 +1222,13 @@ def verify(
         'scalar' always uses the reference walk (slow: small fabrics only).
     groups, down : optional
         Fast-failover groups per switch (:mod:`hpcfabric.fastfailover`) and ports whose link is down
-        (switch, port): resolved first (:func:`apply_down`), then ``paused`` is applied.
+        (switch, port): resolved (:func:`apply_down`) after ``paused`` is applied.
     """
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")
     t0 = time.perf_counter()
-    compiled = apply_down(compiled, groups, down)
     compiled, applied = apply_paused(compiled, paused)
+    compiled = apply_down(compiled, groups, down)
     fabric = compiled.fabric
     n_hosts = len(fabric.hosts)
     if sample is not None and sample < n_hosts:
