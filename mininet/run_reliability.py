@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reliability run in Mininet (``make reliability``): restart, HA failover, link failure, fuzzing, spoofing.
 
-    .venv/bin/python mininet/run_reliability.py [--topology T] [--config C] [--prefix rl] [--pings 1000]
+    .venv/bin/python mininet/run_reliability.py [--topology T] [--prefix rl] [--pings 1000]
+        [--phases restart,failover,fuzz,link] [--fast-failover] [--link-interval 0.002]
 
 On a small Dragonfly (default ``topologies/dragonfly-a2-p1-h1.yaml``, bridge
 names prefixed so it can run next to another Mininet) with guards on:
@@ -18,7 +19,9 @@ names prefixed so it can run next to another Mininet) with guards on:
    and the other hosts' pings lose nothing (``others_lost``);
 4. link failure: ``ip link set … down`` on a fabric link carrying a ping ->
    the controller reroutes (``link_recovery_ms``, ``link_traffic_gap_ms``),
-   all-pairs ping with the link down, link up, all-pairs ping again.
+   all-pairs ping with the link down, link up, all-pairs ping again. With
+   ``--fast-failover`` the config turns the groups on (the cut link is one
+   protected at both ends) and ``ff_link_recovery_ms`` is the traffic gap.
 
 The last stdout line is one JSON object; exit 0 if every check passed.
 Only processes this script started are stopped (by PID); never ``mn -c``.
