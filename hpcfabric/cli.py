@@ -112,6 +112,7 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{s['hosts']} hosts, {s['links']} links; {s['addressing']} addressing ({s['layout']}), {s['routing']} routing, "
         f"{s['rules_expected']} rules, host_mac={s['host_mac']}, listen {s['listen']}, guards={s['guards']}, "
         f"metrics={s['metrics']}, ha={s['ha']}, fast_failover={s['fast_failover']}"
+        + (f" ({s['ff_groups']} groups)" if s["fast_failover"] == "on" else "")
     )
     return 0
 

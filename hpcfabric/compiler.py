@@ -53,6 +53,7 @@ from hpcfabric.flows import (
     TABLE_PORT_STATE,
     TABLE_ROUTE,
     FlowSpec,
+    Group,
     Learn,
     LearnLoad,
     LearnMatch,
@@ -251,6 +252,30 @@ class Context:
                 self.switch_prefix[sw.name] = _prefix(self.layout, lead)
         if "group" in names:
             self.group_prefix = {g: _prefix(self.layout, [("group", g)]) for g in self.groups}
+
+
+# -- public helpers for code that builds ROUTE tables of its own (hpcfabric.failover) --------
+
+
+def host_routes(ctx: Context, sw: Switch) -> list[Route]:
+    """Delivery routes (one per host of ``sw``, exact host prefix -> its port)."""
+    return _host_routes(ctx, sw)
+
+
+def access_prefix(ctx: Context, sw: Switch) -> tuple[int, int] | None:
+    """(bits, length) of the prefix every host of access switch ``sw`` shares (all address fields but
+    ``host``), or None when the layout does not end in a ``host`` field after others (e.g. flat)."""
+    names = ctx.layout.names
+    if not ("host" in names and len(names) > 1 and names[-1] == "host"):
+        return None
+    fv = ctx.plan.switch_fields(sw)
+    return _prefix(ctx.layout, [(n, fv[n]) for n in names if n != "host"])
+
+
+def route_flows(ctx: Context, routes: list[Route], compact: bool = True) -> list[FlowSpec]:
+    """Table-ROUTE entries for ``routes`` (plain outputs; drop for ``port=None``), compacted with
+    ORTC when ``compact`` -- exactly as the compiler emits prefix tables."""
+    return _lpm_flows(ctx.cache, routes, compact)
 
 
 def _host_routes(ctx: Context, sw: Switch) -> list[Route]:
@@ -507,11 +532,15 @@ def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> 
     return flows
 
 
-def port_state_flow(port: int, paused: bool, reaction: str = "controller") -> FlowSpec:
+def port_state_flow(port: int, paused: bool, group: int | None = None, *, reaction: str = "controller") -> FlowSpec:
     """The PORT_STATE entry of one fabric port: output it, or (paused) go to ALTERNATIVE.
 
     Both states share table, priority and match, so a flip is one
     OFPFC_MODIFY_STRICT flow-mod however many default rules use the port.
+    ``group``: the port is protected by that fast-failover group
+    (:mod:`hpcfabric.fastfailover`); the unpaused entry outputs through it
+    (controller reaction only: fast failover and the switch-local reaction
+    are not combined, the config refuses it).
     With ``reaction="switch"`` the unpaused entry asks the switch-local state
     instead of outputting (:func:`_switch_pause_flows`): ``resubmit`` to
     PAUSE_LEARN (a learned override sets reg0 bit 0), then to PAUSE_SELECT
@@ -525,7 +554,8 @@ def port_state_flow(port: int, paused: bool, reaction: str = "controller") -> Fl
     if reaction == "switch":
         return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match,
                         (Resubmit(TABLE_PAUSE_LEARN), Resubmit(TABLE_PAUSE_SELECT)), cookie)
-    return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (Output(port),), cookie)
+    action = Output(port) if group is None else Group(group)
+    return FlowSpec(TABLE_PORT_STATE, PRIO_PORT_STATE, match, (action,), cookie)
 
 
 def pause_learn_action(hold_s: int) -> Learn:
@@ -631,7 +661,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     flows = []
     fabric_ports = sorted(fabric.fabric_ports(sw.name))
     for port in fabric_ports:
-        flows.append(port_state_flow(port, False, ctx.pause_reaction))
+        flows.append(port_state_flow(port, False, reaction=ctx.pause_reaction))
         flows.append(
             FlowSpec(
                 TABLE_ALTERNATIVE,

@@ -31,7 +31,7 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [guards]                    ; source_check, punt_meters (on|off), fabric_punt_pps, host_punt_pps, punt_burst
     [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
-    [failover]                  ; recompute = on|off, fast_failover = off (on: not implemented)
+    [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.fastfailover)
 
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
 ignored here. Everything is checked at load time -- the topology is loaded,
@@ -165,6 +165,8 @@ class ControllerConfig:
     switch_hold_s: int = 1
     cnm: bool = False
     cnm_max_hold_ms: float = 250.0
+    #: fast-failover groups per switch (:class:`hpcfabric.flows.GroupSpec`), empty unless fast_failover
+    groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def meters(self) -> tuple[Any, ...]:
@@ -222,6 +224,7 @@ class ControllerConfig:
             "metrics": f"{self.metrics_listen[0]}:{self.metrics_listen[1]}" if self.metrics_listen else "off",
             "ha": self.ha_role,
             "fast_failover": "on" if self.fast_failover else "off",
+            "ff_groups": sum(len(g) for g in self.groups.values()),
         }
 
 
@@ -476,10 +479,14 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         raise _err(source, "ha.instance", f"{ha_instance!r} must not contain spaces")
     ha_switches = tuple(p for p in (x.strip() for x in _get(parser, "ha", "switches").split(",")) if p)
     fast_failover = on_off("failover", "fast_failover")
-    if fast_failover:
-        raise _err(source, "failover.fast_failover", "fast-failover groups are not implemented in this version; "
-                   "link and switch failures are routed around by recomputation (recompute = on); use off")
     recompute = on_off("failover", "recompute")
+    if fast_failover and not recompute:
+        raise _err(source, "failover.fast_failover", "on needs recompute = on: the groups only bridge the time "
+                   "until recomputation replaces the tables (they are proved for one failed link at a time)")
+    if fast_failover and pause_reaction == "switch":
+        raise _err(source, "failover.fast_failover", "on cannot be combined with [hpcfabric] pause_reaction = switch "
+                   "(the switch-local PORT_STATE entries resubmit instead of outputting through a group); "
+                   "set fast_failover = off or pause_reaction = controller")
 
     # -- the fabric (topology errors carry their own source and field) ----
     from hpcfabric.topology.loader import load_topology
@@ -572,7 +579,19 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         from hpcfabric.guards import guard_flows
 
         tables = guard_flows(fabric, plan, tables, source_check=source_check, punt_meters=punt_meters)
-    return replace(cfg, compiled=compiled, desired=tables)
+    groups: dict[str, tuple[Any, ...]] = {}
+    if fast_failover:
+        from hpcfabric.fastfailover import fast_failover_groups
+
+        try:
+            ff = fast_failover_groups(compiled, tables, source_macs=dict(real_macs))
+        except CompileError as err:
+            raise _err(source, "failover.fast_failover", str(err)) from None
+        if not ff.stats()["groups"]:
+            raise _err(source, "failover.fast_failover", f"no fabric port of {fabric.name} has a loop-free detour "
+                       "(docs/operations.md); use off (failures are routed around by recomputation)")
+        tables, groups = dict(ff.flows), {k: v for k, v in ff.groups.items() if v}
+    return replace(cfg, compiled=compiled, desired=tables, groups=groups)
 
 
 def _listen(path: str, key: str, text: str) -> tuple[str, int] | None:

@@ -20,12 +20,10 @@ table of every switch on the *surviving* graph:
   reroute is in force the fabric runs minimal routing on the surviving graph
   and PAUSE flips have nothing to switch (they resume when everything is back).
 
-Fast-failover groups (a precomputed alternative port per port, switched by
-the switch itself) are *not* implemented: on direct topologies such as a
-Dragonfly with one global link per group pair there is no per-port
-alternative that is loop-free for every destination (the neighbour group
-routes the destination straight back over the same switch), so the general
-mechanism is recomputation; see docs/operations.md.
+Fast-failover groups are the first line (:mod:`hpcfabric.fastfailover`): where the
+topology offers a proved detour the switch itself moves the traffic when the port
+goes down; this recomputation follows and replaces the tables (the rerouted tables
+use plain outputs: the groups stay installed, unused, until the compiled tables return).
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable
 
+from hpcfabric.fastfailover import fast_failover_groups  # noqa: F401  (public: the groups' transform)
 from hpcfabric.flows import TABLE_INGRESS, TABLE_ROUTE, FlowSpec, Output, RuleClass, SetField, sort_flows
 
 #: above this many (switch, destination) pairs the previous next hops are not looked up (speed)
@@ -54,7 +53,7 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
             ) -> dict[str, tuple[FlowSpec, ...]]:
     """Per switch, the table to install while the ports ``down`` (switch, port) and the switches
     ``dead_switches`` are out of service. ``config`` is a compiled :class:`~hpcfabric.config.ControllerConfig`."""
-    from hpcfabric.compiler import Context, Route, _host_routes, _lpm_flows, _prefix
+    from hpcfabric.compiler import Context, Route, access_prefix, host_routes, route_flows
     from hpcfabric.pipeline import Frame, Pipeline
 
     fabric, plan = config.fabric, config.plan
@@ -69,16 +68,13 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
     for ports in adj.values():
         ports.sort()
     ctx = Context(fabric, plan, "minimal")
-    names = ctx.layout.names
-    per_switch = "host" in names and len(names) > 1 and names[-1] == "host"
     # destinations: (key switch, prefix bits, prefix length, a host there for the pipeline lookup)
     dests: list[tuple[str, int, int, str]] = []
     for sw in fabric.access_switches:
         hosts = fabric.hosts_on(sw.name)
-        if per_switch:
-            fv = plan.switch_fields(sw)
-            bits, length = _prefix(ctx.layout, [(n, fv[n]) for n in names if n != "host"])
-            dests.append((sw.name, bits, length, hosts[0].name))
+        prefix = access_prefix(ctx, sw)
+        if prefix is not None:
+            dests.append((sw.name, *prefix, hosts[0].name))
         else:
             for h in hosts:
                 dests.append((sw.name, *ctx.host_prefix[h.name], h.name))
@@ -98,15 +94,16 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
         dist[target] = seen
     prefer = len(fabric.switches) * len(dests) <= PREFER_LIMIT
     real = dict(getattr(config, "real_macs", ()) or ())
+    groups = getattr(config, "groups", None) or {}
     out: dict[str, tuple[FlowSpec, ...]] = {}
     for sw in fabric.switches:
         base = config.desired.get(sw.name, ())
         if sw.name in dead:
             out[sw.name] = tuple(base)
             continue
-        pipe = Pipeline(base) if prefer else None
+        pipe = Pipeline(base, groups.get(sw.name, ())) if prefer else None
         in_port = min(fabric.ports(sw.name)) if fabric.ports(sw.name) else 1
-        routes = _host_routes(ctx, sw) if fabric.hosts_on(sw.name) else []
+        routes = host_routes(ctx, sw) if fabric.hosts_on(sw.name) else []
         for rank, (target, bits, length, host) in enumerate(dests):
             if target == sw.name:
                 continue
@@ -125,24 +122,26 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
             if port is None:
                 port = cands[rank % len(cands)]
             routes.append(Route(bits, length, port, RuleClass.ROUTE))
-        route_flows = _lpm_flows(ctx.cache, routes, compact=True)
+        rflows = route_flows(ctx, routes, compact=True)
         if real:  # host_mac = rewrite: deliveries set the host's real MAC back
             hosts = {h.port: h.name for h in fabric.hosts_on(sw.name)}
             fixed = []
-            for f in route_flows:
+            for f in rflows:
                 acts = []
                 for a in f.actions:
                     if isinstance(a, Output) and a.port in hosts:
                         acts.append(SetField("eth_dst", real[hosts[a.port]]))
                     acts.append(a)
                 fixed.append(FlowSpec(f.table, f.priority, f.match, tuple(acts), f.cookie, f.goto, f.write_metadata))
-            route_flows = fixed
+            rflows = fixed
         keep = [f for f in base if f.table == TABLE_INGRESS
                 or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA)]
-        out[sw.name] = sort_flows(keep + route_flows)
+        out[sw.name] = sort_flows(keep + rflows)
     return out
 
 
-def failover_groups(config: Any) -> dict[str, dict[int, Any]]:
-    """Fast-failover groups: not implemented (see the module docstring); the config rejects ``fast_failover = on``."""
-    return {}
+def failover_groups(config: Any) -> dict[str, tuple[Any, ...]]:
+    """The fast-failover groups (:class:`~hpcfabric.flows.GroupSpec`) per switch of a loaded config
+    (computed at load time by :func:`hpcfabric.fastfailover.fast_failover_groups`; empty unless
+    ``[failover] fast_failover = on``)."""
+    return dict(getattr(config, "groups", None) or {})

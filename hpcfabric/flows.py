@@ -208,6 +208,30 @@ Action = Union[Output, SetField, PushVlan, PopVlan, Group, Resubmit, Learn]
 
 
 @dataclass(frozen=True, slots=True)
+class Bucket:
+    """One bucket of a fast-failover group: live while ``watch_port`` is up, then ``actions`` apply."""
+
+    watch_port: int
+    actions: tuple[Action, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """An OpenFlow fast-failover group (OFPGT_FF): the first bucket whose watch port is live is used;
+    none live drops the frame. ``group_id`` carries :data:`GROUP_TAG` (see :func:`is_our_group`)."""
+
+    group_id: int
+    buckets: tuple[Bucket, ...]
+
+    def live_bucket(self, down: "frozenset[int] | set[int]") -> Bucket | None:
+        """The bucket a switch uses while the ports in ``down`` are down (None: every bucket is dead)."""
+        for b in self.buckets:
+            if b.watch_port not in down:
+                return b
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class FlowSpec:
     """One flow entry: apply ``actions``, optionally write metadata, then go to ``goto``.
 

@@ -26,6 +26,11 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
   callers add them to model the switch's state), and ``LearnLoad`` (the
   action of learned entries) loads bits of ``reg0``/``metadata``. ``reg0``
   starts at 0 and, like ``metadata``, never leaves the switch.
+* ``Group`` runs a fast-failover group (``groups``, :class:`~hpcfabric.flows.GroupSpec`):
+  the actions of its first bucket whose watch port is not in ``down``; no live
+  bucket drops the frame. A bucket output to the frame's own ingress port is
+  dropped, as Open vSwitch does (sending back needs ``OFPP_IN_PORT``);
+* ``Output`` to a port in ``down`` (link down) loses the frame.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
 never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata`` and
@@ -47,6 +52,8 @@ from hpcfabric.flows import (
     OFPP_IN_PORT,
     LEARN_FIELDS,
     FlowSpec,
+    Group,
+    GroupSpec,
     Learn,
     LearnLoad,
     Match,
@@ -184,11 +191,16 @@ def learned_entry(learn: Learn, frame: Frame) -> FlowSpec:
 
 
 class Pipeline:
-    """The flow tables of one switch. ``process`` is pure: it never changes the tables."""
+    """The flow tables of one switch. ``process`` is pure: it never changes the tables.
 
-    def __init__(self, flows: Iterable[FlowSpec]) -> None:
+    ``groups``: the switch's fast-failover groups; ``down``: its ports whose link is down.
+    """
+
+    def __init__(self, flows: Iterable[FlowSpec], groups: Iterable[GroupSpec] = (), down: Iterable[int] = ()) -> None:
         by_table: dict[int, list[FlowSpec]] = {}
         self.flows: tuple[FlowSpec, ...] = tuple(flows)
+        self.groups: dict[int, GroupSpec] = {g.group_id: g for g in groups}
+        self.down: frozenset[int] = frozenset(down)
         for f in self.flows:
             by_table.setdefault(f.table, []).append(f)
         self.tables: dict[int, FlowTable] = {t: FlowTable(t, fl) for t, fl in sorted(by_table.items())}
@@ -215,6 +227,10 @@ class Pipeline:
                     frame = self._run_from(action.table, frame, st, depth + 1)
                 elif isinstance(action, Learn):
                     st.learned.append(learned_entry(action, frame))
+                elif isinstance(action, Group):
+                    frame = self._group(action.group_id, frame, st.outputs, st.punts)
+                elif isinstance(action, Output) and action.port in self.down:
+                    continue  # the link is down: this copy is lost
                 else:
                     frame = _apply(action, frame, st.outputs, st.punts)
             if entry.write_metadata is not None:
@@ -223,6 +239,19 @@ class Pipeline:
             if entry.goto is not None and entry.goto <= table:  # pragma: no cover - checked at build
                 raise PipelineError(f"goto {entry.goto} from table {table} does not go forward")
             table = entry.goto
+        return frame
+
+    def _group(self, group_id: int, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise PipelineError(f"group {group_id:#x} is not installed on this switch")
+        bucket = group.live_bucket(self.down)
+        for action in bucket.actions if bucket is not None else ():  # none live: dropped
+            if isinstance(action, Output) and action.port == frame.in_port:
+                continue  # OpenFlow: never back out of the ingress port without OFPP_IN_PORT
+            if isinstance(action, Group):
+                raise PipelineError(f"group {group_id:#x} chains group {action.group_id:#x} (not supported)")
+            frame = _apply(action, frame, outputs, punts)
         return frame
 
     def check_overlaps(self) -> list[tuple[FlowSpec, FlowSpec]]:
@@ -366,6 +395,8 @@ def describe_flow(f: FlowSpec) -> str:
             acts.append(f"learn(table={a.table},hard_timeout={a.hard_timeout},...)")
         elif isinstance(a, LearnLoad):
             acts.append(f"load:{a.value:#x}->{a.dst}[{a.dst_ofs}..{a.dst_ofs + a.n_bits - 1}]")
+        elif isinstance(a, Group):
+            acts.append(f"group:{a.group_id:#x}")
         elif isinstance(a, PopVlan):
             acts.append("pop_vlan")
         else:

@@ -116,7 +116,7 @@ from hpcfabric.flows import (
 )
 from hpcfabric.pipeline import Frame, Pipeline, PipelineError, Unflattenable, check_overlaps, describe_flow, inline_resubmits
 
-__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused"]
+__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused", "apply_down"]
 
 # Next-state codes (>= 0: next row of the decision matrix).
 DROP = -1  # no output: table miss or drop entry
@@ -1165,6 +1165,7 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
     from dataclasses import replace as _replace
 
     from hpcfabric.compiler import learned_override_flow, port_state_flow
+    from hpcfabric.flows import GROUP_TAG
 
     switch_local = getattr(compiled, "pause_reaction", "controller") == "switch"
     by_switch: dict[str, set[int]] = {}
@@ -1180,17 +1181,38 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
         flows = list(tables[sw].flows)
         for port in sorted(ports):
             if switch_local:
-                if port_state_flow(port, False, "switch") in flows:
+                if port_state_flow(port, False, reaction="switch") in flows:
                     flows.append(learned_override_flow(port))
                     applied.append((sw, port))
                 continue
             old, new = port_state_flow(port, False), port_state_flow(port, True)
+            grouped = port_state_flow(port, False, GROUP_TAG | port)  # protected by a fast-failover group
             for i, f in enumerate(flows):
-                if f == old:
+                if f == old or f == grouped:
                     flows[i] = new
                     applied.append((sw, port))
         tables[sw] = _replace(tables[sw], flows=tuple(flows))
     return _replace(compiled, tables=tables), applied
+
+
+def apply_down(compiled: Any, groups: Mapping[str, Iterable[Any]] | None, down: Iterable[tuple[str, int]]) -> Any:
+    """``compiled`` as the switches execute it while the ports ``down`` (switch, port) are down: outputs to
+    them lose the frame and every fast-failover group (``groups``: switch -> GroupSpecs) takes its first live
+    bucket (:func:`hpcfabric.fastfailover.resolve_groups`), so both engines see plain tables."""
+    from dataclasses import replace as _replace
+
+    from hpcfabric.fastfailover import resolve_groups
+
+    by_switch: dict[str, set[int]] = {}
+    for sw, port in down:
+        by_switch.setdefault(sw, set()).add(port)
+    if not groups and not by_switch:
+        return compiled
+    tables = dict(compiled.tables)
+    for sw, t in tables.items():
+        if (groups and groups.get(sw)) or sw in by_switch:
+            tables[sw] = _replace(t, flows=resolve_groups(t.flows, (groups or {}).get(sw, ()), by_switch.get(sw, ())))
+    return _replace(compiled, tables=tables)
 
 
 def verify(
@@ -1201,6 +1223,8 @@ def verify(
     seed: int = 0,
     engine: str = "auto",
     max_failures: int = MAX_FAILURES,
+    groups: Mapping[str, Iterable[Any]] | None = None,
+    down: Iterable[tuple[str, int]] = (),
 ) -> Report:
     """Verify forwarding of ``compiled`` (a :class:`~hpcfabric.compiler.CompiledFabric`).
 
@@ -1217,11 +1241,15 @@ def verify(
         reference walk when the rules rewrite frames; 'fast' raises instead
         of falling back (:class:`~hpcfabric.pipeline.PipelineError`);
         'scalar' always uses the reference walk (slow: small fabrics only).
+    groups, down : optional
+        Fast-failover groups per switch (:mod:`hpcfabric.fastfailover`) and ports whose link is down
+        (switch, port): resolved (:func:`apply_down`) after ``paused`` is applied.
     """
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")
     t0 = time.perf_counter()
     compiled, applied = apply_paused(compiled, paused)
+    compiled = apply_down(compiled, groups, down)
     fabric = compiled.fabric
     n_hosts = len(fabric.hosts)
     if sample is not None and sample < n_hosts:

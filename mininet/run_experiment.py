@@ -249,6 +249,8 @@ def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int
     hf["routing"] = "conditional" if policy.startswith("conditional") else policy
     if policy == "conditional-switch":
         hf["pause_reaction"] = "switch"
+        if "failover" in parser:  # fast-failover groups and the switch-local reaction do not combine
+            parser["failover"]["fast_failover"] = "off"
     hf["link_speed_gbps"] = repr(link_mbit / 1000)  # PAUSE quanta are 512 bit times at the emulated rate
     hf["status_file"] = str(status)
     if pause_hold_ms is not None:

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,13 +167,17 @@ def setup_from_config(path: Path) -> Setup:
     """Fabric, plan and desired flows exactly as the controller computes them from ``path``."""
     from hpcfabric.config import load_config
 
+    from hpcfabric.fastfailover import resolve_groups
+
     cfg = load_config(path)
     return Setup(
         cfg.fabric,
         cfg.plan,
         cfg.routing,
         cfg.link_speed_gbps,
-        {k: tuple(v) for k, v in cfg.desired.items()},
+        # fast-failover groups resolved as the switches run them with every link up (same entries, plain
+        # outputs), so the reference pipeline needs no group table
+        {k: resolve_groups(v, cfg.groups.get(k, ()), ()) for k, v in cfg.desired.items()},
         str(path),
         cfg.compiled,
     )
@@ -641,6 +645,7 @@ def _counters(bridge: str, target: PauseTarget, src_port: int) -> dict[str, Any]
         if f.table != TABLE_ALTERNATIVE:
             continue
         outs = [int(x) for x in re.findall(r"output:(\d+)", f.actions)]
+        outs += [int(g) & 0xFFFF for g in re.findall(r"group:(\d+)", f.actions) if int(g) >> 16 == 0x4846]
         if port in outs:
             if _is_port_state(f, port):
                 fallback += f.n_packets
@@ -918,7 +923,9 @@ def main(argv: list[str] | None = None) -> int:
             status = controller.wait_ready(len(fabric.switches), args.ready_timeout, progress)
             summary["rules_expected"] = status.get("rules_expected")
             summary["rules_installed"] = status.get("rules_installed")
-        else:
+        else:  # static mode plays no controller: the compiled tables (no guards, meters or groups)
+            if setup.compiled is not None:
+                setup = replace(setup, desired={n: t.flows for n, t in setup.compiled.tables.items()})
             fn.install_static_flows(net, _CompiledView(setup.desired))
             summary["rules_expected"] = sum(len(v) for v in setup.desired.values())
         counts = fn.flow_counts(net)

@@ -41,10 +41,21 @@ def base(extra: str = "", topo: str = "dragonfly-a2-p1-h1.yaml", openflow: str =
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n != "dragonfly-table3.conf"])
 def test_shipped_configs_load(name):
+    from hpcfabric.fastfailover import resolve_groups
+    from hpcfabric.guards import guard_flows
+
     cfg = load_config(CONFIGS / name)
-    assert cfg.rules_expected == cfg.compiled.total_flows
     assert set(cfg.desired) == {sw.name for sw in cfg.fabric.switches}
     assert cfg.lldp_timeout > cfg.lldp_interval
+    # secure defaults: guards on everywhere, fast failover wherever the fabric has proved detours
+    assert cfg.source_check and cfg.punt_meters and cfg.recompute and cfg.meters
+    assert cfg.fast_failover == (name != "dragonfly-a2-p1-h1.conf") and bool(cfg.groups) == cfg.fast_failover
+    # installed = compiled + guards, with protected outputs through groups that (every link up) output the same
+    guarded = guard_flows(cfg.fabric, cfg.plan, {n: t.flows for n, t in cfg.compiled.tables.items()},
+                          source_check=True, punt_meters=True)
+    for n, flows in cfg.desired.items():
+        assert resolve_groups(flows, cfg.groups.get(n, ()), ()) == tuple(guarded[n]), n
+    assert cfg.rules_expected == sum(len(f) for f in guarded.values()) > cfg.compiled.total_flows
 
 
 def test_all_shipped_configs_listed():
@@ -54,12 +65,15 @@ def test_all_shipped_configs_listed():
 def test_table3_config_parses_without_compiling():
     cfg = load_config(CONFIGS / "dragonfly-table3.conf", compile=False)
     assert len(cfg.fabric.switches) == 2064 and cfg.listen_host == "0.0.0.0"
+    assert cfg.metrics_listen == ("127.0.0.1", 9302) and cfg.source_check and cfg.punt_meters
+    assert not cfg.fast_failover  # too large for the detour analysis (see test_fast_failover_config_errors)
 
 
 def test_demo_defaults():
     cfg = load_config(CONFIGS / "dragonfly-a4-p2-h2.conf")
     assert (cfg.addressing, cfg.routing, cfg.host_mac) == ("compact", "conditional", "dmp")
     assert cfg.listen_port == 6653 and cfg.status_file is None and cfg.bundles == "auto"
+    assert cfg.metrics_listen is None  # tests and demos run several controllers on one machine
     assert cfg.link_speed_bps == 10e9
     assert cfg.pause_hold_ms == 50
 
@@ -94,7 +108,9 @@ def test_widths_and_addressing(tmp_path):
 
 def test_validate_config_summary():
     s = validate_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
-    assert s["switches"] == 6 and s["rules_expected"] == 84 and s["routing"] == "conditional"
+    # 84 compiled entries + 4 guard entries per host port (source check pair, metered host punts)
+    assert s["switches"] == 6 and s["rules_expected"] == 84 + 4 * 6 and s["routing"] == "conditional"
+    assert s["guards"] == "source_check,punt_meters" and s["fast_failover"] == "off"
 
 
 def test_rewrite_mode(tmp_path):
@@ -222,3 +238,16 @@ def test_cli_controller_bad_config_exits_2(tmp_path, capsys):
     assert main(["controller", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "hpcfabric.routing" in err and "Traceback" not in err
+
+
+def test_fast_failover_config_errors(tmp_path):
+    for body, field, words in [
+        (base("[failover]\nfast_failover = on\n"), "failover.fast_failover", "no fabric port"),
+        (base("[failover]\nfast_failover = on\nrecompute = off\n", topo="fb-2d-3x3.yaml"),
+         "failover.fast_failover", "needs recompute = on"),
+    ]:
+        with pytest.raises(ConfigError) as exc:
+            load_config(write(tmp_path, body))
+        assert exc.value.field == field and words in str(exc.value), str(exc.value)
+    cfg = load_config(write(tmp_path, base("[failover]\nfast_failover = on\n", topo="fb-2d-3x3.yaml")))
+    assert cfg.summary()["ff_groups"] == 36

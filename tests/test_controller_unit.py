@@ -418,7 +418,7 @@ def test_status_file_keys(tmp_path):
     assert STATUS_KEYS <= set(data)
     assert PER_SWITCH_KEYS <= set(data["per_switch"]["g0s0"]) and PAUSE_KEYS <= set(data["pause"])
     assert data["switches_expected"] == 6 and data["switches_connected"] == 1 and data["switches_confirmed"] == 0
-    assert data["rules_expected"] == 84 and data["rules_installed"] == 0 and data["links_expected"] == 6
+    assert data["rules_expected"] == 84 + 4 * 6 and data["rules_installed"] == 0  # compiled + guards and data["links_expected"] == 6
     assert data["per_switch"]["g0s0"]["dpid"] == "0000000000000001"
     assert not list(tmp_path.glob("*.tmp.*"))  # written atomically
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ if not fn.ovs_running():
 import run_fabric as rf  # noqa: E402  (mininet/run_fabric.py)
 from mininet.log import setLogLevel  # noqa: E402
 
+from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.flows import TABLE_INGRESS  # noqa: E402
 
 setLogLevel("error")
@@ -151,14 +153,26 @@ def prepared(run: FabricRun) -> FabricRun:
 
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_installed_flows_equal_the_compiler(fab: FabricRun):
+    from hpcfabric.guards import guard_flows
+
     counts = fn.flow_counts(fab.net)
-    wanted = {name: len(flows) for name, flows in fab.setup.desired.items()}
-    assert counts == wanted
-    compiled = {name: len(t.flows) for name, t in fab.setup.compiled.tables.items()}
-    assert wanted == compiled  # host_mac = dmp: the controller installs exactly the compiled tables
-    if fab.controller is not None:
+    compiled = {name: t.flows for name, t in fab.setup.compiled.tables.items()}
+    if fab.controller is None:  # static mode installs the compiled tables (no guards, meters or groups)
+        assert counts == {name: len(flows) for name, flows in compiled.items()}
+    else:
+        wanted = {name: len(flows) for name, flows in fab.setup.desired.items()}
+        assert counts == wanted
+        # host_mac = dmp: the controller installs the compiled tables plus the shipped configs' guards;
+        # fast-failover groups only replace outputs (setup.desired has them resolved, every link up)
+        guarded = guard_flows(fab.fabric, fab.plan, compiled, source_check=True, punt_meters=True)
+        assert {n: tuple(f) for n, f in fab.setup.desired.items()} == {n: tuple(f) for n, f in guarded.items()}
+        cfg = load_config(fab.setup.config_path)
+        for name, groups in cfg.groups.items():  # the groups are on the switches, fast-failover type
+            out = subprocess.run([*fn.OFCTL, "dump-groups", fab.net.hf_prefix + name], capture_output=True,
+                                 text=True, check=True).stdout
+            assert out.count("type=ff") == len(groups) > 0, (name, out)
         st = fab.status
-        assert st["rules_installed"] == st["rules_expected"] == sum(wanted.values())
+        assert st["rules_installed"] == st["rules_expected"] == sum(counts.values())
         assert st["switches_confirmed"] == st["switches_expected"] == len(fab.fabric.switches)
         assert all(s["confirmed"] for s in st["per_switch"].values())
     # the DMP echo entry of every host port, as compiled

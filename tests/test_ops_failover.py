@@ -130,3 +130,67 @@ def test_switch_gone_is_routed_around(tmp_path):
     settle(200)
     for n, sw in sws.items():
         assert ours(sw.table()) == {canonical(f) for f in app.config.desired[n]}, n
+
+
+def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
+    """fast_failover = on: every switch gets its groups (before the flows that use them, once), its table
+    uses them; PAUSE flips keep the group in the unpaused entry; a port down is rerouted (plain outputs,
+    groups stay), port up restores the grouped tables."""
+    import time
+
+    from os_ken.lib import hub
+
+    from hpcfabric.compiler import port_state_flow
+    from hpcfabric.fastfailover import group_id
+    from hpcfabric.flows import Group
+    from hpcfabric.pause import Flip
+
+    path = tmp_path / "c.conf"
+    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\nrouting = conditional\n"
+                    "reload_poll = 0\n[failover]\nfast_failover = on\n")
+    app = make_app(path)
+    cfg = app.config
+    sws = {}
+    for st in app.switches.values():
+        sws[st.name] = FakeSwitch(app, st.dpid, list(range(1, 8)))
+        sws[st.name].connect()
+    settle()
+    for n, sw in sws.items():
+        assert app.switches[n].confirmed, (n, app.switches[n].error)
+        want = {g.group_id: [b.watch_port for b in g.buckets] for g in cfg.groups[n]}
+        assert {gid: [b.watch_port for b in bk] for gid, (_, bk) in sw.groups.items()} == want and len(want) == 5
+        assert all(t == O.OFPGT_FF for t, _ in sw.groups.values())
+        assert ours(sw.table()) == {canonical(f) for f in cfg.desired[n]}
+        assert any(isinstance(a, Group) for f in sw.table() for a in f.actions)
+        assert sw.log.index("group_mod") < sw.log.index("flow_mod")
+    # a reconnect finds the groups right: no group-mod
+    sw0 = sws["g0s0"]
+    before = sw0.log.count("group_mod")
+    sw0.connect()
+    settle()
+    assert app.switches["g0s0"].confirmed and sw0.log.count("group_mod") == before
+    # PAUSE flip and back: the unpaused entry goes through the group again
+    port = next(p for p in cfg.fabric.fabric_ports("g0s0") if group_id(p) in sw0.groups)
+    key = port_state_flow(port, True).key()
+    app._apply_flip(Flip("g0s0", port, True, time.monotonic(), "pause"), time.monotonic())
+    assert sw0.flows[key] == canonical(port_state_flow(port, True))
+    app._apply_flip(Flip("g0s0", port, False, time.monotonic(), "xon"), time.monotonic())
+    assert sw0.flows[key] == canonical(port_state_flow(port, False, group_id(port)))
+    assert canonical(port_state_flow(port, False, group_id(port))) in {canonical(f) for f in cfg.desired["g0s0"]}
+    # link down: the recomputed (plain) tables; up: the grouped tables again
+    link = app.fabric.links[0]
+    port_status(sws[link.a], link.a_port, True)
+    port_status(sws[link.b], link.b_port, True)
+    hub.sleep(0.1)
+    settle(200)
+    expected = reroute(cfg, {(link.a, link.a_port), (link.b, link.b_port)})
+    for n, sw in sws.items():
+        assert ours(sw.table()) == {canonical(f) for f in expected[n]}, n
+        assert not any(isinstance(a, Group) for f in sw.table() for a in f.actions)
+        assert len(sw.groups) == 5  # still installed, unused
+    port_status(sws[link.a], link.a_port, False)
+    port_status(sws[link.b], link.b_port, False)
+    hub.sleep(0.1)
+    settle(200)
+    for n, sw in sws.items():
+        assert ours(sw.table()) == {canonical(f) for f in cfg.desired[n]}, n

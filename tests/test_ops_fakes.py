@@ -27,7 +27,7 @@ import hpcfabric.controller as ctl
 from hpcfabric import ofwire
 from hpcfabric.config import load_config
 from hpcfabric.controller import ofmsg
-from hpcfabric.flows import FlowSpec, cookie_class
+from hpcfabric.flows import FlowSpec, Group, cookie_class
 from hpcfabric.reconcile import canonical
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ class FakeSwitch:
                 self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_IS_SLAVE)
                 return
             self.log.append("group_mod")
-            msg = ofproto_parser.msg(DESC, O.OFP_VERSION, mtype, len(buf), xid, buf)
+            msg = _parse_group_mod(buf)
             if msg.command == O.OFPGC_DELETE:
                 self.groups.pop(msg.group_id, None)
                 return
@@ -196,6 +196,9 @@ class FakeSwitch:
     def _flow_mod(self, msg: Any, xid: int) -> None:
         if msg.command == O.OFPFC_ADD:
             spec = canonical(ofmsg.from_flow_mod(msg))
+            if any(isinstance(a, Group) and a.group_id not in self.groups for a in spec.actions):
+                self._error(xid, O.OFPET_BAD_ACTION, O.OFPBAC_BAD_OUT_GROUP)  # as OVS: the group must exist
+                return
             if spec.meter is not None and spec.meter not in self.meters:
                 self._error(xid, O.OFPET_METER_MOD_FAILED, O.OFPMMFC_UNKNOWN_METER)
                 return
@@ -242,6 +245,23 @@ class FakeSwitch:
             app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
         else:
             self._error(xid, O.OFPET_BAD_REQUEST, O.OFPBRC_BAD_MULTIPART)
+
+
+def _parse_group_mod(buf: bytes) -> SimpleNamespace:
+    """GROUP_MOD (os-ken parses only switch-to-controller messages): command, type, group_id, buckets with
+    ``watch_port`` and os-ken action objects (what a group-desc reply carries)."""
+    command, gtype, gid = struct.unpack_from("!HBxI", buf, 8)
+    buckets, off = [], 16
+    while off < len(buf):
+        length, _, watch_port, watch_group = struct.unpack_from("!HHII", buf, off)
+        actions, a = [], off + 16
+        while a < off + length:
+            act = P.OFPAction.parser(buf, a)
+            actions.append(act)
+            a += act.len
+        buckets.append(SimpleNamespace(watch_port=watch_port, watch_group=watch_group, actions=actions))
+        off += length
+    return SimpleNamespace(command=command, type=gtype, group_id=gid, buckets=buckets)
 
 
 def settle(rounds: int = 50) -> None:

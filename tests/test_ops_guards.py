@@ -34,8 +34,8 @@ from hpcfabric.flows import (
     Output,
     RuleClass,
 )
-from hpcfabric.guards import METER_FABRIC, METER_HOST, guard_flows
 from hpcfabric.cnm import build_cnm, parse_cnm
+from hpcfabric.guards import METER_FABRIC, METER_HOST
 from hpcfabric.pause import MalformedFrame, build_pause, build_pfc, parse_mac_control
 from hpcfabric.pipeline import Frame, Pipeline
 from hpcfabric.verify import verify
@@ -46,7 +46,10 @@ SHIPPED = ["dragonfly-a4-p2-h2.conf", "dragonfly-a2-p1-h1.conf", "fb-2d-3x3.conf
 
 
 def guarded(cfg):
-    tables = guard_flows(cfg.fabric, cfg.plan, cfg.desired)
+    """The shipped configs install the guards: their desired tables (and as a compiled fabric for verify)."""
+    assert cfg.source_check and cfg.punt_meters
+    tables = cfg.desired
+    assert any(f.rule_class == RuleClass.GUARD for flows in tables.values() for f in flows)
     comp = cfg.compiled
     return tables, replace(comp, tables={n: replace(t, flows=tables[n]) for n, t in comp.tables.items()})
 
@@ -55,7 +58,7 @@ def guarded(cfg):
 def test_guarded_tables_pass_the_all_pairs_verifier(name):
     cfg = load_config(CONFIGS / name)
     tables, comp = guarded(cfg)
-    report = verify(comp)
+    report = verify(comp, groups=cfg.groups)
     assert report.ok and report.delivered == report.pairs and report.overlaps == 0, report.as_dict()
     assert report.engine.startswith("vectorised")
 
@@ -66,7 +69,7 @@ def test_spoofed_sources_are_dropped_dmp_is_not(name):
     tables, _ = guarded(cfg)
     plan = cfg.plan
     for sw in cfg.fabric.access_switches[:6]:
-        pipe = Pipeline(tables[sw.name])
+        pipe = Pipeline(tables[sw.name], cfg.groups.get(sw.name, ()))
         hosts = cfg.fabric.hosts_on(sw.name)
         for h in hosts:
             other = next(x for x in cfg.fabric.hosts if x.name != h.name)

@@ -249,7 +249,7 @@ def test_cnm_on_a_fabric_port_flips_it_for_a_feedback_derived_hold(tmp_path, rea
     for flip in app.pause.expire(deadline + 1e-6):
         app._apply_flip(flip, deadline)
     fm, _ = dp.messages()
-    assert ofmsg.from_flow_mod(fm) == port_state_flow(2, False, reaction)
+    assert ofmsg.from_flow_mod(fm) == port_state_flow(2, False, reaction=reaction)
     st = app.status()
     assert st["cnm"]["frames"] == 4 and st["cnm"]["used"] == 3 and st["cnm"]["flips"] == 1
     assert st["cnm"]["no_feedback"] == 1 and st["packet_ins"]["cnm"] == 4

@@ -50,6 +50,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from hpcfabric import ofwire
 from hpcfabric.compiler import port_state_flow
+from hpcfabric.fastfailover import group_id
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller import ofmsg
 from hpcfabric.discovery import DiscoveryState, MalformedLLDP, build_lldp, parse_lldp, quarantine_changes
@@ -371,7 +372,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self._report_at = -1.0
         self._logged_problems: set[str] = set()
         self._own_threads: list[Any] = []
-        self._flip_parts: dict[tuple[int, bool, str], tuple[bytes, bytes]] = {}
+        self._flip_parts: dict[FlowSpec, tuple[bytes, bytes]] = {}
         self._report_cost = 0.0
         self._status_cost = 0.0
         self.ha = HaState(config)
@@ -382,7 +383,7 @@ class HpcfabricController(app_manager.OSKenApp):
         self._dead: set[str] = set()
         self._reroute_pending = False
         self._reroute_t0 = 0.0
-        self._groups: dict[str, dict[int, Any]] = {}  # switch -> fast-failover groups it needs
+        self._groups: dict[str, dict[int, Any]] = _failover_groups(config)  # switch -> fast-failover groups
         LOG.info(
             "hpcfabric controller: %s (%s, %d switches, %d hosts), %s addressing, %s routing, %d rules",
             self.fabric.name,
@@ -530,10 +531,17 @@ class HpcfabricController(app_manager.OSKenApp):
         for f in base:
             if f.table == TABLE_PORT_STATE and f.match.metadata is not None:
                 port = f.match.metadata[0]
-                if port in paused and f == port_state_flow(port, False, self.reaction):
+                if port in paused and f.goto is None and f in (port_state_flow(port, False, reaction=self.reaction),
+                                                               self._port_state_flow(name, port, False)):
                     f = port_state_flow(port, True)
             out.append(f)
         return tuple(out)
+
+    def _port_state_flow(self, switch: str, port: int, paused: bool) -> FlowSpec:
+        """A port's PORT_STATE entry; unpaused through its fast-failover group where the switch has one."""
+        gid = group_id(port)
+        return port_state_flow(port, paused, gid if not paused and gid in self._groups.get(switch, ()) else None,
+                               reaction=self.reaction)
 
     # ------------------------------------------------------ switch lifecycle
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
@@ -754,7 +762,7 @@ class HpcfabricController(app_manager.OSKenApp):
                             sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
             # flips that raced with the sync: re-assert the current PORT_STATE entries
             for port in sorted(sw.flipped_during_sync):
-                flow = port_state_flow(port, self.pause.is_paused(sw.name, port, time.monotonic()), self.reaction)
+                flow = self._port_state_flow(sw.name, port, self.pause.is_paused(sw.name, port, time.monotonic()))
                 x = self._xids(dp, 1)
                 self._send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
             sw.confirmed = not sw.retired
@@ -1088,11 +1096,11 @@ class HpcfabricController(app_manager.OSKenApp):
             return  # desired() carries the state into the next sync
         if sw.syncing:
             sw.flipped_during_sync.add(flip.port)
-        key = (flip.port, flip.paused, self.reaction)
-        parts = self._flip_parts.get(key)
-        if parts is None:  # the two versions of a port's PORT_STATE entry, encoded once
-            parts = self.cache.parts(port_state_flow(flip.port, flip.paused, self.reaction), ofwire.OFPFC_MODIFY_STRICT)
-            self._flip_parts[key] = parts
+        flow = self._port_state_flow(sw.name, flip.port, flip.paused)
+        parts = self._flip_parts.get(flow)
+        if parts is None:  # the versions of a port's PORT_STATE entry, encoded once
+            parts = self.cache.parts(flow, ofwire.OFPFC_MODIFY_STRICT)
+            self._flip_parts[flow] = parts
         xid = self._xids(dp, 2)
         bxid = (xid + 1) & MAX_XID
         data = b"".join((parts[0], _XID.pack(xid), parts[1], _BARRIER_HEAD, _XID.pack(bxid)))
@@ -1905,9 +1913,14 @@ def _load_config_off_loop(path: str) -> ControllerConfig:
 
 
 def _failover_groups(config: ControllerConfig) -> dict[str, dict[int, Any]]:
+    """switch -> {group id: ((watch_port, actions), ...)}: the form ``_sync_groups`` compares and encodes."""
     from hpcfabric.failover import failover_groups
 
-    return failover_groups(config)
+    out: dict[str, dict[int, Any]] = {}
+    for sw, groups in failover_groups(config).items():
+        if groups:
+            out[sw] = {g.group_id: tuple((b.watch_port, tuple(b.actions)) for b in g.buckets) for g in groups}
+    return out
 
 
 def _install_timeout(changes: int) -> float:
