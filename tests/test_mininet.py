@@ -21,7 +21,9 @@ and fail (never skip) once it does. Nothing here calls ``mn -c``.
 
 from __future__ import annotations
 
+
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -225,6 +227,12 @@ def test_injected_pause_arrives_on_the_port(fab: FabricRun):
         fn.inject_pause(fab.fabric, host.switch, host.port, 1)
 
 
+def _lldp_allowance(res: dict) -> int:
+    """Frames the paused port may still send during the pause: LLDP only (the controller's rounds, every
+    lldp_interval = 1 s; a round delayed on a busy box can put two inside a window just under 1 s), no data."""
+    return 1 + math.ceil(res["during"]["seconds"])
+
+
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_pause_diverts_then_expiry_restores(fab: FabricRun):
     prepared(fab)
@@ -234,7 +242,7 @@ def test_pause_diverts_then_expiry_restores(fab: FabricRun):
     res = rf.pause_test(fab.net, fab.fabric, target, plan, fab.controller, rf.Progress(quiet=True))
     assert not res.get("error"), res
     assert res["flipped"] and res["diverted"] and res["restored"], res
-    assert 0.95 <= res["diverted_fraction"] <= 1.05 and res["during"]["tx"] <= 1, res  # (1: an LLDP frame)
+    assert 0.95 <= res["diverted_fraction"] <= 1.05 and res["during"]["tx"] <= _lldp_allowance(res), res
     assert res["ping_lost"] == 0, res
     if fab.controller is not None:
         assert res["flips"] == 2, res  # paused, then resumed at expiry
@@ -260,7 +268,7 @@ def test_pause_train_of_short_frames_holds_the_port(fab: FabricRun):
     res = rf.pause_test(fab.net, fab.fabric, target, plan, fab.controller, rf.Progress(quiet=True))
     assert res["flipped"] and res["restored"], res
     assert res["ping_lost"] == 0, res
-    assert res["lapses"] == 0 and res["diverted_fraction"] >= 0.95 and res["during"]["tx"] <= 1, res
+    assert res["lapses"] == 0 and res["diverted_fraction"] >= 0.95 and res["during"]["tx"] <= _lldp_allowance(res), res
 
 
 @pytest.mark.parametrize("fab", CONTROLLER, indirect=True, ids=_ids)
