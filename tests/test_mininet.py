@@ -21,7 +21,6 @@ and fail (never skip) once it does. Nothing here calls ``mn -c``.
 
 from __future__ import annotations
 
-
 import argparse
 import math
 import os
