@@ -102,6 +102,7 @@ class SweepReport:
     rewalked_scenarios: int  # scenarios walked in full because the union is cyclic
     exact_fallbacks: int
     affected_pairs: int  # (source class, column) pairs re-walked over all scenarios
+    late_rows: int  # decision rows first met in a scenario (checked like the others)
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     per_scenario: dict[str | None, dict[str, Any]] | None = None  # keep=True: undelivered counts, cyclic verdict
@@ -116,7 +117,7 @@ class SweepReport:
             "fabric", "routing", "cos", "cos_levels", "hosts", "pairs_per_scenario", "scenarios", "paused_ports",
             "columns", "split_groups", "source_classes", "failed_scenarios", "undelivered", "acyclic",
             "channels", "dependencies", "cyclic_scenarios", "rewalked_scenarios", "exact_fallbacks",
-            "affected_pairs",
+            "affected_pairs", "late_rows",
         )}
         out["ok"] = self.ok
         out["cycle"] = list(self.cycle) if self.cycle else None
@@ -576,6 +577,7 @@ def sweep_single_paused(
     keep: bool = False,
     max_failures: int = 20,
     progress: Callable[[int, int, float], None] | None = None,
+    _split: set[str] | None = None,
 ) -> SweepReport:
     """Delivery of every host pair and the channel dependency graph under the
     unpaused fabric and each port of ``ports`` paused alone ('single': every
@@ -584,15 +586,19 @@ def sweep_single_paused(
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     port_list = pausable_ports(compiled) if ports == "single" else list(ports)  # type: ignore[arg-type]
-    eng0 = _Engine(compiled, per_port=True)
-    split = structural_splits(eng0, _host_groups(eng0))
-    del eng0
+    if _split is None:
+        eng0 = _Engine(compiled, per_port=True)
+        split = structural_splits(eng0, _host_groups(eng0))
+        del eng0
+    else:
+        split = set(_split)
     while True:  # split groups not alike at their own switch, rebuild (rare: broken rules)
         sw = _RepSweep(compiled, split, scenarios=bool(port_list))
         if not sw.not_alike:
             break
         split |= sw.not_alike
     timings["lines"] = time.perf_counter() - t0
+    base_rows = len(sw.li)
     t1 = time.perf_counter()
     first, members = sw.source_classes()
     n = sw.n
@@ -651,6 +657,9 @@ def sweep_single_paused(
             flows[j] = new
         try:
             changed = sw.scenario(s, p, flows)
+            if sw.not_alike:  # a row created on the way is not alike at its switch: start again, split
+                return sweep_single_paused(compiled, ports, keep=keep, max_failures=max_failures,
+                                           progress=progress, _split=split | sw.not_alike)
         except _NotAlike:
             fallbacks += 1
             fallback_names.append(name)
@@ -770,6 +779,7 @@ def sweep_single_paused(
         rewalked_scenarios=rewalked,
         exact_fallbacks=fallbacks,
         affected_pairs=affected_total,
+        late_rows=len(sw.li) - base_rows,
         seconds=time.perf_counter() - t0,
         timings=timings,
         per_scenario=per if keep else None,
