@@ -395,11 +395,13 @@ class _RepSweep(_Sweep):
         pair_ids: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Walk each pair (first row, column) to its end: (final codes, dependency edges).
-        ``visits`` collects (switch index, pair id) for every hop."""
+        ``visits`` collects ``switch index << 32 | pair id`` for every hop."""
         U = self.unique_matrix()
         n = self.n
         flat = U.reshape(-1)
-        li = np.array(self.li, dtype=np.int64)
+        li = getattr(self, "_li_arr", None)
+        if li is None or len(li) != len(self.li):
+            li = self._li_arr = np.array(self.li, dtype=np.int64)
         over = None
         if changed:
             over = np.full(len(li), -1, dtype=np.int64)
@@ -418,7 +420,8 @@ class _RepSweep(_Sweep):
             next_snap = 2
             while idx.size:
                 if visits is not None:
-                    visits.append((self.sw_of_row[cur], (idx if pair_ids is None else pair_ids[idx]).astype(np.int64)))
+                    pid = idx if pair_ids is None else pair_ids[idx]
+                    visits.append(self.sw_of_row[cur].astype(np.int64) << 32 | pid)
                 code = flat[li[cur] * n + c]
                 if over is not None:
                     o = over[cur]
@@ -608,23 +611,35 @@ def sweep_single_paused(
     classes_at: dict[str, list[int]] = {}
     for k, m in enumerate(members):
         classes_at.setdefault(sw.eng.hosts[int(m[0])].switch, []).append(k)
-    cls = np.repeat(np.arange(ncls, dtype=np.int64), n)
-    col = np.tile(np.arange(n, dtype=np.int64), ncls)
     want_col = DELIVER - sw.rep
     visits: list | None = [] if port_list else None
-    base_codes, base_edges = sw.walk_pairs(first[cls], col, visits=visits)
-    w_all = weight(cls, col)
-    base_bad = _tally(base_codes, want_col[col], w_all)
+    if port_list and ncls * n >= 2**31:
+        raise ValueError(f"{ncls} x {n} pairs: too many for the affected-pairs index")
+    codes_parts: list[np.ndarray] = []
+    edge_parts: list[np.ndarray] = []
+    base_bad: dict[str, int] = {}
+    per_batch = max(1, VISIT_BATCH // n)
+    for k0 in range(0, ncls, per_batch):  # batches of source classes: (class, column) pairs in pair-id order
+        k1 = min(ncls, k0 + per_batch)
+        bc = np.repeat(np.arange(k0, k1, dtype=np.int64), n)
+        bcol = np.tile(np.arange(n, dtype=np.int64), k1 - k0)
+        codes_b, e_b = sw.walk_pairs(first[bc], bcol, visits=visits, pair_ids=np.arange(k0 * n, k1 * n, dtype=np.int64))
+        if port_list:
+            codes_parts.append(codes_b)
+        edge_parts.append(e_b)
+        base_bad = _add(base_bad, _tally(codes_b, want_col[bcol], weight(bc, bcol)))
+    base_codes = np.concatenate(codes_parts) if codes_parts else np.zeros(0, dtype=np.int32)
+    base_edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
+    del codes_parts, edge_parts
     timings["base_walk"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    if visits:
-        vs = np.concatenate([v[0] for v in visits])
-        vp = np.concatenate([v[1] for v in visits])
+    if visits:  # pair ids by visited switch: one in-place sort of packed keys
+        key = np.concatenate(visits)
         del visits
-        order = np.argsort(vs, kind="stable")
-        v_pairs = vp[order]
-        v_start = np.searchsorted(vs[order], np.arange(len(compiled.fabric.switches) + 1))
-        del vs, vp, order
+        key.sort()
+        v_start = np.searchsorted(key, np.arange(len(compiled.fabric.switches) + 1, dtype=np.int64) << 32)
+        v_pairs = (key & 0xFFFFFFFF).astype(np.int32)
+        del key
     timings["visit_index"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     union = [base_edges]
@@ -681,13 +696,14 @@ def sweep_single_paused(
                 ccols |= line != sw.uniq[sw.li[r]]
             k = sw_idx[s]
             pid = np.unique(v_pairs[v_start[k] : v_start[k + 1]])
-            pid = pid[ccols[col[pid]]]
+            pid = pid[ccols[pid % n]].astype(np.int64)
             affected_total += len(pid)
             if pid.size:
-                pc, pcol = cls[pid], col[pid]
-                wf, wc, ww = _expand(sw, pc, pcol, w_all[pid], first, members, first_rows, classes_at.get(s, ()), changed)
+                pc, pcol = pid // n, pid % n
+                w_pid = weight(pc, pcol)
+                wf, wc, ww = _expand(sw, pc, pcol, w_pid, first, members, first_rows, classes_at.get(s, ()), changed)
                 codes, e = sw.walk_pairs(wf, wc, changed)
-                bad = _add(_add(bad, _tally(base_codes[pid], want_col[pcol], w_all[pid]), -1),
+                bad = _add(_add(bad, _tally(base_codes[pid], want_col[pcol], w_pid), -1),
                            _tally(codes, want_col[wc], ww))
                 if e.size:
                     new_edges[name] = e
