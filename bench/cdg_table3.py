@@ -9,6 +9,8 @@ Per policy (default CoS: minimal 'top'/2, valiant and conditional 'top'/3):
   smaller fabrics, Table III has 47,472 pausable ports), checked for cycles
   per class of service, and delivery of every pair in every sampled scenario.
 
+Every single paused port (all 47,472, incremental): bench/paused_sweep.py.
+
 Prints one JSON line per policy. ``peak_rss_mb`` is the process's peak so far.
 
 Usage: .venv/bin/python bench/cdg_table3.py [--routings minimal,valiant,conditional]

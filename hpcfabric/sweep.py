@@ -1,0 +1,855 @@
+"""Every single paused port at scale: incremental delivery + channel-dependency-graph check.
+
+Result: the same verdicts and counts as, per fabric port with a PORT_STATE entry,
+``verify(compiled, paused=[port])`` (host pairs) and the scenario's own channel
+dependency graph (:mod:`hpcfabric.cdg`), plus the union graph over all scenarios
+(the deadlock criterion). ``tests/test_sweep.py`` checks the equality against
+that brute force on the small shipped fabrics and on broken rule sets.
+
+Why it is cheap
+---------------
+1. **Destination classes.** Hosts of one access switch ``t`` form one column
+   when no rule can tell them apart outside ``t`` and ``t`` treats them alike
+   up to the delivery port. Checked, not assumed: (a) structurally, for every
+   ``eth_dst`` match of every data-relevant entry on every switch ``s != t``,
+   the match is true for all hosts of ``t`` or for none; (b) at ``t``, every
+   decision line over the hosts of ``t`` is equal once "delivered to the
+   destination itself" is normalised (and so is the PORT_STATE entry each one
+   meets). A group failing either check is split into one column per host.
+   Equal decisions at every row mean equal walks: same outcome, same channels.
+   Sources are classes too (hosts of one switch whose first rows decide alike,
+   as in :mod:`hpcfabric.cdg`). Pair counts are class sizes multiplied out,
+   self-pairs subtracted.
+2. **Affected pairs only.** Pausing port ``x`` of switch ``s`` flips one
+   PORT_STATE entry (a ``metadata`` match, no ``eth_dst``), so only rows of
+   ``s`` change, only for destinations meeting that entry, and only the
+   (source class, column) pairs whose unpaused walk visits ``s`` at such a
+   column can change: the unpaused walk records which pairs visit which
+   switch. Those pairs are walked again with the scenario's decisions; every
+   other pair keeps its unpaused outcome and channels.
+3. **Union first.** The scenario graph is the unpaused edges of unaffected
+   pairs plus the affected pairs' new edges, a subgraph of the union (unpaused
+   graph plus every scenario's new edges). An acyclic union proves every
+   scenario acyclic. When the union has a cycle, only scenarios that can hold
+   one are re-walked in full: those whose new edges lie inside a strongly
+   connected component of the union (all of them when an unpaused edge does).
+
+A check that cannot be made for a scenario (a group not alike at its own
+switch under the scenario's rules) falls back to the brute force for that
+scenario; ``exact_fallbacks`` counts them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import networkx as nx
+import numpy as np
+
+from hpcfabric.cdg import _cos_label, _Sweep, channel_name, pausable_ports
+from hpcfabric.compiler import port_state_flow
+from hpcfabric.flows import TABLE_PORT_STATE
+from hpcfabric.verify import (
+    DELIVER,
+    LOOP,
+    SINK,
+    _Dst,
+    _Engine,
+    _kind,
+    _relevant,
+    _Row,
+    apply_paused,
+)
+
+__all__ = ["SweepReport", "sweep_single_paused", "brute_force_single_paused"]
+
+SELF = -(2**30)  # "delivered to the destination itself" in normalised decisions
+UNDELIVERED_KINDS = ("misdelivered", "dropped", "loop", "punted", "flood", "tagged")
+VISIT_BATCH = 1 << 20  # pairs walked at once
+
+
+class _NotAlike(Exception):
+    """A destination group is not alike at its own switch under a scenario's rules."""
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Every single paused port of one compiled fabric (``as_dict`` is JSON-ready)."""
+
+    fabric: str
+    routing: str
+    cos: str | None
+    cos_levels: int
+    hosts: int
+    pairs_per_scenario: int
+    scenarios: int  # the unpaused fabric + one per paused port
+    paused_ports: int
+    columns: int  # destination classes walked
+    split_groups: int  # access switches whose hosts are not alike (one column per host)
+    source_classes: int
+    failed_scenarios: int  # scenarios with an undelivered pair
+    undelivered: dict[str, int]  # summed over scenarios, per kind
+    scenario_failures: tuple[dict[str, Any], ...]  # the first ones
+    acyclic: bool  # the union graph
+    cycle: tuple[str, ...] | None
+    per_cos: dict[str, tuple[str, ...] | None]
+    classes_used: tuple[str, ...]
+    channels: int
+    dependencies: int
+    cyclic_scenarios: int
+    rewalked_scenarios: int  # scenarios walked in full because the union is cyclic
+    exact_fallbacks: int
+    affected_pairs: int  # (source class, column) pairs re-walked over all scenarios
+    late_rows: int  # decision rows first met in a scenario (checked like the others)
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    per_scenario: dict[str | None, dict[str, Any]] | None = None  # keep=True: undelivered counts, cyclic verdict
+    edges: frozenset[tuple[str, str]] | None = None  # keep=True: the union graph as channel-name pairs
+
+    @property
+    def ok(self) -> bool:
+        return self.acyclic and self.failed_scenarios == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in (
+            "fabric", "routing", "cos", "cos_levels", "hosts", "pairs_per_scenario", "scenarios", "paused_ports",
+            "columns", "split_groups", "source_classes", "failed_scenarios", "undelivered", "acyclic",
+            "channels", "dependencies", "cyclic_scenarios", "rewalked_scenarios", "exact_fallbacks",
+            "affected_pairs", "late_rows",
+        )}
+        out["ok"] = self.ok
+        out["cycle"] = list(self.cycle) if self.cycle else None
+        out["per_cos"] = {k: (list(v) if v else None) for k, v in self.per_cos.items()}
+        out["classes_used"] = list(self.classes_used)
+        out["scenario_failures"] = [dict(f) for f in self.scenario_failures]
+        out["seconds"] = round(self.seconds, 3)
+        out["timings"] = {k: round(v, 3) for k, v in self.timings.items()}
+        return out
+
+
+# ---------------------------------------------------------------------------
+# destination classes
+
+
+def _host_groups(eng: _Engine) -> dict[str, np.ndarray]:
+    """Host ids per access switch."""
+    by_sw: dict[str, list[int]] = {}
+    for h, host in enumerate(eng.hosts):
+        by_sw.setdefault(host.switch, []).append(h)
+    return {sw: np.array(ids, dtype=np.int64) for sw, ids in by_sw.items()}
+
+
+def structural_splits(eng: _Engine, groups: dict[str, np.ndarray]) -> set[str]:
+    """Access switches ``t`` whose hosts some ``eth_dst`` match on another switch tells apart.
+
+    For each mask: groups whose hosts differ under the mask, then every entry
+    with that mask whose value is one of those hosts' masked addresses (true
+    for some hosts of the group and false for others) on a switch other than
+    the group's own."""
+    names = list(groups)
+    gid = np.empty(len(eng.hosts), dtype=np.int64)
+    for i, sw in enumerate(names):
+        gid[groups[sw]] = i
+    order = np.argsort(gid, kind="stable")
+    starts = np.searchsorted(gid[order], np.arange(len(names)))
+    by_mask: dict[int, list[tuple[str, int]]] = {}
+    for sw, flows in eng.relevant.items():
+        for f in flows:
+            if f.match.eth_dst is not None:
+                v, m = f.match.eth_dst
+                by_mask.setdefault(m, []).append((sw, v & m))
+    split: set[str] = set()
+    for m, entries in by_mask.items():
+        masked = (eng.host_macs & np.uint64(m))[order]
+        lo = np.minimum.reduceat(masked, starts)
+        hi = np.maximum.reduceat(masked, starts)
+        differ = np.flatnonzero(lo != hi)
+        if not differ.size:
+            continue
+        in_differ = np.zeros(len(names), dtype=bool)
+        in_differ[differ] = True
+        hosts = np.flatnonzero(in_differ[gid])
+        owner: dict[int, set[int]] = {}
+        for h, val in zip(hosts.tolist(), (eng.host_macs[hosts] & np.uint64(m)).tolist()):
+            owner.setdefault(val, set()).add(int(gid[h]))
+        for sw, v in entries:
+            for g in owner.get(v, ()):
+                if names[g] != sw:
+                    split.add(names[g])
+    return split
+
+
+# ---------------------------------------------------------------------------
+# the sweep engine
+
+
+class _RepSweep(_Sweep):
+    """:class:`hpcfabric.cdg._Sweep` over destination classes (one representative
+    host each), with the pairs' unpaused walks recorded per visited switch."""
+
+    def __init__(self, compiled: Any, split: set[str], *, scenarios: bool) -> None:
+        self.compiled = compiled
+        eng = self.eng = _Engine(compiled, per_port=True)
+        if eng.scalar_rows:
+            raise ValueError("the sweep does not model source-dependent (eth_src) rules")
+        self.groups = _host_groups(eng)
+        self.split = set(split)
+        cols: list[np.ndarray] = []
+        for sw, ids in self.groups.items():
+            if sw in self.split or len(ids) == 1:
+                cols.extend(ids[i : i + 1] for i in range(len(ids)))
+            else:
+                cols.append(ids)
+        self.col_hosts = cols
+        self.rep = np.array([c[0] for c in cols], dtype=np.int64)
+        self.col_size = np.array([len(c) for c in cols], dtype=np.int64)
+        self.col_of_host = np.empty(len(eng.hosts), dtype=np.int64)
+        for i, c in enumerate(cols):
+            self.col_of_host[c] = i
+        self.alike = {sw for sw, ids in self.groups.items() if sw not in self.split and len(ids) > 1}
+        self.group_col = {eng.hosts[int(c[0])].switch: i for i, c in enumerate(cols) if len(c) > 1}
+        self.dst = _Dst(eng.host_macs[self.rep])
+        self.n = self.dst.n
+        self.track = scenarios  # keep the PORT_STATE port per line (scenarios need it)
+        self.base_relevant = dict(eng.relevant)
+        self.li: list[int] = []
+        self.sigs: list[tuple] = []
+        self.uniq: list[np.ndarray] = []
+        self._ups: dict[int, np.ndarray] = {}
+        self._sig_id: dict[tuple, int] = {}
+        self._U: np.ndarray | None = None
+        self.fabric_row = np.zeros(0, dtype=bool)
+        self.rows_at: dict[str, list[int]] = {}
+        self._fkeys: dict[int, tuple] = {}
+        self.not_alike: set[str] = set()
+        self._own_dst: dict[str, tuple[_Dst, np.ndarray]] = {}
+        self.ensure_base()
+
+    # -- lines --------------------------------------------------------------
+    def ensure_base(self) -> None:
+        """Base lines of rows created so far (own-switch check on new lines)."""
+        eng = self.eng
+        start = len(self.li)
+        while len(self.li) < len(eng.rows):
+            r = len(self.li)
+            row = eng.rows[r]
+            sig = self.signature(row)
+            u = self._sig_id.get(sig)
+            if u is None:
+                ps: list = []
+                line = eng.decide(row, self.dst, ps if self.track else None)
+                u = self._sig_id[sig] = len(self.uniq)
+                self.uniq.append(line)
+                if self.track:
+                    self._ups[u] = ps[0].astype(np.int32)
+                if row.switch in self.alike and not self.own_alike(row, None):
+                    self.not_alike.add(row.switch)
+            self.li.append(u)
+            self.sigs.append(sig)
+        if start < len(self.li):
+            new = [eng.channel(r) is not None for r in range(start, len(self.li))]
+            self.fabric_row = np.concatenate([self.fabric_row, np.array(new, dtype=bool)])
+            for r in range(start, len(self.li)):
+                self.rows_at.setdefault(eng.rows[r].switch, []).append(r)
+        self.sw_of_row = self._sw_index()
+
+    def _sw_index(self) -> np.ndarray:
+        names = getattr(self, "_sw_names", None)
+        if names is None:
+            names = self._sw_names = {s.name: i for i, s in enumerate(self.compiled.fabric.switches)}
+        have = getattr(self, "sw_of_row", np.zeros(0, dtype=np.int32))
+        if len(have) == len(self.li):
+            return have
+        extra = np.array([names[self.eng.rows[r].switch] for r in range(len(have), len(self.li))], dtype=np.int32)
+        return np.concatenate([have, extra])
+
+    def unique_matrix(self) -> np.ndarray:
+        """The unique lines stacked (grown with spare capacity; sink handled by the walk)."""
+        U = self._U
+        if U is None or U.shape[0] < len(self.uniq):
+            cap = len(self.uniq) + max(16, len(self.uniq) // 16)
+            new = np.empty((cap, self.n), dtype=np.int32)
+            start = 0
+            if U is not None:
+                start = self._U_filled
+                new[:start] = U[:start]
+            U = self._U = new
+            self._U_filled = start
+        for u in range(self._U_filled, len(self.uniq)):
+            U[u] = self.uniq[u]
+            self.uniq[u] = U[u]  # a view: one copy in memory
+        self._U_filled = len(self.uniq)
+        return U
+
+    def ups(self, r: int) -> np.ndarray:
+        return self._ups[self.li[r]]
+
+    def own_alike(self, row: _Row, flows: list | None) -> bool:
+        """Do the hosts of ``row``'s switch decide alike at ``row`` (delivery to
+        oneself normalised, same PORT_STATE entry met)? ``flows``: scenario rules."""
+        eng = self.eng
+        got = self._own_dst.get(row.switch)
+        if got is None:
+            ids = self.groups[row.switch]
+            got = self._own_dst[row.switch] = (_Dst(eng.host_macs[ids]), DELIVER - ids)
+        dst, selfcode = got
+        if flows is not None:
+            row = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(flows, eng._attrs)
+        ps: list = []
+        code = eng.decide(row, dst, ps).astype(np.int64)
+        code[code == selfcode] = SELF
+        return bool((code == code[0]).all() and (ps[0] == ps[0][0]).all())
+
+    def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:  # type: ignore[override]
+        """Changed lines (row -> line over the columns) when ``switch`` runs ``flows``."""
+        eng = self.eng
+        relevant = [f for f in flows if _relevant(f)]
+        eng.relevant[switch] = relevant
+        changed: dict[int, np.ndarray] = {}
+        memo: dict[tuple, np.ndarray] = {}
+        own = self.group_col.get(switch) if switch in self.alike else None
+        known = len(self.li)
+        try:
+            for r in list(self.rows_at.get(switch, ())):
+                cols = np.flatnonzero(self.ups(r) == port)
+                if not cols.size:
+                    continue
+                code = memo.get(self.sigs[r])
+                if code is None:
+                    row = eng.rows[r]
+                    tmp = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng._attrs)
+                    code = memo[self.sigs[r]] = eng.decide(tmp, _Dst(self.dst.macs[cols]))
+                    if own is not None and own in cols and not self.own_alike(row, relevant):
+                        raise _NotAlike(switch)
+                base = self.uniq[self.li[r]]
+                if (code != base[cols]).any():
+                    line = base.copy()
+                    line[cols] = code
+                    changed[r] = line
+            r = known
+            while r < len(eng.rows):  # rows created on the way (of `switch`: the scenario's rules)
+                row = eng.rows[r]
+                if row.switch == switch:
+                    changed[r] = eng.decide(row, self.dst)
+                    if own is not None and not self.own_alike(row, None):
+                        raise _NotAlike(switch)
+                r += 1
+        finally:
+            eng.relevant[switch] = self.base_relevant[switch]
+            for r in range(known, len(eng.rows)):
+                if eng.rows[r].switch == switch:
+                    eng.rows[r].build(self.base_relevant[switch], eng._attrs)
+        self.ensure_base()
+        return {r: line for r, line in changed.items() if not np.array_equal(line, self.uniq[self.li[r]])}
+
+    # -- pairs --------------------------------------------------------------
+    def source_classes(self, changed: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(first row, host ids) per class of sources: hosts of one switch whose first rows share a line."""
+        eng = self.eng
+        by: dict[tuple[str, Any], list[int]] = {}
+        content: dict[int, bytes] = {}  # line -> its decisions (lines of equal content decide alike)
+        for h, host in enumerate(eng.hosts):
+            r = eng.first_row(host)
+            if changed and r in changed:
+                key: Any = ("row", r)
+            else:
+                u = self.li[r]
+                if u not in content:
+                    content[u] = self.uniq[u].tobytes()
+                key = ("line", content[u])
+            by.setdefault((host.switch, key), []).append(h)
+        first = np.array([eng.first_row(eng.hosts[m[0]]) for m in by.values()], dtype=np.int64)
+        return first, [np.array(m, dtype=np.int64) for m in by.values()]
+
+    def pair_weights(self, members: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """weight(class, column) = |class| x |column| - |class and column| (self-pairs excluded)."""
+        size = np.array([len(m) for m in members], dtype=np.int64)
+        keys: list[np.ndarray] = []
+        cnts: list[np.ndarray] = []
+        n = self.n
+        for k, m in enumerate(members):
+            c, cnt = np.unique(self.col_of_host[m], return_counts=True)
+            keys.append(k * n + c)
+            cnts.append(cnt)
+        kk = np.concatenate(keys)
+        order = np.argsort(kk)
+        kk, cc = kk[order], np.concatenate(cnts)[order]
+
+        def weight(cls: np.ndarray, col: np.ndarray) -> np.ndarray:
+            w = size[cls] * self.col_size[col]
+            key = cls * n + col
+            pos = np.minimum(np.searchsorted(kk, key), len(kk) - 1)
+            return w - np.where(kk[pos] == key, cc[pos], 0)
+
+        return weight
+
+    def walk_pairs(
+        self,
+        first: np.ndarray,
+        col: np.ndarray,
+        changed: dict[int, np.ndarray] | None = None,
+        *,
+        visits: list | None = None,
+        pair_ids: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Walk each pair (first row, column) to its end: (final codes, dependency edges).
+        ``visits`` collects ``switch index << 32 | pair id`` for every hop."""
+        U = self.unique_matrix()
+        n = self.n
+        flat = U.reshape(-1)
+        li = getattr(self, "_li_arr", None)
+        if li is None or len(li) != len(self.li):
+            li = self._li_arr = np.array(self.li, dtype=np.int64)
+        over = None
+        if changed:
+            over = np.full(len(li), -1, dtype=np.int64)
+            rows = list(changed)
+            over[rows] = np.arange(len(rows))
+            X = np.stack([changed[r] for r in rows]).reshape(-1)
+        bound = len(self.compiled.fabric.switches) + 1
+        codes = np.empty(len(first), dtype=np.int32)
+        edges: list[np.ndarray] = []
+        for b0 in range(0, len(first), VISIT_BATCH):
+            idx = np.arange(b0, min(b0 + VISIT_BATCH, len(first)))
+            cur = first[idx].astype(np.int64)
+            c = col[idx].astype(np.int64)
+            hop = 1
+            snap = None
+            next_snap = 2
+            while idx.size:
+                if visits is not None:
+                    pid = idx if pair_ids is None else pair_ids[idx]
+                    visits.append(self.sw_of_row[cur].astype(np.int64) << 32 | pid)
+                code = flat[li[cur] * n + c]
+                if over is not None:
+                    o = over[cur]
+                    m = o >= 0
+                    if m.any():
+                        code[m] = X[o[m] * n + c[m]]
+                keep = (code >= 0) & self.fabric_row[cur]
+                if keep.any():
+                    edges.append(np.unique(cur[keep] << 32 | code[keep].astype(np.int64)))
+                done = code < 0
+                if done.any():
+                    codes[idx[done]] = code[done]
+                    live = ~done
+                    idx, cur, c = idx[live], code[live].astype(np.int64), c[live]
+                    if snap is not None:
+                        snap = snap[live]
+                else:
+                    cur = code.astype(np.int64)
+                if not idx.size:
+                    break
+                hop += 1
+                if hop > bound:
+                    codes[idx] = LOOP
+                    break
+                if snap is not None:
+                    cyc = cur == snap
+                    if cyc.any():
+                        codes[idx[cyc]] = LOOP
+                        live = ~cyc
+                        idx, cur, c, snap = idx[live], cur[live], c[live], snap[live]
+                if hop == next_snap:
+                    snap = cur.copy()
+                    next_snap *= 2
+        e = np.unique(np.concatenate(edges)) if edges else np.zeros(0, dtype=np.int64)
+        return codes, e
+
+    def translate(self, other: "_RepSweep", edges: np.ndarray) -> np.ndarray:
+        """Edges between rows of ``other`` (same fabric) as edges between rows of this sweep."""
+        eng, fabric = self.eng, self.compiled.fabric
+        memo: dict[int, int] = {}
+
+        def row(r: int) -> int:
+            got = memo.get(r)
+            if got is None:
+                sw_a, port_a, pcp = other.eng.channel(r)  # type: ignore[misc]
+                peer = fabric.peer(sw_a, port_a)
+                got = memo[r] = eng.row(peer.node, eng.class_of[(peer.node, peer.port)], pcp)
+            return got
+
+        out = [row(int(x) >> 32) << 32 | row(int(x) & 0xFFFFFFFF) for x in edges.tolist()]
+        self.ensure_base()
+        return np.array(sorted(set(out)), dtype=np.int64)
+
+    def channel(self, r: int) -> str:
+        return channel_name(self.eng.channel(r))  # type: ignore[arg-type]
+
+
+def _expand(
+    sw: _RepSweep,
+    pc: np.ndarray,
+    pcol: np.ndarray,
+    w: np.ndarray,
+    first: np.ndarray,
+    members: list[np.ndarray],
+    first_rows: list[np.ndarray],
+    local: Sequence[int],
+    changed: dict[int, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The affected pairs as walks (first row, column, weight): a source class whose
+    members' first rows the scenario changed is split by first row."""
+    hit = [k for k in local if any(int(r) in changed for r in first_rows[k])]
+    if not hit:
+        return first[pc], pcol, w
+    keep = ~np.isin(pc, hit)
+    fs, cs, ws = [first[pc[keep]]], [pcol[keep]], [w[keep]]
+    for k in hit:
+        sel = pcol[pc == k]
+        if not sel.size:
+            continue
+        sub: dict[int, list[int]] = {}
+        for h, r in zip(members[k].tolist(), first_rows[k].tolist()):
+            sub.setdefault(r if r in changed else -1, []).append(h)
+        for key, hs in sub.items():
+            ids = np.array(hs, dtype=np.int64)
+            r0 = int(first_rows[k][members[k] == ids[0]][0])
+            inter = np.bincount(sw.col_of_host[ids], minlength=sw.n)[sel]
+            fs.append(np.full(len(sel), r0, dtype=np.int64))
+            cs.append(sel)
+            ws.append(len(ids) * sw.col_size[sel] - inter)
+    return np.concatenate(fs), np.concatenate(cs), np.concatenate(ws)
+
+
+def _tally(codes: np.ndarray, want: np.ndarray, w: np.ndarray) -> dict[str, int]:
+    """Undelivered pairs per kind (codes vs the correct DELIVER code, weighted)."""
+    out: dict[str, int] = {}
+    bad = np.flatnonzero(codes.astype(np.int64) != want)
+    if not bad.size:
+        return out
+    for code, cnt in zip(*_group_sum(codes[bad].astype(np.int64), w[bad])):
+        if cnt:
+            kind = _kind(int(code), None if code > DELIVER else -1)
+            out[kind] = out.get(kind, 0) + int(cnt)
+    return out
+
+
+def _group_sum(keys: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    u, inv = np.unique(keys, return_inverse=True)
+    return u, np.bincount(inv.reshape(-1), weights=w, minlength=len(u)).astype(np.int64)
+
+
+def _add(a: dict[str, int], b: dict[str, int], sign: int = 1) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + sign * v
+    return {k: v for k, v in out.items() if v}
+
+
+def _core_graph(src: np.ndarray, dst: np.ndarray) -> nx.DiGraph:
+    """The graph left after repeatedly removing nodes without incoming or without
+    outgoing edges (vectorised): empty iff acyclic; it keeps every cycle and every
+    non-trivial strongly connected component."""
+    alive = np.ones(len(src), dtype=bool)
+    while alive.any():
+        s, d = src[alive], dst[alive]
+        drop = ~np.isin(s, d) | ~np.isin(d, s)  # source never entered, or target never left
+        if not drop.any():
+            break
+        alive[np.flatnonzero(alive)[drop]] = False
+    g = nx.DiGraph()
+    g.add_edges_from(zip(src[alive].tolist(), dst[alive].tolist()))
+    return g
+
+
+def _edge_graph(edges: np.ndarray) -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_edges_from(zip((edges >> 32).tolist(), (edges & 0xFFFFFFFF).tolist()))
+    return g
+
+
+def _find_cycle(sw: _RepSweep, g: nx.DiGraph) -> tuple[str, ...] | None:
+    try:
+        cyc = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return None
+    return tuple(sw.channel(r) for r in [u for u, _ in cyc] + [cyc[0][0]])
+
+
+# ---------------------------------------------------------------------------
+# entry points
+
+
+def sweep_single_paused(
+    compiled: Any,
+    ports: str | Sequence[tuple[str, int]] = "single",
+    *,
+    keep: bool = False,
+    max_failures: int = 20,
+    progress: Callable[[int, int, float], None] | None = None,
+    _split: set[str] | None = None,
+) -> SweepReport:
+    """Delivery of every host pair and the channel dependency graph under the
+    unpaused fabric and each port of ``ports`` paused alone ('single': every
+    port with a PORT_STATE entry). ``keep``: per-scenario results in
+    ``per_scenario`` (keyed 'SW:PORT', None for the unpaused fabric)."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    port_list = pausable_ports(compiled) if ports == "single" else list(ports)  # type: ignore[arg-type]
+    if _split is None:
+        eng0 = _Engine(compiled, per_port=True)
+        split = structural_splits(eng0, _host_groups(eng0))
+        del eng0
+    else:
+        split = set(_split)
+    while True:  # split groups not alike at their own switch, rebuild (rare: broken rules)
+        sw = _RepSweep(compiled, split, scenarios=bool(port_list))
+        if not sw.not_alike:
+            break
+        split |= sw.not_alike
+    timings["lines"] = time.perf_counter() - t0
+    base_rows = len(sw.li)
+    t1 = time.perf_counter()
+    first, members = sw.source_classes()
+    n = sw.n
+    ncls = len(first)
+    weight = sw.pair_weights(members)
+    first_rows = [np.array([sw.eng.first_row(sw.eng.hosts[int(h)]) for h in m], dtype=np.int64) for m in members]
+    classes_at: dict[str, list[int]] = {}
+    for k, m in enumerate(members):
+        classes_at.setdefault(sw.eng.hosts[int(m[0])].switch, []).append(k)
+    want_col = DELIVER - sw.rep
+    visits: list | None = [] if port_list else None
+    if port_list and ncls * n >= 2**31:
+        raise ValueError(f"{ncls} x {n} pairs: too many for the affected-pairs index")
+    codes_parts: list[np.ndarray] = []
+    edge_parts: list[np.ndarray] = []
+    base_bad: dict[str, int] = {}
+    per_batch = max(1, VISIT_BATCH // n)
+    for k0 in range(0, ncls, per_batch):  # batches of source classes: (class, column) pairs in pair-id order
+        k1 = min(ncls, k0 + per_batch)
+        bc = np.repeat(np.arange(k0, k1, dtype=np.int64), n)
+        bcol = np.tile(np.arange(n, dtype=np.int64), k1 - k0)
+        codes_b, e_b = sw.walk_pairs(first[bc], bcol, visits=visits, pair_ids=np.arange(k0 * n, k1 * n, dtype=np.int64))
+        if port_list:
+            codes_parts.append(codes_b)
+        edge_parts.append(e_b)
+        base_bad = _add(base_bad, _tally(codes_b, want_col[bcol], weight(bc, bcol)))
+    base_codes = np.concatenate(codes_parts) if codes_parts else np.zeros(0, dtype=np.int32)
+    base_edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
+    del codes_parts, edge_parts
+    timings["base_walk"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    if visits:  # pair ids by visited switch: one in-place sort of packed keys
+        key = np.concatenate(visits)
+        del visits
+        key.sort()
+        v_start = np.searchsorted(key, np.arange(len(compiled.fabric.switches) + 1, dtype=np.int64) << 32)
+        v_pairs = (key & 0xFFFFFFFF).astype(np.int32)
+        del key
+    timings["visit_index"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    union = [base_edges]
+    new_edges: dict[str, np.ndarray] = {}
+    per: dict[str | None, dict[str, Any]] = {None: {"undelivered": base_bad}}
+    failures: list[dict[str, Any]] = []
+    failed = 1 if base_bad else 0
+    if base_bad:
+        failures.append({"paused": None, "undelivered": base_bad})
+    total = dict(base_bad)
+    scenarios = 1
+    fallbacks = 0
+    affected_total = 0
+    fallback_names: list[str] = []
+    sw_idx = {s.name: i for i, s in enumerate(compiled.fabric.switches)}
+    paused_flow: dict[int, Any] = {}
+    for i, (s, p) in enumerate(port_list):
+        old = port_state_flow(p, False)
+        flows = compiled.tables[s].flows if compiled.fabric.has_switch(s) else ()
+        at = [j for j, f in enumerate(flows) if f == old]
+        if not at:
+            if compiled.fabric.has_switch(s) and compiled.fabric.peer(s, p) is not None:
+                continue  # nothing to pause (no PORT_STATE entry), as the controller
+            raise ValueError(f"no port {s}:{p} in {compiled.fabric.name}")
+        scenarios += 1
+        name = f"{s}:{p}"
+        new = paused_flow.setdefault(p, port_state_flow(p, True))
+        flows = list(flows)
+        for j in at:
+            flows[j] = new
+        try:
+            changed = sw.scenario(s, p, flows)
+            if sw.not_alike:  # a row created on the way is not alike at its switch: start again, split
+                return sweep_single_paused(compiled, ports, keep=keep, max_failures=max_failures,
+                                           progress=progress, _split=split | sw.not_alike)
+        except _NotAlike:
+            fallbacks += 1
+            fallback_names.append(name)
+            res = _exact_scenario(compiled, s, p)
+            bad, e = res["undelivered"], sw.translate(res["sweep"], res["edges"])
+            new_edges[name] = e
+            union.append(e)
+            per[name] = {"undelivered": bad}
+            total = _add(total, bad)
+            if bad:
+                failed += 1
+                if len(failures) < max_failures:
+                    failures.append({"paused": name, "undelivered": bad})
+            continue
+        bad = dict(base_bad)
+        if changed:
+            ccols = np.zeros(n, dtype=bool)
+            for r, line in changed.items():
+                ccols |= line != sw.uniq[sw.li[r]]
+            k = sw_idx[s]
+            pid = np.unique(v_pairs[v_start[k] : v_start[k + 1]])
+            pid = pid[ccols[pid % n]].astype(np.int64)
+            affected_total += len(pid)
+            if pid.size:
+                pc, pcol = pid // n, pid % n
+                w_pid = weight(pc, pcol)
+                wf, wc, ww = _expand(sw, pc, pcol, w_pid, first, members, first_rows, classes_at.get(s, ()), changed)
+                codes, e = sw.walk_pairs(wf, wc, changed)
+                bad = _add(_add(bad, _tally(base_codes[pid], want_col[pcol], w_pid), -1),
+                           _tally(codes, want_col[wc], ww))
+                if e.size:
+                    new_edges[name] = e
+                    union.append(e)
+        per[name] = {"undelivered": bad}
+        total = _add(total, bad) if bad else total
+        if bad:
+            failed += 1
+            if len(failures) < max_failures:
+                failures.append({"paused": name, "undelivered": bad})
+        if progress is not None and (i + 1) % 500 == 0:
+            progress(i + 1, len(port_list), time.perf_counter() - t0)
+    timings["scenarios"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    all_edges = np.unique(np.concatenate(union))
+    src, dst = all_edges >> 32, all_edges & 0xFFFFFFFF
+    nodes = np.unique(np.concatenate([src, dst]))
+    pcp = np.array([sw.eng.rows[int(r)].pcp for r in nodes.tolist()], dtype=np.int64)
+    g = _core_graph(src, dst)
+    cycle = _find_cycle(sw, g)
+    per_cos: dict[str, tuple[str, ...] | None] = {}
+    classes = sorted(set(pcp.tolist()))
+    pcp_of_src = pcp[np.searchsorted(nodes, src)]
+    same = pcp_of_src == pcp[np.searchsorted(nodes, dst)]
+    for k in classes:
+        sel = same & (pcp_of_src == k)
+        per_cos[_cos_label(k)] = _find_cycle(sw, _core_graph(src[sel], dst[sel]))
+    cyclic = rewalked = 0
+    for v in per.values():
+        v["cyclic"] = False
+    if cycle is not None:
+        scc: dict[int, int] = {}
+        for comp in nx.strongly_connected_components(g):
+            if len(comp) > 1:
+                cid = min(comp)
+                scc.update((r, cid) for r in comp)
+
+        def in_scc(e: np.ndarray) -> bool:
+            """Does an edge of ``e`` lie inside a strongly connected component of the union?"""
+            return any(scc.get(x, -1) == scc.get(y, -2) for x, y in zip((e >> 32).tolist(), (e & 0xFFFFFFFF).tolist()))
+        everyone = in_scc(base_edges)
+        for name in [None] + [f"{s}:{p}" for s, p in port_list if f"{s}:{p}" in per]:
+            if name is not None and not everyone and not (name in new_edges and in_scc(new_edges[name])):
+                continue
+            rewalked += 1
+            if name is None:
+                e = base_edges
+            elif name in fallback_names:
+                s, p = name.rsplit(":", 1)
+                res = _exact_scenario(compiled, s, int(p))
+                e = sw.translate(res["sweep"], res["edges"])
+            else:
+                s, p = name.rsplit(":", 1)
+                flipped, _ = apply_paused(compiled, [(s, int(p))])
+                changed = sw.scenario(s, int(p), flipped.tables[s].flows)
+                fcls, fmem = sw.source_classes(changed)
+                fc = np.repeat(fcls, n)
+                e = sw.walk_pairs(fc, np.tile(np.arange(n, dtype=np.int64), len(fcls)), changed)[1]
+            c = _find_cycle(sw, _edge_graph(e))
+            if c is not None:
+                cyclic += 1
+                per[name]["cyclic"] = True
+                if len(failures) < max_failures:
+                    failures.append({"paused": name, "cycle": list(c)})
+    timings["cdg"] = time.perf_counter() - t1
+    n_hosts = len(compiled.fabric.hosts)
+    return SweepReport(
+        fabric=compiled.fabric.name,
+        routing=compiled.routing,
+        cos=getattr(compiled, "cos", None),
+        cos_levels=getattr(compiled, "cos_levels", 0),
+        hosts=n_hosts,
+        pairs_per_scenario=n_hosts * (n_hosts - 1),
+        scenarios=scenarios,
+        paused_ports=scenarios - 1,
+        columns=n,
+        split_groups=len(sw.split),
+        source_classes=ncls,
+        failed_scenarios=failed,
+        undelivered=total,
+        scenario_failures=tuple(failures),
+        acyclic=cycle is None,
+        cycle=cycle,
+        per_cos=per_cos,
+        classes_used=tuple(_cos_label(k) for k in classes),
+        channels=len(nodes),
+        dependencies=len(all_edges),
+        cyclic_scenarios=cyclic,
+        rewalked_scenarios=rewalked,
+        exact_fallbacks=fallbacks,
+        affected_pairs=affected_total,
+        late_rows=len(sw.li) - base_rows,
+        seconds=time.perf_counter() - t0,
+        timings=timings,
+        per_scenario=per if keep else None,
+        edges=frozenset(edge_names(sw, all_edges)) if keep else None,
+    )
+
+
+def _exact_scenario(compiled: Any, switch: str, port: int) -> dict[str, Any]:
+    """Brute force for one scenario: every host a column, every pair walked."""
+    flipped, _ = apply_paused(compiled, [(switch, port)])
+    return _exact(flipped)
+
+
+def _exact(compiled: Any) -> dict[str, Any]:
+    """Undelivered pairs per kind and the dependency edges (row ids of a per-host sweep
+    over ``compiled``; names via the returned sweep)."""
+    everyone = {s for s in _host_groups(_Engine(compiled))}
+    sw = _RepSweep(compiled, everyone, scenarios=False)
+    first, members = sw.source_classes()
+    n = sw.n
+    weight = sw.pair_weights(members)
+    cls = np.repeat(np.arange(len(first), dtype=np.int64), n)
+    col = np.tile(np.arange(n, dtype=np.int64), len(first))
+    codes, edges = sw.walk_pairs(first[cls], col)
+    bad = _tally(codes, (DELIVER - sw.rep)[col], weight(cls, col))
+    return {"undelivered": bad, "edges": edges, "sweep": sw}
+
+
+def brute_force_single_paused(
+    compiled: Any, ports: Sequence[tuple[str, int]] | None = None
+) -> dict[str | None, dict[str, Any]]:
+    """Reference for tests: per scenario (None = unpaused, 'SW:PORT'), the verifier's
+    undelivered counts per kind, the scenario's own CDG edges as channel-name pairs
+    and whether that graph has a cycle. Independent of :func:`sweep_single_paused`:
+    :func:`hpcfabric.verify.verify` on the flipped tables and :class:`hpcfabric.cdg._Sweep`
+    walking every host pair."""
+    from hpcfabric.verify import verify
+
+    out: dict[str | None, dict[str, Any]] = {}
+    todo = pausable_ports(compiled) if ports is None else ports
+    for name, paused in [(None, [])] + [(f"{s}:{p}", [(s, p)]) for s, p in todo]:
+        flipped, _ = apply_paused(compiled, paused)
+        rep = verify(flipped, sample=None)
+        bad = {k: v for k, v in (("misdelivered", rep.misdelivered), ("dropped", rep.dropped), ("loop", rep.loops),
+                                 ("punted", rep.punted), ("flood", rep.floods), ("tagged", rep.tagged)) if v}
+        ref = _Sweep(flipped)
+        e, _, _ = ref.walk()
+        pairs = {(channel_name(ref.eng.channel(int(x) >> 32)), channel_name(ref.eng.channel(int(x) & 0xFFFFFFFF)))
+                 for x in e.tolist()}
+        g = nx.DiGraph(list(pairs))
+        out[name] = {"undelivered": bad, "edges": pairs, "cyclic": not nx.is_directed_acyclic_graph(g)}
+    return out
+
+
+def edge_names(sw: _RepSweep, edges: np.ndarray) -> set[tuple[str, str]]:
+    """Row-pair edges as channel-name pairs."""
+    return {(sw.channel(int(x) >> 32), sw.channel(int(x) & 0xFFFFFFFF)) for x in edges.tolist()}
