@@ -585,40 +585,36 @@ def plots(records: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) 
     plt.close(fig)
     files.append("throughput.png")
 
-    fig, axes = plt.subplots(len(fabrics), len(patterns), figsize=(5 * len(patterns), 3.6 * len(fabrics)), squeeze=False)
-    for a, fab in enumerate(fabrics):
-        for b, pat in enumerate(patterns):
-            ax = axes[a][b]
-            for pol in policies:
-                lat = sorted(x for r in records if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol
-                             for x in r["latency_sample_ms"])
-                if lat:
-                    ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=pol)
-            ax.set_xscale("log")
-            ax.set_title(f"{fab} {pat}: one-way latency CDF")
-            ax.set_xlabel("ms")
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "latency_cdf.png", dpi=110)
-    plt.close(fig)
-    files.append("latency_cdf.png")
+    def latency_cdf(ax: Any, fab: str, pat: str) -> None:
+        for pol in policies:
+            lat = sorted(x for r in records if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol
+                         for x in r["latency_sample_ms"])
+            if lat:
+                ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=pol)
+        ax.set_xscale("log")
+        ax.set_title(f"{fab} {pat}: one-way latency CDF")
+        ax.set_xlabel("ms")
+        ax.legend(fontsize=8)
 
-    fig, axes = plt.subplots(len(fabrics), len(patterns), figsize=(5 * len(patterns), 3.6 * len(fabrics)), squeeze=False)
-    for a, fab in enumerate(fabrics):
-        for b, pat in enumerate(patterns):
-            ax = axes[a][b]
-            here = [p for p in policies if any(r["policy"] == p and r["fabric"] == fab for r in records)]
-            data = [[x for r in records if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol
-                     for x in r["per_source_all_mbps"]] for pol in here]
-            ax.boxplot(data)
-            ax.set_xticks(range(1, len(here) + 1), here)
-            ax.set_title(f"{fab} {pat}: per-source throughput")
-            ax.set_ylabel("Mbit/s")
-            ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "per_source.png", dpi=110)
-    plt.close(fig)
-    files.append("per_source.png")
+    def per_source(ax: Any, fab: str, pat: str) -> None:
+        here = [p for p in policies if any(r["policy"] == p and r["fabric"] == fab for r in records)]
+        ax.boxplot([[x for r in records if r["fabric"] == fab and r["pattern"] == pat and r["policy"] == pol
+                     for x in r["per_source_all_mbps"]] for pol in here])
+        ax.set_xticks(range(1, len(here) + 1), here)
+        ax.set_title(f"{fab} {pat}: per-source throughput")
+        ax.set_ylabel("Mbit/s")
+        ax.tick_params(axis="x", labelsize=8)
+
+    for name, draw in (("latency_cdf.png", latency_cdf), ("per_source.png", per_source)):
+        fig, axes = plt.subplots(len(fabrics), len(patterns), figsize=(5 * len(patterns), 3.6 * len(fabrics)),
+                                 squeeze=False)
+        for a, fab in enumerate(fabrics):
+            for b, pat in enumerate(patterns):
+                draw(axes[a][b], fab, pat)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
     return files
 
 
