@@ -680,14 +680,25 @@ def main(argv: list[str] | None = None) -> int:
             for policy in plan.policies:
                 if policy == "conditional-switch" and label not in plan.switch_local_on:
                     continue
-                records += run_policy(label, policy, plan, args.prefix, work, progress)
+                for attempt in (1, 2):  # Mininet's shell plumbing fails now and then (e.g. a UTF-8 read split)
+                    try:
+                        records += run_policy(label, policy, plan, args.prefix, work, progress)
+                        break
+                    except (UsageError, KeyboardInterrupt):
+                        raise
+                    except Exception as err:  # noqa: BLE001 - one retry from a fresh net, then report
+                        progress(f"{label}/{policy}: attempt {attempt} failed: {type(err).__name__}: {err}")
+                        if attempt == 2:
+                            failures.append(f"{label}/{policy}: {type(err).__name__}: {err}")
+        if not records:
+            raise rf.CheckFailed("no run completed")
         rows = table(records)
         summary.update(ratios(rows))
         (out / "results.json").write_text(json.dumps({"plan": plan.__dict__, "rows": rows, "runs": records}, indent=1))
         files = [] if args.no_plots else plots(records, rows, out)
         (out / "report.md").write_text(report_md(rows, summary, plan, files))
         summary["results"] = str(out)
-        code = EXIT_OK
+        code = EXIT_FAILED if failures else EXIT_OK
         if args.check:
             checks = {"df_adv_ratio": (lambda v: v >= 2), "df_un_ratio": (lambda v: v >= 0.9), "fb_adv_ratio": (lambda v: v > 1)}
             for key, ok in checks.items():
