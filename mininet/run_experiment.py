@@ -95,7 +95,7 @@ class Plan:
     poll_ms: float
     quanta: int
     seed: int
-    spread: bool = True
+    spread: bool = False
     pause_hold_ms: float | None = None
 
 
@@ -138,8 +138,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pause-hold-ms", type=float, default=None,
                     help="override the controller's [hpcfabric] pause_hold_ms (minimum time a flipped port stays flipped; "
                          "default: the config's, 50 ms)")
-    ap.add_argument("--no-spread", action="store_true",
-                    help="no congestion spreading: a congested link pauses only its own sender (lossless.py --spread)")
+    ap.add_argument("--spread", action="store_true",
+                    help="congestion spreading: a switch with a congested output also pauses the fabric links into it "
+                         "(lossless.py --spread; default: a congested link pauses only its own sender)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--prefix", default="", help="bridge/interface name prefix (next to another net)")
     ap.add_argument("--out", default=None, help="results directory (default results/experiment-<time>)")
@@ -185,7 +186,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         switch_on = tuple(x.strip() for x in args.switch_local_on.split(",") if x.strip())
     return Plan(fabrics, policies, switch_on, patterns, repeats, args.warmup, measure, args.drain, args.link_mbit, args.queue_bytes,
                 args.size, {"adversarial": args.load_adv, "uniform": args.load_un}, args.xoff, args.xon,
-                args.refresh_ms, args.poll_ms, args.quanta, args.seed, not args.no_spread, args.pause_hold_ms)
+                args.refresh_ms, args.poll_ms, args.quanta, args.seed, args.spread, args.pause_hold_ms)
 
 
 # ---------------------------------------------------------------------------
