@@ -210,6 +210,10 @@ class _Sweep:
             got = self._ups[u] = ps[0].astype(np.int32)
         return got
 
+    def _check_row(self, row: _Row, flows: list | None, cols: np.ndarray | None) -> None:
+        """Hook run on every row a scenario decides anew (``flows``: the scenario's rules, None for a
+        row created on the way; ``cols``: the columns re-decided). Subclasses raise to abort."""
+
     def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
         """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
         eng = self.eng
@@ -229,6 +233,7 @@ class _Sweep:
                     row = eng.rows[r]
                     tmp = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng._attrs)
                     code = memo[self.sigs[r]] = eng.decide(tmp, _Dst(self.dst.macs[cols]))
+                    self._check_row(row, relevant, cols)
                 base = self.uniq[u]
                 if (code != base[cols]).any():
                     line = base.copy()
@@ -240,6 +245,7 @@ class _Sweep:
                 row = eng.rows[r]
                 if row.switch == switch:
                     changed[r] = eng.decide(row, self.dst)
+                    self._check_row(row, None, None)
                 r += 1
         finally:
             eng.relevant[switch] = self.base_relevant[switch]

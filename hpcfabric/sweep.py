@@ -50,15 +50,12 @@ import numpy as np
 
 from hpcfabric.cdg import _cos_label, _Sweep, channel_name, pausable_ports
 from hpcfabric.compiler import port_state_flow
-from hpcfabric.flows import TABLE_PORT_STATE
 from hpcfabric.verify import (
     DELIVER,
     LOOP,
-    SINK,
     _Dst,
     _Engine,
     _kind,
-    _relevant,
     _Row,
     apply_paused,
 )
@@ -302,47 +299,13 @@ class _RepSweep(_Sweep):
         code[code == selfcode] = SELF
         return bool((code == code[0]).all() and (ps[0] == ps[0][0]).all())
 
-    def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:  # type: ignore[override]
-        """Changed lines (row -> line over the columns) when ``switch`` runs ``flows``."""
-        eng = self.eng
-        relevant = [f for f in flows if _relevant(f)]
-        eng.relevant[switch] = relevant
-        changed: dict[int, np.ndarray] = {}
-        memo: dict[tuple, np.ndarray] = {}
-        own = self.group_col.get(switch) if switch in self.alike else None
-        known = len(self.li)
-        try:
-            for r in list(self.rows_at.get(switch, ())):
-                cols = np.flatnonzero(self.ups(r) == port)
-                if not cols.size:
-                    continue
-                code = memo.get(self.sigs[r])
-                if code is None:
-                    row = eng.rows[r]
-                    tmp = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng._attrs)
-                    code = memo[self.sigs[r]] = eng.decide(tmp, _Dst(self.dst.macs[cols]))
-                    if own is not None and own in cols and not self.own_alike(row, relevant):
-                        raise _NotAlike(switch)
-                base = self.uniq[self.li[r]]
-                if (code != base[cols]).any():
-                    line = base.copy()
-                    line[cols] = code
-                    changed[r] = line
-            r = known
-            while r < len(eng.rows):  # rows created on the way (of `switch`: the scenario's rules)
-                row = eng.rows[r]
-                if row.switch == switch:
-                    changed[r] = eng.decide(row, self.dst)
-                    if own is not None and not self.own_alike(row, None):
-                        raise _NotAlike(switch)
-                r += 1
-        finally:
-            eng.relevant[switch] = self.base_relevant[switch]
-            for r in range(known, len(eng.rows)):
-                if eng.rows[r].switch == switch:
-                    eng.rows[r].build(self.base_relevant[switch], eng._attrs)
-        self.ensure_base()
-        return {r: line for r, line in changed.items() if not np.array_equal(line, self.uniq[self.li[r]])}
+    def _check_row(self, row: _Row, flows: list | None, cols: np.ndarray | None) -> None:
+        """A row re-decided at an alike switch must stay alike there (else the sweep restarts split)."""
+        own = self.group_col.get(row.switch) if row.switch in self.alike else None
+        if own is None or (cols is not None and own not in cols):
+            return
+        if not self.own_alike(row, flows):
+            raise _NotAlike(row.switch)
 
     # -- pairs --------------------------------------------------------------
     def source_classes(self, changed: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
