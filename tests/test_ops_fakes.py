@@ -231,7 +231,7 @@ class FakeSwitch:
                 head = struct.pack("!HBxIIHHHH4xQQQ", 48 + len(match) + len(inst), f.table, 5, 0, f.priority, 0, 0, 0,
                                    f.cookie, self.counts.get(f.key(), 0), 0)
                 body.append(ofwire.FlowStatsEntry(head + match + inst))
-            app._flow_stats_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+            app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
         elif mp == MP_METER_CONFIG:
             body = [SimpleNamespace(meter_id=mid, flags=flags, bands=[SimpleNamespace(rate=rate, burst_size=burst)])
                     for mid, (flags, rate, burst) in self.meters.items()]

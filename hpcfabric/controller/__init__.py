@@ -919,17 +919,6 @@ class HpcfabricController(app_manager.OSKenApp):
     def _bundle_reply(self, ev: Any) -> None:
         self._wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
 
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def _flow_stats_reply(self, ev: Any) -> None:
-        msg = ev.msg
-        w = self.waiters.get((msg.datapath.id, msg.xid))
-        if w is None:
-            return
-        w.parts.extend(msg.body)
-        if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
-            w.reply = msg
-            w.event.set()
-
     @set_ev_handler(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
         try:
@@ -1539,9 +1528,10 @@ class HpcfabricController(app_manager.OSKenApp):
             raise SyncError(f"{type(req).__name__} rejected: {_err_text(w.error)}")
         return w.parts
 
-    @set_ev_cls([ofp_event.EventOFPMeterConfigStatsReply, ofp_event.EventOFPMeterStatsReply,
-                 ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
+    @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,
+                 ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
     def _multipart_reply(self, ev: Any) -> None:
+        """Collect a multipart reply (flow stats, meters, groups) for the waiter of its xid."""
         msg = ev.msg
         w = self.waiters.get((msg.datapath.id, msg.xid))
         if w is None:
