@@ -90,6 +90,9 @@ CASES: list[tuple[str, str, object, str | None, str]] = [
     ("conf-ha-lease-timeout", "c.conf", conf("[ha]\nlease_timeout = 0\n"), "ha.lease_timeout", "out of range"),
     ("conf-failover", "c.conf", conf("[failover]\nfast_failover = sometimes\n"), "failover.fast_failover",
      "not one of on, off"),
+    ("conf-failover-switch-local", "c.conf",
+     conf("routing = conditional\npause_reaction = switch\n[failover]\nfast_failover = on\n"),
+     "failover.fast_failover", "cannot be combined with [hpcfabric] pause_reaction = switch"),
 ]
 
 
