@@ -35,7 +35,7 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def run_one(path: str, routing: str, ports_arg: str, seed: int) -> dict:
+def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool = False) -> dict:
     from hpcfabric.addressing import plan_addresses
     from hpcfabric.cdg import pausable_ports
     from hpcfabric.compiler import compile_fabric
@@ -58,6 +58,19 @@ def run_one(path: str, routing: str, ports_arg: str, seed: int) -> dict:
     def progress(i: int, n: int, t: float) -> None:
         print(f"# {fabric.name} {routing}: {i}/{n} scenarios, {t:.0f} s", file=sys.stderr, flush=True)
 
+    if symmetric:
+        from hpcfabric.symmetry import symmetric_sweep
+
+        def sprogress(phase: str, i: int, n: int, t: float) -> None:
+            print(f"# {fabric.name} {routing} {phase}: {i}/{n}, {t:.0f} s", file=sys.stderr, flush=True)
+
+        if ports_arg != "all":
+            raise SystemExit("--symmetric sweeps every port (a sample's images are not in the sample)")
+        srep = symmetric_sweep(compiled, progress=sprogress)
+        out = srep.as_dict()
+        out.update(fabric=fabric.name, routing=routing, compile_seconds=round(compile_seconds, 2),
+                   pausable_ports=len(every), peak_rss_mb=peak_rss_mb())
+        return out
     rep = sweep_single_paused(compiled, ports, progress=progress)
     out = rep.as_dict()
     out.update(
@@ -82,16 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--routings", default="minimal,valiant,conditional")
     ap.add_argument("--ports", default="all", help="'all' or a number of sampled ports")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--symmetric", action="store_true",
+                    help="reduce destinations by the symmetries checked on the rules (hpcfabric.symmetry)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = ap.parse_args(argv)
     ok = True
     for path in args.topologies:
         for routing in args.routings.split(","):
             if args.one:
-                line = run_one(path, routing, args.ports, args.seed)
+                line = run_one(path, routing, args.ports, args.seed, args.symmetric)
             else:  # a fresh process per run: peak RSS per run
                 cmd = [sys.executable, __file__, path, "--routings", routing, "--ports", args.ports,
-                       "--seed", str(args.seed), "--one"]
+                       "--seed", str(args.seed), "--one"] + (["--symmetric"] if args.symmetric else [])
                 res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
                 if res.returncode not in (0, 1) or not res.stdout.strip():
                     line = {"topology": path, "routing": routing, "error": f"exit {res.returncode}"}

@@ -122,6 +122,26 @@ def _cos_label(pcp: int) -> str:
     return "untagged" if pcp == UNTAGGED else str(pcp)
 
 
+def entry_key(f: Any, cache: dict[int, tuple]) -> tuple:
+    """What an entry does and matches, ``in_port`` left out (cached by identity in ``cache``)."""
+    got = cache.get(id(f))
+    if got is None or got[0] is not f:
+        key = (f.table, f.priority, replace(f.match, in_port=None), f.actions, f.goto, f.write_metadata)
+        got = cache[id(f)] = (f, key)
+    return got[1]
+
+
+def row_signature(row: _Row, cache: dict[int, tuple]) -> tuple:
+    """Rows of one switch with equal signatures decide alike (their entries
+    differ at most in ``in_port``, which each row's entries all satisfy)."""
+    key: list[Any] = [row.switch, row.pcp]
+    for t in sorted(row.entries):
+        key.append(tuple(entry_key(f, cache) for f in row.entries[t]))
+        if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in row.entries[t] for a in f.actions):
+            key.append(row.rep)
+    return tuple(key)
+
+
 class _Sweep:
     """The fast engine with per-port rows and the decisions of the unpaused
     fabric. Rows of one switch with equal signatures (entries equal but for
@@ -151,22 +171,10 @@ class _Sweep:
         self._fkeys: dict[int, tuple] = {}
         self.ensure_base()
 
-    def _fkey(self, f: Any) -> tuple:
-        got = self._fkeys.get(id(f))
-        if got is None or got[0] is not f:
-            key = (f.table, f.priority, replace(f.match, in_port=None), f.actions, f.goto, f.write_metadata)
-            got = self._fkeys[id(f)] = (f, key)
-        return got[1]
-
     def signature(self, row: _Row) -> tuple:
         """Rows of one switch with equal signatures decide alike (their entries
         differ at most in ``in_port``, which each row's entries all satisfy)."""
-        key: list[Any] = [row.switch, row.pcp]
-        for t in sorted(row.entries):
-            key.append(tuple(self._fkey(f) for f in row.entries[t]))
-            if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in row.entries[t] for a in f.actions):
-                key.append(row.rep)
-        return tuple(key)
+        return row_signature(row, self._fkeys)
 
     def ensure_base(self) -> None:
         """Base (unpaused) decisions for every row and the row indexes."""

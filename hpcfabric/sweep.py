@@ -101,6 +101,8 @@ class SweepReport:
     affected_pairs: int  # (source class, column) pairs re-walked over all scenarios
     late_rows: int  # decision rows first met in a scenario (checked like the others)
     seconds: float
+    destination_hosts: int = 0  # hosts walked to (all of them unless the sweep was restricted)
+    unchanged_scenarios: int = 0  # paused ports whose PORT_STATE entry no walked row meets
     timings: dict[str, float] = field(default_factory=dict)
     per_scenario: dict[str | None, dict[str, Any]] | None = None  # keep=True: undelivered counts, cyclic verdict
     edges: frozenset[tuple[str, str]] | None = None  # keep=True: the union graph as channel-name pairs
@@ -114,7 +116,7 @@ class SweepReport:
             "fabric", "routing", "cos", "cos_levels", "hosts", "pairs_per_scenario", "scenarios", "paused_ports",
             "columns", "split_groups", "source_classes", "failed_scenarios", "undelivered", "acyclic",
             "channels", "dependencies", "cyclic_scenarios", "rewalked_scenarios", "exact_fallbacks",
-            "affected_pairs", "late_rows",
+            "affected_pairs", "late_rows", "destination_hosts", "unchanged_scenarios",
         )}
         out["ok"] = self.ok
         out["cycle"] = list(self.cycle) if self.cycle else None
@@ -186,15 +188,25 @@ class _RepSweep(_Sweep):
     """:class:`hpcfabric.cdg._Sweep` over destination classes (one representative
     host each), with the pairs' unpaused walks recorded per visited switch."""
 
-    def __init__(self, compiled: Any, split: set[str], *, scenarios: bool) -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        split: set[str],
+        *,
+        scenarios: bool,
+        only: set[str] | None = None,
+        engine: _Engine | None = None,
+    ) -> None:
         self.compiled = compiled
-        eng = self.eng = _Engine(compiled, per_port=True)
+        eng = self.eng = engine if engine is not None else _Engine(compiled, per_port=True)
         if eng.scalar_rows:
             raise ValueError("the sweep does not model source-dependent (eth_src) rules")
         self.groups = _host_groups(eng)
         self.split = set(split)
         cols: list[np.ndarray] = []
         for sw, ids in self.groups.items():
+            if only is not None and sw not in only:
+                continue  # destinations restricted to the hosts of `only`
             if sw in self.split or len(ids) == 1:
                 cols.extend(ids[i : i + 1] for i in range(len(ids)))
             else:
@@ -202,10 +214,13 @@ class _RepSweep(_Sweep):
         self.col_hosts = cols
         self.rep = np.array([c[0] for c in cols], dtype=np.int64)
         self.col_size = np.array([len(c) for c in cols], dtype=np.int64)
-        self.col_of_host = np.empty(len(eng.hosts), dtype=np.int64)
+        self.col_of_host = np.full(len(eng.hosts), -1, dtype=np.int64)  # -1: not a destination
         for i, c in enumerate(cols):
             self.col_of_host[c] = i
-        self.alike = {sw for sw, ids in self.groups.items() if sw not in self.split and len(ids) > 1}
+        self.alike = {
+            sw for sw, ids in self.groups.items()
+            if sw not in self.split and len(ids) > 1 and (only is None or sw in only)
+        }
         self.group_col = {eng.hosts[int(c[0])].switch: i for i, c in enumerate(cols) if len(c) > 1}
         self.dst = _Dst(eng.host_macs[self.rep])
         self.n = self.dst.n
@@ -220,6 +235,7 @@ class _RepSweep(_Sweep):
         self.fabric_row = np.zeros(0, dtype=bool)
         self.rows_at: dict[str, list[int]] = {}
         self._fkeys: dict[int, tuple] = {}
+        self._met: dict[str, tuple[int, set[int]]] = {}
         self.not_alike: set[str] = set()
         self._own_dst: dict[str, tuple[_Dst, np.ndarray]] = {}
         self.ensure_base()
@@ -283,6 +299,17 @@ class _RepSweep(_Sweep):
     def ups(self, r: int) -> np.ndarray:
         return self._ups[self.li[r]]
 
+    def met_ports(self, switch: str) -> set[int]:
+        """PORT_STATE ports some row of ``switch`` meets for some column: pausing
+        any other port of ``switch`` changes no decision."""
+        rows = self.rows_at.get(switch, [])
+        got = self._met.get(switch)
+        if got is None or got[0] != len(rows):
+            lines = {self.li[r] for r in rows}
+            met = set(np.unique(np.concatenate([self._ups[u] for u in lines])).tolist()) if lines else set()
+            got = self._met[switch] = (len(rows), met)
+        return got[1]
+
     def own_alike(self, row: _Row, flows: list | None) -> bool:
         """Do the hosts of ``row``'s switch decide alike at ``row`` (delivery to
         oneself normalised, same PORT_STATE entry met)? ``flows``: scenario rules."""
@@ -334,8 +361,8 @@ class _RepSweep(_Sweep):
         n = self.n
         for k, m in enumerate(members):
             c, cnt = np.unique(self.col_of_host[m], return_counts=True)
-            keys.append(k * n + c)
-            cnts.append(cnt)
+            keys.append(k * n + c[c >= 0])
+            cnts.append(cnt[c >= 0])
         kk = np.concatenate(keys)
         order = np.argsort(kk)
         kk, cc = kk[order], np.concatenate(cnts)[order]
@@ -470,7 +497,8 @@ def _expand(
         for key, hs in sub.items():
             ids = np.array(hs, dtype=np.int64)
             r0 = int(first_rows[k][members[k] == ids[0]][0])
-            inter = np.bincount(sw.col_of_host[ids], minlength=sw.n)[sel]
+            cid = sw.col_of_host[ids]
+            inter = np.bincount(cid[cid >= 0], minlength=sw.n)[sel]
             fs.append(np.full(len(sel), r0, dtype=np.int64))
             cs.append(sel)
             ws.append(len(ids) * sw.col_size[sel] - inter)
@@ -543,23 +571,29 @@ def sweep_single_paused(
     keep: bool = False,
     max_failures: int = 20,
     progress: Callable[[int, int, float], None] | None = None,
+    destinations: Sequence[str] | None = None,
     _split: set[str] | None = None,
+    _engine: _Engine | None = None,
 ) -> SweepReport:
     """Delivery of every host pair and the channel dependency graph under the
     unpaused fabric and each port of ``ports`` paused alone ('single': every
     port with a PORT_STATE entry). ``keep``: per-scenario results in
-    ``per_scenario`` (keyed 'SW:PORT', None for the unpaused fabric)."""
+    ``per_scenario`` (keyed 'SW:PORT', None for the unpaused fabric).
+    ``destinations``: access switches whose hosts are the only destinations
+    walked (every source still sends to them; see :mod:`hpcfabric.symmetry`)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     port_list = pausable_ports(compiled) if ports == "single" else list(ports)  # type: ignore[arg-type]
+    only = None if destinations is None else set(destinations)
     if _split is None:
-        eng0 = _Engine(compiled, per_port=True)
+        eng0 = _engine if _engine is not None else _Engine(compiled, per_port=True, lazy=True)
         split = structural_splits(eng0, _host_groups(eng0))
+        _engine = eng0  # fabric rows are built when a walk first reaches them
         del eng0
     else:
         split = set(_split)
     while True:  # split groups not alike at their own switch, rebuild (rare: broken rules)
-        sw = _RepSweep(compiled, split, scenarios=bool(port_list))
+        sw = _RepSweep(compiled, split, scenarios=bool(port_list), only=only, engine=_engine)
         if not sw.not_alike:
             break
         split |= sw.not_alike
@@ -619,7 +653,19 @@ def sweep_single_paused(
     fallback_names: list[str] = []
     sw_idx = {s.name: i for i, s in enumerate(compiled.fabric.switches)}
     paused_flow: dict[int, Any] = {}
+    unchanged = 0
     for i, (s, p) in enumerate(port_list):
+        if progress is not None and (i + 1) % 20000 == 0:
+            progress(i + 1, len(port_list), time.perf_counter() - t0)
+        if p not in sw.met_ports(s) and s in sw.rows_at:  # no walked row meets the entry: the unpaused fabric
+            if ports == "single" or port_state_flow(p, False) in compiled.tables[s].flows:
+                scenarios += 1
+                unchanged += 1
+                per[f"{s}:{p}"] = {"undelivered": dict(base_bad)}
+                if base_bad:
+                    failed += 1
+                total = _add(total, base_bad) if base_bad else total
+                continue
         old = port_state_flow(p, False)
         flows = compiled.tables[s].flows if compiled.fabric.has_switch(s) else ()
         at = [j for j, f in enumerate(flows) if f == old]
@@ -637,7 +683,8 @@ def sweep_single_paused(
             changed = sw.scenario(s, p, flows)
             if sw.not_alike:  # a row created on the way is not alike at its switch: start again, split
                 return sweep_single_paused(compiled, ports, keep=keep, max_failures=max_failures,
-                                           progress=progress, _split=split | sw.not_alike)
+                                           progress=progress, destinations=destinations,
+                                           _split=split | sw.not_alike, _engine=_engine)
         except _NotAlike:
             fallbacks += 1
             fallback_names.append(name)
@@ -733,13 +780,14 @@ def sweep_single_paused(
                     failures.append({"paused": name, "cycle": list(c)})
     timings["cdg"] = time.perf_counter() - t1
     n_hosts = len(compiled.fabric.hosts)
+    n_dst = int(sw.col_size.sum())
     return SweepReport(
         fabric=compiled.fabric.name,
         routing=compiled.routing,
         cos=getattr(compiled, "cos", None),
         cos_levels=getattr(compiled, "cos_levels", 0),
         hosts=n_hosts,
-        pairs_per_scenario=n_hosts * (n_hosts - 1),
+        pairs_per_scenario=n_hosts * n_dst - n_dst,
         scenarios=scenarios,
         paused_ports=scenarios - 1,
         columns=n,
@@ -763,6 +811,8 @@ def sweep_single_paused(
         timings=timings,
         per_scenario=per if keep else None,
         edges=frozenset(edge_names(sw, all_edges)) if keep else None,
+        destination_hosts=n_dst,
+        unchanged_scenarios=unchanged,
     )
 
 

@@ -1,0 +1,688 @@
+"""Symmetries of a compiled fabric, checked entry by entry: the paused-port sweep of ~300k-host fabrics.
+
+A *symmetry* ``σ`` maps switches to switches, each switch's ports to the image
+switch's ports and hosts to hosts, such that every link maps to a link, and it
+commutes with every switch's pipeline: for every ingress port ``p`` and arrival
+VLAN PCP of switch ``s`` and every destination MAC ``d``, what ``s`` does with
+the frame (outputs, their port and PCP, punt, pipeline error, the PORT_STATE
+entry met, and all of that again with the PORT_STATE entries flipped to
+"paused") equals, ports mapped, what ``σ(s)`` does with ``σ(d)`` arriving on
+``σ(p)``. Then the walk of host pair ``(a, d)`` with port ``x`` paused maps hop
+by hop, channel by channel, to the walk of ``(σa, σd)`` with ``σ(x)`` paused.
+
+Consequences used by :func:`hpcfabric.sweep.symmetric_sweep`:
+
+* **Delivery.** If every orbit of access switches under the symmetries has a
+  representative in ``D0``, every pair in every single-paused-port scenario is
+  the image of a pair with its destination behind ``D0`` in another
+  single-paused-port scenario. Sweeping every scenario for destinations in
+  ``D0`` proves delivery for all pairs.
+* **Deadlock.** The union dependency graph over all destinations is the union
+  of the images of ``G0`` (the union graph for destinations in ``D0``). Map
+  every channel to its orbit: a cycle in the full union maps to a closed walk
+  in the quotient ``G0 / Γ``; an acyclic quotient proves the full union acyclic
+  (the converse does not hold, so a cyclic quotient is reported as
+  inconclusive, never as a pass).
+
+Why checking the rules is exact, not sampled: at switch ``s`` the pipeline
+depends on the destination only through the ``eth_dst`` matches of its entries;
+destinations that meet the same entries (``s``'s *destination classes*, see
+:func:`_classes`) decide alike. Hosts of one access switch ``t`` are alike at
+every switch but ``t`` (checked by :func:`hpcfabric.sweep.structural_splits`),
+so the destinations are one representative per access switch plus ``s``'s own
+hosts. Classes that every row of ``s`` decides alike (unpaused and paused) are
+merged into behaviour classes; the check pairs the behaviour classes of ``s``
+and ``σ(s)`` (they must correspond one to one under ``σ``) and compares the
+decisions on one representative per class. Frames meet at most one PORT_STATE
+entry (``goto`` only leads to later tables and resubmits are inlined), so
+"every entry flipped" gives, for each destination, exactly the decision with
+the entry it meets flipped alone.
+
+Candidate generators come from the generator's structure (Dragonfly, palmtree
+arrangement: rotate groups by one; xor arrangement: XOR group numbers with a
+power of two; flattened butterfly: add one to a coordinate, modulo its size);
+a candidate that is not an automorphism of the topology or whose rules do not
+commute is dropped with the reason, never trusted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from hpcfabric.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, PushVlan, RuleClass, SetField
+from hpcfabric.topology.model import Fabric
+from hpcfabric.verify import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
+
+__all__ = [
+    "Automorphism",
+    "SymmetryReport",
+    "candidate_generators",
+    "automorphism",
+    "check_symmetries",
+    "orbit_representatives",
+    "channel_orbits",
+    "symmetric_sweep",
+    "SymmetricSweepReport",
+]
+
+
+@dataclass(frozen=True)
+class Automorphism:
+    """A switch/port/host bijection of a fabric that maps links to links."""
+
+    name: str
+    switch: dict[str, str]
+    port: dict[str, np.ndarray]  # switch -> image port per port number (-1: no such port)
+    host: dict[str, str]
+
+    def map_port(self, switch: str, port: int) -> int:
+        return int(self.port[switch][port])
+
+
+@dataclass(frozen=True)
+class SymmetryReport:
+    """Which candidate symmetries hold on the compiled tables (``as_dict`` is JSON-ready)."""
+
+    kept: tuple[Automorphism, ...]
+    dropped: dict[str, str]  # generator name -> why
+    switches: int
+    destination_classes: int  # summed over switches
+    decision_lines: int  # (port class, PCP) lines decided, base and flipped
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kept": [a.name for a in self.kept],
+            "dropped": dict(self.dropped),
+            "switches": self.switches,
+            "destination_classes": self.destination_classes,
+            "decision_lines": self.decision_lines,
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+# ---------------------------------------------------------------------------
+# candidates and topology automorphisms
+
+
+def candidate_generators(fabric: Fabric) -> list[tuple[str, dict[str, str]]]:
+    """(name, switch map) candidates from the fabric's structure; empty when none is known."""
+    out: list[tuple[str, dict[str, str]]] = []
+    if fabric.kind == "dragonfly":
+        groups = 1 + max(s.group for s in fabric.switches)
+        at = {(s.group, s.index): s.name for s in fabric.switches}
+        if groups > 1 and fabric.params.get("arrangement", "palmtree") == "palmtree":
+            m = {s.name: at.get(((s.group + 1) % groups, s.index), "") for s in fabric.switches}
+            out.append(("rotate-groups", m))
+        elif groups > 1 and fabric.params.get("arrangement") == "xor":
+            # i -> i XOR 2^b on the power-of-two block; the extra group (g == a*h+1) keeps its
+            # place and permutes its slots the same way (slot k sits on switch k // h)
+            h = int(fabric.params["h"])
+            base = groups if groups & (groups - 1) == 0 else groups - 1
+            for b in range(base.bit_length() - 1):
+                m = {}
+                for s in fabric.switches:
+                    if s.group < base:
+                        m[s.name] = at.get((s.group ^ (1 << b), s.index), "")
+                    else:
+                        m[s.name] = at.get((s.group, s.index ^ ((1 << b) // h)), "")
+                out.append((f"xor-groups-{1 << b}", m))
+    elif fabric.kind == "flattened_butterfly":
+        dims = list(fabric.params.get("dims") or ())
+        at = {tuple(s.coords): s.name for s in fabric.switches}
+        for d, k in enumerate(dims):
+            if k < 2:
+                continue
+            m = {}
+            for s in fabric.switches:
+                c = list(s.coords)
+                c[d] = (c[d] + 1) % k
+                m[s.name] = at.get(tuple(c), "")
+            out.append((f"shift-dim{d}", m))
+    return out
+
+
+def automorphism(fabric: Fabric, name: str, switch_map: dict[str, str]) -> tuple[Automorphism | None, str | None]:
+    """The automorphism extending ``switch_map`` (fabric ports follow their links, host
+    ports keep their number), or None and why it is not one."""
+    names = [s.name for s in fabric.switches]
+    if sorted(switch_map) != sorted(names) or sorted(switch_map.values()) != sorted(names):
+        return None, "the switch map is not a bijection of the switches"
+    toward: dict[str, dict[str, int]] = {}
+    for s in names:
+        seen: dict[str, int] = {}
+        for p, peer in fabric.fabric_ports(s).items():
+            if peer.node in seen:
+                return None, f"{s} has parallel links to {peer.node}: ports cannot follow links"
+            seen[peer.node] = p
+        toward[s] = seen
+    port: dict[str, np.ndarray] = {}
+    host: dict[str, str] = {}
+    for s in names:
+        t = switch_map[s]
+        ports = fabric.ports(s)
+        top = max(ports, default=0)
+        pi = np.full(top + 1, -1, dtype=np.int64)
+        for p, peer in ports.items():
+            if peer.is_host:
+                q = fabric.peer(t, p)
+                if q is None or not q.is_host:
+                    return None, f"host port {s}:{p} maps to {t}:{p}, which has no host"
+                pi[p] = p
+                host[peer.node] = q.node
+            else:
+                q_port = toward[t].get(switch_map[peer.node])
+                if q_port is None:
+                    return None, f"link {s}:{p} -> {peer.node} maps to {t} -> {switch_map[peer.node]}, which is no link"
+                pi[p] = q_port
+        if len(set(pi[pi >= 0].tolist())) != len(ports) or len(fabric.ports(t)) != len(ports):
+            return None, f"ports of {s} do not map one to one onto the ports of {t}"
+        port[s] = pi
+    for link in fabric.links:  # both ends must land on one link
+        a, b = switch_map[link.a], switch_map[link.b]
+        pa, pb = int(port[link.a][link.a_port]), int(port[link.b][link.b_port])
+        peer = fabric.peer(a, pa)
+        if peer is None or peer.node != b or peer.port != pb:
+            return None, f"link {link.a}:{link.a_port}-{link.b}:{link.b_port} does not map onto a link"
+    return Automorphism(name, dict(switch_map), port, host), None
+
+
+def _union_find(n: int, pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Component label (smallest member) per element, given edge arrays."""
+    parent = np.arange(n, dtype=np.int64)
+
+    def find_all(x: np.ndarray) -> np.ndarray:
+        while True:
+            nxt = parent[x]
+            if np.array_equal(nxt, x):
+                return x
+            x = nxt
+
+    for a, b in pairs:
+        while True:  # hook roots onto smaller roots until every edge joins one component
+            ra, rb = find_all(a), find_all(b)
+            diff = ra != rb
+            if not diff.any():
+                break
+            lo, hi = np.minimum(ra[diff], rb[diff]), np.maximum(ra[diff], rb[diff])
+            np.minimum.at(parent, hi, lo)
+            parent[:] = parent[parent]
+    return find_all(np.arange(n, dtype=np.int64))
+
+
+def orbit_representatives(fabric: Fabric, autos: Sequence[Automorphism]) -> list[str]:
+    """One access switch per orbit under ``autos`` (the first in fabric order)."""
+    access = [s.name for s in fabric.access_switches]
+    idx = {s: i for i, s in enumerate(access)}
+    pairs = [
+        (np.arange(len(access)), np.array([idx[a.switch[s]] for s in access], dtype=np.int64)) for a in autos
+    ]
+    lab = _union_find(len(access), pairs)
+    return [access[i] for i in sorted(set(lab.tolist()))]
+
+
+def channel_orbits(fabric: Fabric, autos: Sequence[Automorphism]) -> Callable[[str, int], int]:
+    """Orbit id of (switch, port) under ``autos`` (the PCP of a channel is left alone)."""
+    names = [s.name for s in fabric.switches]
+    sidx = {s: i for i, s in enumerate(names)}
+    width = 1 + max((max(fabric.ports(s), default=0) for s in names), default=0)
+    pairs = []
+    for a in autos:
+        src, dst = [], []
+        for s in names:
+            pi = a.port[s]
+            ps = np.flatnonzero(pi >= 0)
+            src.append(sidx[s] * width + ps)
+            dst.append(sidx[a.switch[s]] * width + pi[ps])
+        pairs.append((np.concatenate(src), np.concatenate(dst)))
+    lab = _union_find(len(names) * width, pairs)
+
+    def orbit(switch: str, port: int) -> int:
+        return int(lab[sidx[switch] * width + port])
+
+    return orbit
+
+
+# ---------------------------------------------------------------------------
+# the check on the compiled tables
+
+
+@dataclass
+class _Behaviour:
+    """What one switch does: destination classes and per (port class, PCP) line the
+    decisions on one representative per class, unpaused and with PORT_STATE flipped."""
+
+    cls: np.ndarray  # class per destination element (columns, then own hosts)
+    reps: np.ndarray  # element index per class
+    port_class: dict[int, int]
+    lines: dict[tuple[int, int], int]  # (port class, PCP) -> line
+    base: list[tuple[np.ndarray, ...]]  # per line: out_n, out_port, out_pcp, punt, err, ps_port
+    alt: list[tuple[np.ndarray, ...]]
+    own: list[str]  # own host names, in element order after the columns
+
+
+def _pcp_values(relevant: dict[str, list[Any]]) -> list[int]:
+    """Arrival PCPs a frame can carry: untagged, and what the entries push or set."""
+    vals = {UNTAGGED}
+    for flows in relevant.values():
+        for f in flows:
+            for a in f.actions:
+                if isinstance(a, PushVlan):
+                    vals.add(0)
+                elif isinstance(a, SetField) and a.field == "vlan_pcp":
+                    vals.add(int(a.value))
+    return sorted(vals)
+
+
+def _classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Destination classes at one switch: elements of ``macs`` that no entry tells apart.
+
+    Per table, entries in the pipeline's order (priority, then emission): an
+    entry whose only condition is ``eth_dst`` *captures* the destinations it
+    matches (they meet it, whatever the row, and nothing below it in that
+    table); an entry with other conditions (``in_port``, metadata, PCP) only
+    splits the destinations it matches from the others. Two destinations with
+    the same capturing entry and the same splits in every table meet the same
+    entries in every row: they decide alike."""
+    n = len(macs)
+    key = np.zeros(n, dtype=np.int64)
+    by_table: dict[int, list[Any]] = {}
+    for f in relevant:
+        by_table.setdefault(f.table, []).append(f)
+    for t in sorted(by_table):
+        entries = sorted(by_table[t], key=lambda f: -f.priority)  # stable, as the pipeline
+        free = np.ones(n, dtype=bool)
+        captured = np.full(n, -1, dtype=np.int64)
+        for i, f in enumerate(entries):
+            m = f.match
+            only_dst = (m.in_port is None and m.metadata is None and m.vlan_pcp is None and m.eth_src is None
+                        and m.reg0 is None)
+            if m.eth_dst is None:
+                if only_dst:  # matches every remaining destination in every row
+                    captured[free] = i
+                    break
+                continue  # no destination condition: splits nothing
+            v, mask = m.eth_dst
+            hit = free & ((macs & np.uint64(mask)) == np.uint64(v & mask))
+            if not hit.any():
+                continue
+            if only_dst:
+                captured[hit] = i
+                free &= ~hit
+            else:
+                key = key * 2 + hit
+                if int(key.max(initial=0)) > 1 << 50:
+                    key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        key = key * (len(entries) + 2) + captured + 1
+        key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # classes numbered by first element
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inv.reshape(-1)].astype(np.int32), first[order]
+
+
+def _port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
+    """Ports whose ``in_port`` entries are equal but for the port share a class."""
+    from hpcfabric.cdg import entry_key
+
+    ports = sorted(fabric.ports(switch))
+    if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions):
+        return {p: i for i, p in enumerate(ports)}
+    named: dict[int, list[tuple]] = {}
+    for f in relevant:
+        if f.match.in_port is not None:
+            named.setdefault(f.match.in_port, []).append(entry_key(f, cache))
+    sigs: dict[tuple, int] = {}
+    out = {}
+    for p in ports:
+        sig = (fabric.peer(switch, p).is_host, tuple(named.get(p, ())))  # type: ignore[union-attr]
+        out[p] = sigs.setdefault(sig, len(sigs))
+    return out
+
+
+def _flipped(flows: Sequence[Any]) -> list[Any]:
+    from hpcfabric.compiler import port_state_flow
+
+    out = []
+    for f in flows:
+        if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None:
+            p = f.match.metadata[0]
+            if f == port_state_flow(p, False):
+                f = port_state_flow(p, True)
+        out.append(f)
+    return out
+
+
+def _decide(row: _Row, dst: _Dst) -> tuple[np.ndarray, ...]:
+    res = _evaluate(row, dst, track=True)
+    return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
+
+
+class _Checker:
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        fabric = self.fabric = compiled.fabric
+        plan = compiled.plan
+        self.relevant: dict[str, list[Any]] = {}
+        self.flipped: dict[str, list[Any]] = {}
+        for sw in fabric.switches:
+            flows = data_flows(compiled.tables[sw.name].flows)
+            for f in flows:
+                if f.goto is not None and f.goto <= f.table:
+                    raise ValueError(f"{sw.name}: an entry goes back to table {f.goto}")
+                if f.match.eth_src is not None and _relevant(f):
+                    raise ValueError("the symmetry check does not model source-dependent (eth_src) rules")
+            self.relevant[sw.name] = [f for f in flows if _relevant(f)]
+        self.pcps = _pcp_values(self.relevant)
+        self.access = [s.name for s in fabric.access_switches]
+        self.col_of = {t: i for i, t in enumerate(self.access)}
+        self.rep_host = {t: fabric.hosts_on(t)[0].name for t in self.access}
+        self.col_macs = np.array([plan.host_mac[self.rep_host[t]] for t in self.access], dtype=np.uint64)
+        self.hid = {h.name: i for i, h in enumerate(fabric.hosts)}
+        self.lines = 0
+        self.classes = 0
+
+    def behaviour(self, switch: str) -> _Behaviour:
+        fabric, plan = self.fabric, self.compiled.plan
+        own = [h.name for h in fabric.hosts_on(switch)]
+        macs = np.concatenate([self.col_macs, np.array([plan.host_mac[h] for h in own], dtype=np.uint64)])
+        relevant = self.relevant[switch]
+        flipped = [f for f in data_flows(_flipped(self.compiled.tables[switch].flows)) if _relevant(f)]
+        same = len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
+        cls, reps = _classes(relevant, macs)  # flipping changes actions, never matches
+        dst = _Dst(macs[reps])
+        attrs: dict = {}  # per switch: the engine's view caches would otherwise hold every switch's entries
+        pc = _port_classes(fabric, switch, relevant, {})
+        lines: dict[tuple[int, int], int] = {}
+        base: list[tuple[np.ndarray, ...]] = []
+        alt: list[tuple[np.ndarray, ...]] = []
+        done: set[int] = set()
+        for p, c in pc.items():
+            if c in done:
+                continue
+            done.add(c)
+            peer = fabric.peer(switch, p)
+            src_mac = plan.host_mac[peer.node] if peer.is_host else None  # type: ignore[union-attr]
+            for pcp in ([UNTAGGED] if peer.is_host else self.pcps):  # type: ignore[union-attr]
+                row = _Row(switch, (p,), src_mac, False, pcp).build(relevant, attrs)
+                lines[(c, pcp)] = len(base)
+                base.append(_decide(row, dst))
+                if same:  # no PORT_STATE entry to flip
+                    alt.append(base[-1])
+                else:
+                    alt.append(_decide(_Row(switch, (p,), src_mac, False, pcp).build(flipped, attrs), dst))
+        # destination classes by behaviour: classes of entries met that every line
+        # decides alike, unpaused and paused, are one class (compaction differs between
+        # switches that behave alike, so only behaviour can correspond under a symmetry)
+        table = np.column_stack([np.asarray(v).astype(np.int64) for line in base + alt for v in line])
+        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        keep = first[order]
+        cls = rank[inv.reshape(-1)][cls].astype(np.int32)
+        reps = reps[keep]
+        base = [tuple(v[keep] for v in line) for line in base]
+        alt = [tuple(v[keep] for v in line) for line in alt]
+        self.lines += 2 * len(base)
+        self.classes += len(reps)
+        return _Behaviour(cls, reps, pc, lines, base, alt, own)
+
+    def compare(self, a: Automorphism, s: str, bs: _Behaviour, bt: _Behaviour) -> str | None:
+        """None when ``a`` commutes with switch ``s``'s pipeline, else what differs."""
+        fabric = self.fabric
+        t = a.switch[s]
+        ncol = len(self.access)
+        perm = self._perm(a)
+        own_t = {h: i for i, h in enumerate(bt.own)}
+        try:
+            own_map = np.array([ncol + own_t[a.host[h]] for h in bs.own], dtype=np.int64)
+        except KeyError:
+            return f"hosts of {s} do not map onto hosts of {t}"
+        emap = np.concatenate([perm, own_map])
+        pairs = np.unique(bs.cls.astype(np.int64) << 32 | bt.cls[emap].astype(np.int64))
+        if not (len(pairs) == len(bs.reps) == len(bt.reps)):
+            return f"destination classes of {s} and {t} do not correspond ({len(bs.reps)} vs {len(bt.reps)})"
+        phi = bt.cls[emap[bs.reps]]
+        pi = a.port[s]
+        checked: set[tuple[int, int]] = set()
+        for p, c in bs.port_class.items():
+            q = int(pi[p])
+            ct = bt.port_class.get(q)
+            if ct is None:
+                return f"port {s}:{p} maps to {t}:{q}, which has no row"
+            for pcp in ([UNTAGGED] if fabric.peer(s, p).is_host else self.pcps):  # type: ignore[union-attr]
+                la, lb = bs.lines[(c, pcp)], bt.lines[(ct, pcp)]
+                if (la, lb) in checked:
+                    continue
+                checked.add((la, lb))
+                for what, x, y in (("unpaused", bs.base[la], bt.base[lb]), ("paused", bs.alt[la], bt.alt[lb])):
+                    why = _differs(x, y, phi, pi, a.port[t])
+                    if why is not None:
+                        k = why[0]
+                        d = int(bs.reps[k])
+                        dname = self.rep_host[self.access[d]] if d < ncol else bs.own[d - ncol]
+                        pcp_s = "untagged" if pcp == UNTAGGED else pcp
+                        return (f"{s} port {p} PCP {pcp_s} to {dname} ({what}): {why[1]}, "
+                                f"but {t} port {q} to its image: {why[2]}")
+        return None
+
+    def _perm(self, a: Automorphism) -> np.ndarray:
+        got = getattr(a, "_perm_cache", None)
+        if got is None:
+            got = np.array([self.col_of.get(a.switch[t], -1) for t in self.access], dtype=np.int64)
+            for t in self.access:
+                if a.host.get(self.rep_host[t]) != self.rep_host.get(a.switch[t]):
+                    raise _NoMatch(f"the first host of {t} does not map to the first host of {a.switch[t]}")
+            if (got < 0).any():
+                raise _NoMatch("an access switch maps to a switch without hosts")
+            object.__setattr__(a, "_perm_cache", got)
+        return got
+
+
+class _NoMatch(Exception):
+    pass
+
+
+def _differs(x: tuple[np.ndarray, ...], y: tuple[np.ndarray, ...], phi: np.ndarray,
+             pi_s: np.ndarray, pi_t: np.ndarray) -> tuple[int, str, str] | None:
+    """First class whose decision at the image switch is not the mapped one."""
+    n, port, pcp, punt, err, ps = x
+    n2, port2, pcp2, punt2, err2, ps2 = (v[phi] for v in y)
+    out = n > 0
+    mport = np.where(out, pi_s[np.clip(port, 0, len(pi_s) - 1)], 0)
+    mport = np.where(out & ((port < 0) | (port >= len(pi_s))), -2, mport)
+    mps = np.where(ps >= 0, pi_s[np.clip(ps, 0, len(pi_s) - 1)], -1)
+    bad = (n != n2) | (punt != punt2) | (err != err2) | (mps != ps2)
+    bad |= out & ((mport != port2) | (pcp != pcp2))
+    if not bad.any():
+        return None
+    k = int(np.flatnonzero(bad)[0])
+
+    def show(nn: int, pp: int, cc: int, pu: bool, ee: bool, ss: int) -> str:
+        if ee:
+            return "pipeline error"
+        parts = [f"{nn} output(s)"] + ([f"port {pp} PCP {cc}"] if nn else []) + (["punt"] if pu else [])
+        return ", ".join(parts) + (f", PORT_STATE {ss}" if ss >= 0 else "")
+
+    mine = show(int(n[k]), int(mport[k]), int(pcp[k]), bool(punt[k]), bool(err[k]), int(mps[k]))
+    theirs = show(int(n2[k]), int(port2[k]), int(pcp2[k]), bool(punt2[k]), bool(err2[k]), int(ps2[k]))
+    return k, f"{mine} (ports mapped)", theirs
+
+
+def check_symmetries(
+    compiled: Any,
+    candidates: Sequence[tuple[str, dict[str, str]]] | None = None,
+    *,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> SymmetryReport:
+    """Keep the candidate automorphisms that commute with every switch's pipeline
+    (default candidates: :func:`candidate_generators`)."""
+    t0 = time.perf_counter()
+    fabric = compiled.fabric
+    dropped: dict[str, str] = {}
+    autos: list[Automorphism] = []
+    for name, m in candidate_generators(fabric) if candidates is None else candidates:
+        a, why = automorphism(fabric, name, m)
+        if a is None:
+            dropped[name] = f"not an automorphism of the topology: {why}"
+        else:
+            autos.append(a)
+    timings = {"topology": time.perf_counter() - t0}
+    chk = _Checker(compiled)
+    if not autos:
+        return SymmetryReport((), dropped, len(fabric.switches), 0, 0, time.perf_counter() - t0, timings)
+    for a in autos:
+        try:
+            chk._perm(a)
+        except _NoMatch as e:
+            dropped[a.name] = str(e)
+    live = [a for a in autos if a.name not in dropped]
+    inverse = {a.name: {v: k for k, v in a.switch.items()} for a in live}
+    names = [s.name for s in fabric.switches]
+    cache: dict[str, _Behaviour] = {}
+    done: set[tuple[str, str]] = set()
+    t1 = time.perf_counter()
+    for i, s in enumerate(names):
+        if not live:
+            break
+        cache[s] = chk.behaviour(s)
+        for a in list(live):
+            for src in (s, inverse[a.name][s]):
+                dst = a.switch[src]
+                if (a.name, src) in done or src not in cache or dst not in cache:
+                    continue
+                done.add((a.name, src))
+                why = chk.compare(a, src, cache[src], cache[dst])
+                if why is not None and a.name not in dropped:
+                    dropped[a.name] = f"the rules do not commute with it: {why}"
+                    live.remove(a)
+        for x in {s, *(a.switch[s] for a in live), *(inverse[a.name][s] for a in live)}:
+            if x in cache and all((a.name, x) in done and (a.name, inverse[a.name][x]) in done for a in live):
+                del cache[x]  # compared as source and as image under every live generator
+        if progress is not None and (i + 1) % 1000 == 0:
+            progress(i + 1, len(names), time.perf_counter() - t0)
+    timings["rules"] = time.perf_counter() - t1
+    kept = tuple(a for a in autos if a.name not in dropped)
+    return SymmetryReport(kept, dropped, len(fabric.switches), chk.classes, chk.lines, time.perf_counter() - t0, timings)
+
+
+# ---------------------------------------------------------------------------
+# the reduced sweep
+
+
+@dataclass(frozen=True)
+class SymmetricSweepReport:
+    """Every single paused port, reduced by the checked symmetries (``as_dict`` is JSON-ready)."""
+
+    symmetry: SymmetryReport
+    representatives: tuple[str, ...]  # access switches whose hosts were walked to
+    sweep: Any  # hpcfabric.sweep.SweepReport over those destinations
+    quotient_channels: int
+    quotient_dependencies: int
+    quotient_acyclic: bool | None  # None: no symmetry kept (the sweep's own union verdict applies)
+    quotient_cycle: tuple[str, ...] | None
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def delivered(self) -> bool:
+        return self.sweep.failed_scenarios == 0
+
+    @property
+    def acyclic(self) -> bool:
+        return self.sweep.acyclic if self.quotient_acyclic is None else self.quotient_acyclic
+
+    @property
+    def ok(self) -> bool:
+        """Every pair delivered in every scenario, and the union CDG over all destinations acyclic."""
+        return self.delivered and self.acyclic
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "delivered": self.delivered,
+            "acyclic": self.acyclic,
+            "symmetry": self.symmetry.as_dict(),
+            "representatives": len(self.representatives),
+            "quotient_channels": self.quotient_channels,
+            "quotient_dependencies": self.quotient_dependencies,
+            "quotient_acyclic": self.quotient_acyclic,
+            "quotient_cycle": list(self.quotient_cycle) if self.quotient_cycle else None,
+            "sweep": self.sweep.as_dict(),
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def symmetric_sweep(
+    compiled: Any,
+    *,
+    progress: Callable[[str, int, int, float], None] | None = None,
+) -> SymmetricSweepReport:
+    """:func:`hpcfabric.sweep.sweep_single_paused` over every port with a PORT_STATE
+    entry, destinations reduced to one access switch per orbit of the symmetries
+    :func:`check_symmetries` keeps; the union dependency graph is checked on its
+    quotient by those symmetries. (Every port, never a sample: the images of a
+    sample's scenarios are other scenarios, which a sample need not hold.)"""
+    import networkx as nx
+
+    from hpcfabric.sweep import _host_groups, structural_splits, sweep_single_paused
+    from hpcfabric.verify import _Engine
+
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    last = [t0]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        timings[name] = now - last[0]
+        last[0] = now
+
+    fabric = compiled.fabric
+    eng = _Engine(compiled, per_port=True, lazy=True)
+    split = structural_splits(eng, _host_groups(eng))
+    lap("engine")
+    if split:  # the check compares one host per access switch: it needs them alike everywhere else
+        sym = SymmetryReport((), {"all": f"{len(split)} access switches have hosts other switches tell apart"},
+                             len(fabric.switches), 0, 0, 0.0)
+    else:
+        sym = check_symmetries(compiled, progress=None if progress is None else
+                               (lambda i, n, t: progress("symmetry", i, n, t)))
+    reps = tuple(orbit_representatives(fabric, sym.kept))
+    lap("symmetry")
+    rep = sweep_single_paused(
+        compiled, "single", keep=True, destinations=reps if sym.kept else None,
+        progress=None if progress is None else (lambda i, n, t: progress("sweep", i, n, t)),
+        _split=split, _engine=eng if sym.kept else None,
+    )
+    lap("sweep")
+    if not sym.kept:
+        return SymmetricSweepReport(sym, reps, rep, 0, 0, None, None, time.perf_counter() - t0, timings)
+    orbit = channel_orbits(fabric, sym.kept)
+    names: dict[tuple[int, str], str] = {}
+
+    def node(ch: str) -> tuple[int, str]:
+        sw_port, pcp = ch.rsplit("@", 1)
+        sw, port = sw_port.rsplit(":", 1)
+        key = (orbit(sw, int(port)), pcp)
+        names.setdefault(key, ch)
+        return key
+
+    q = nx.DiGraph()
+    q.add_edges_from({(node(a), node(b)) for a, b in rep.edges or ()})
+    try:
+        cyc = nx.find_cycle(q)
+        cycle: tuple[str, ...] | None = tuple(names[u] for u, _ in cyc) + (names[cyc[0][0]],)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    lap("quotient")
+    return SymmetricSweepReport(sym, reps, rep, q.number_of_nodes(), q.number_of_edges(), cycle is None, cycle,
+                                time.perf_counter() - t0, timings)
