@@ -131,13 +131,18 @@ def entry_key(f: Any, cache: dict[int, tuple]) -> tuple:
     return got[1]
 
 
-def row_signature(row: _Row, cache: dict[int, tuple]) -> tuple:
+def row_signature(row: _Row, cache: dict[Any, tuple]) -> tuple:
     """Rows of one switch with equal signatures decide alike (their entries
     differ at most in ``in_port``, which each row's entries all satisfy)."""
     key: list[Any] = [row.switch, row.pcp]
     for t in sorted(row.entries):
-        key.append(tuple(entry_key(f, cache) for f in row.entries[t]))
-        if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in row.entries[t] for a in f.actions):
+        lst = row.entries[t]
+        got = cache.get(("table", id(lst)))  # rows often share their entry lists (the engine's rows)
+        if got is None or got[0] is not lst:
+            in_port = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in lst for a in f.actions)
+            got = cache[("table", id(lst))] = (lst, tuple(entry_key(f, cache) for f in lst), in_port)
+        key.append(got[1])
+        if got[2]:
             key.append(row.rep)
     return tuple(key)
 

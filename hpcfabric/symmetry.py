@@ -328,6 +328,22 @@ def _classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarray, np.ndar
     return rank[inv.reshape(-1)].astype(np.int32), first[order]
 
 
+def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row, group) per row of equal rows: two 64-bit hashes group them, then every
+    row is compared with its group's first row (exact; ``np.unique(axis=0)`` if a hash collides)."""
+    rng = np.random.default_rng(0x5EED)
+    with np.errstate(over="ignore"):
+        h1 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
+        h2 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
+    _, first, inv = np.unique(np.stack([h1, h2], axis=1).view(np.complex128).reshape(-1),
+                              return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if not (table == table[first[inv]]).all():  # pragma: no cover - a hash collision
+        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+    return first, inv
+
+
 def _port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
     """Ports whose ``in_port`` entries are equal but for the port share a class."""
     from hpcfabric.cdg import entry_key
@@ -347,15 +363,22 @@ def _port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict)
     return out
 
 
+_PS_FLOWS: dict[int, tuple[Any, Any]] = {}  # port -> (unpaused, paused) PORT_STATE entries
+
+
 def _flipped(flows: Sequence[Any]) -> list[Any]:
+    """``flows`` with every PORT_STATE entry in its paused form."""
     from hpcfabric.compiler import port_state_flow
 
     out = []
     for f in flows:
         if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None:
             p = f.match.metadata[0]
-            if f == port_state_flow(p, False):
-                f = port_state_flow(p, True)
+            pair = _PS_FLOWS.get(p)
+            if pair is None:
+                pair = _PS_FLOWS[p] = (port_state_flow(p, False), port_state_flow(p, True))
+            if f == pair[0]:
+                f = pair[1]
         out.append(f)
     return out
 
@@ -422,7 +445,7 @@ class _Checker:
         # decides alike, unpaused and paused, are one class (compaction differs between
         # switches that behave alike, so only behaviour can correspond under a symmetry)
         table = np.column_stack([np.asarray(v).astype(np.int64) for line in base + alt for v in line])
-        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        first, inv = _unique_rows(table)
         order = np.argsort(first)
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
@@ -554,6 +577,7 @@ def check_symmetries(
         if not live:
             break
         cache[s] = chk.behaviour(s)
+        before = len(live)
         for a in list(live):
             for src in (s, inverse[a.name][s]):
                 dst = a.switch[src]
@@ -564,7 +588,9 @@ def check_symmetries(
                 if why is not None and a.name not in dropped:
                     dropped[a.name] = f"the rules do not commute with it: {why}"
                     live.remove(a)
-        for x in {s, *(a.switch[s] for a in live), *(inverse[a.name][s] for a in live)}:
+        look = list(cache) if len(live) < before else {s, *(a.switch[s] for a in live),
+                                                         *(inverse[a.name][s] for a in live)}
+        for x in look:  # every cached switch when a generator was just dropped
             if x in cache and all((a.name, x) in done and (a.name, inverse[a.name][x]) in done for a in live):
                 del cache[x]  # compared as source and as image under every live generator
         if progress is not None and (i + 1) % 1000 == 0:

@@ -797,6 +797,7 @@ class _Engine:
         self.relevant: dict[str, list[FlowSpec]] = {}
         self.merged_ports = 0
         self._attrs: dict = {}  # (id(flow), pcp) -> (flow, *attrs)
+        self._switch_info: dict[str, tuple] = {}  # switch -> (flows, eth_src entries, in_port entries, built)
         extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
         self._every_dst = _Dst(np.concatenate([self.host_macs, extra]))
         self.tagging = False
@@ -939,11 +940,26 @@ class _Engine:
         peer = self.fabric.ports(switch)[cls[0]]
         src_mac = self.plan.host_mac[peer.node] if len(cls) == 1 and peer.is_host else None
         relevant = self.relevant[switch]
-        by_src = [f for f in relevant if f.match.eth_src is not None]
+        info = self._switch_info.get(switch)
+        if info is None or info[0] is not relevant:  # per flow list: scenarios swap it in and out
+            named: dict[int, list[FlowSpec]] = {}
+            for f in relevant:
+                if f.match.in_port is not None:
+                    named.setdefault(f.match.in_port, []).append(f)
+            info = self._switch_info[switch] = (relevant, [f for f in relevant if f.match.eth_src is not None], named, {})
+        _, by_src, named, built = info
         scalar = src_mac is None and any(f.match.in_port is None or f.match.in_port in cls for f in by_src)
         row = _Row(switch, cls, src_mac, scalar, pcp)
         if not scalar:
-            row.build(relevant, self._attrs)
+            if by_src:
+                row.build(relevant, self._attrs)
+            else:  # rows whose port no entry names share one entries table (memory on big fabrics)
+                k = tuple(map(id, named.get(cls[0], ())))
+                entries = built.get(k)
+                if entries is None:
+                    built[k] = row.build(relevant, self._attrs).entries
+                else:
+                    row.entries, row.views, row.attrs = entries, {}, self._attrs
         r = self.row_of[key] = len(self.rows)
         self.rows.append(row)
         return r

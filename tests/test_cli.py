@@ -162,3 +162,19 @@ def test_verify_exits_1_when_frames_are_not_delivered(capsys, monkeypatch):
     code, out, _ = run(capsys, "verify", DEFAULT)
     data = json.loads(out)
     assert code == 1 and data["delivered"] < data["pairs"] and data["failures"]
+
+
+def test_sweep_every_paused_port(capsys):
+    fb = str(TOPO / "fb-2d-3x3.yaml")
+    code, out, err = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "on", "--symmetric", "--progress")
+    data = json.loads(out)
+    assert code == 0 and data["ok"] and data["symmetry"]["kept"] == ["shift-dim0"]
+    assert data["representatives"] == 3 and data["sweep"]["scenarios"] == 37 and data["quotient_acyclic"]
+    code, out, _ = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "on")
+    full = json.loads(out)
+    assert code == 0 and full["ok"] and full["scenarios"] == 37 and full["destination_hosts"] == full["hosts"] == 18
+    code, out, _ = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "off", "--symmetric")
+    data = json.loads(out)
+    assert code == 1 and not data["ok"] and data["quotient_cycle"]  # no CoS: the union has a cycle
+    code, out, err = run(capsys, "sweep", str(TOPO / "fat-tree-k4.yaml"), "--routing", "valiant")
+    assert code == 2 and out == "" and "valiant routing does not apply" in err
