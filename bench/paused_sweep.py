@@ -12,8 +12,13 @@ pairs per scenario, verdicts (failed scenarios, union CDG acyclic per class),
 Minimal routing has no PORT_STATE entries: a PAUSE changes nothing, so its only
 scenario is the unpaused fabric.
 
+``--symmetric``: destinations reduced by the symmetries checked on the rules
+(:mod:`hpcfabric.symmetry`); ``--up-down`` (fat-tree, folded Clos): the
+per-switch up*/down* proof (:mod:`hpcfabric.updown`), which covers every set
+of paused ports at once.
+
 Usage: nice -n 19 .venv/bin/python bench/paused_sweep.py [--routings minimal,valiant,conditional]
-       [--ports all|N] [--seed 1] TOPOLOGY.yaml ...
+       [--ports all|N] [--seed 1] [--symmetric | --up-down] TOPOLOGY.yaml ...
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool = False) -> dict:
+def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool = False, up_down: bool = False) -> dict:
     from hpcfabric.addressing import plan_addresses
     from hpcfabric.cdg import pausable_ports
     from hpcfabric.compiler import compile_fabric
@@ -58,6 +63,16 @@ def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool 
     def progress(i: int, n: int, t: float) -> None:
         print(f"# {fabric.name} {routing}: {i}/{n} scenarios, {t:.0f} s", file=sys.stderr, flush=True)
 
+    if up_down:
+        from hpcfabric.updown import check_up_down
+
+        if ports_arg != "all":
+            raise SystemExit("--up-down covers every set of paused ports at once (no sample)")
+        urep = check_up_down(compiled, progress=lambda i, n, t: progress(i, n, t))
+        out = urep.as_dict()
+        out.update(fabric=fabric.name, routing=routing, cos=compiled.cos, cos_levels=compiled.cos_levels,
+                   compile_seconds=round(compile_seconds, 2), peak_rss_mb=peak_rss_mb())
+        return out
     if symmetric:
         from hpcfabric.symmetry import symmetric_sweep
 
@@ -97,16 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--symmetric", action="store_true",
                     help="reduce destinations by the symmetries checked on the rules (hpcfabric.symmetry)")
+    ap.add_argument("--up-down", action="store_true",
+                    help="fat-tree / folded Clos: the per-switch up*/down* proof (hpcfabric.updown) instead of walks")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = ap.parse_args(argv)
     ok = True
     for path in args.topologies:
         for routing in args.routings.split(","):
             if args.one:
-                line = run_one(path, routing, args.ports, args.seed, args.symmetric)
+                line = run_one(path, routing, args.ports, args.seed, args.symmetric, args.up_down)
             else:  # a fresh process per run: peak RSS per run
                 cmd = [sys.executable, __file__, path, "--routings", routing, "--ports", args.ports,
-                       "--seed", str(args.seed), "--one"] + (["--symmetric"] if args.symmetric else [])
+                       "--seed", str(args.seed), "--one"] + (["--symmetric"] if args.symmetric else []) + (
+                    ["--up-down"] if args.up_down else [])
                 res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
                 if res.returncode not in (0, 1) or not res.stdout.strip():
                     line = {"topology": path, "routing": routing, "error": f"exit {res.returncode}"}

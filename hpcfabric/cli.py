@@ -262,6 +262,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from hpcfabric.compiler import compile_fabric
 
     fabric = _load(args.file)
+    if args.up_down and args.symmetric:
+        raise ConfigError("--up-down and --symmetric are two different methods; give one", source="<arguments>")
+    if args.up_down:
+        from hpcfabric.compiler import UP_DOWN_KINDS
+
+        if fabric.kind not in UP_DOWN_KINDS:
+            raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
+                              f"use --symmetric or the full sweep", source=args.file)
     plan = _plan(fabric, args)
     compiled = compile_fabric(fabric, plan, **_policy(args))
     t0 = time.perf_counter()
@@ -271,7 +279,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             *what, i, n, _ = parts
             print(f"# {' '.join(map(str, what))} {i}/{n} {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    if args.symmetric:
+    if args.up_down:
+        from hpcfabric.updown import check_up_down
+
+        ud = check_up_down(compiled, progress=lambda i, n, t: progress("switches", i, n, t))
+        data = {"fabric": fabric.name, "addressing": plan.mode, "routing": compiled.routing, "cos": compiled.cos,
+                "cos_levels": compiled.cos_levels, **ud.as_dict()}
+    elif args.symmetric:
         from hpcfabric.symmetry import symmetric_sweep
 
         rep = symmetric_sweep(compiled, progress=progress)
@@ -360,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetric", action="store_true",
                    help="walk to one access switch per orbit of the symmetries the rules are checked to have "
                    "(hpcfabric.symmetry; what makes ~300k-host fabrics feasible)")
+    p.add_argument("--up-down", action="store_true",
+                   help="fat-tree / folded Clos: prove delivery and deadlock freedom under any set of paused "
+                   "ports from a per-switch up*/down* invariant (hpcfabric.updown; no pair walk)")
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")
 
     def cmd_controller(args: argparse.Namespace) -> int:

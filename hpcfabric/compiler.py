@@ -498,10 +498,22 @@ def _fat_tree_compact_flows(ctx: Context, sw: Switch, conditional: bool = False)
     return flows
 
 
+UP_DOWN_KINDS = ("fat_tree", "folded_clos")
+
+
+def updown_level(fabric: Fabric, sw: Switch) -> int:
+    """Level of ``sw`` in an up-down fabric (fat-tree, folded Clos): 1 = edge, rising to the core."""
+    if fabric.kind == "folded_clos":
+        return int(sw.coords[0])
+    return {"edge": 1, "aggregation": 2, "core": 3}[sw.role]
+
+
 def _uplinks(fabric: Fabric, sw: Switch) -> list[int]:
-    """Fat-tree: the ports of ``sw`` that lead one level up (edge -> aggregation -> core)."""
-    above = {"edge": "aggregation", "aggregation": "core"}.get(sw.role)
-    return sorted(p for p, peer in fabric.fabric_ports(sw.name).items() if fabric.switch(peer.node).role == above)
+    """Fat-tree, folded Clos: the ports of ``sw`` that lead one level up (edge -> ... -> core)."""
+    level = updown_level(fabric, sw)
+    return sorted(
+        p for p, peer in fabric.fabric_ports(sw.name).items() if updown_level(fabric, fabric.switch(peer.node)) > level
+    )
 
 
 def _infra_flows(fabric: Fabric, plan: AddressPlan, sw: Switch, punts: bool) -> list[FlowSpec]:
@@ -671,7 +683,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
                 make_cookie(RuleClass.PORT_STATE, port),
             )
         )
-    if fabric.kind == "fat_tree":
+    if fabric.kind in UP_DOWN_KINDS:
         ups = _uplinks(fabric, sw)
         for i, port in enumerate(ups if len(ups) > 1 else ()):
             nxt = ups[(i + 1) % len(ups)]
@@ -955,7 +967,7 @@ def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTab
     """Compile the flow table of one switch."""
     fabric, mode = ctx.fabric, ctx.plan.mode
     adaptive = ctx.routing != "minimal"
-    if fabric.kind == "fat_tree" and adaptive and mode != "compact":
+    if fabric.kind in UP_DOWN_KINDS and adaptive and mode != "compact":
         ups = set(_uplinks(fabric, sw))
         route_fn = {"flat": _per_host_routes, "per-switch": _per_switch_routes, "per-group": _per_group_routes}[mode]
         routes = [replace(r, conditional=r.port in ups) for r in route_fn(ctx, sw)]
@@ -981,7 +993,7 @@ def compile_switch(ctx: Context, sw: Switch, *, punts: bool = True) -> SwitchTab
     elif fabric.kind == "folded_clos":
         from hpcfabric.topology.clos import folded_clos_compact_flows
 
-        flows = folded_clos_compact_flows(ctx, sw)
+        flows = folded_clos_compact_flows(ctx, sw, adaptive)
     else:
         flows = _lpm_flows(ctx.cache, _per_group_routes(ctx, sw), True, adaptive)
     if adaptive:
@@ -1011,12 +1023,12 @@ def _check_policy(fabric: Fabric, plan: AddressPlan, routing: str) -> None:
     supported = (
         kind == "dragonfly"
         or (kind == "flattened_butterfly" and mode in ("compact", "per-group"))
-        or (kind == "fat_tree" and routing == "conditional")
+        or (kind in UP_DOWN_KINDS and routing == "conditional")
     )
     if not supported:
         raise CompileError(
             f"{routing} routing is implemented for Dragonfly (any addressing), Flattened Butterfly (compact "
-            f"and per-group addressing){' and fat-tree (any addressing)' if routing == 'conditional' else ''}; "
+            f"and per-group addressing){' and fat-tree / folded Clos (any addressing)' if routing == 'conditional' else ''}; "
             f"not for {kind} with {mode} addressing"
         )
 

@@ -99,6 +99,8 @@ def expected_max_hops(f, routing: str) -> int:
         base = len(f.params["dims"]) + 1
     elif f.kind == "fat_tree":
         base = 5
+    elif f.kind == "folded_clos":  # up to the core and down
+        base = 2 * f.params["stages"] - 1
     else:
         base = len(f.switches)
     return base if routing == "minimal" else base + 1

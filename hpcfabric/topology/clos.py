@@ -410,7 +410,7 @@ def split_masks(n: int, free_bits: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def folded_clos_compact_flows(ctx: "Context", sw: Switch) -> "list[FlowSpec]":
+def folded_clos_compact_flows(ctx: "Context", sw: Switch, conditional: bool = False) -> "list[FlowSpec]":
     """Compact table of one folded-Clos switch: rules = ports in use.
 
     Down: edge -- each host exactly; level 2 -- each edge switch of its pod
@@ -421,8 +421,21 @@ def folded_clos_compact_flows(ctx: "Context", sw: Switch) -> "list[FlowSpec]":
     Down entries have LPM priorities (above the up entries), so a frame whose
     destination is below never goes up, and a frame that came down (from an
     uplink) and matches nothing is dropped: no loops, even for unowned addresses.
+
+    With ``conditional`` the up entries are default rules (metadata = uplink,
+    go to PORT_STATE; the next uplink is the alternative while it is paused);
+    down entries stay unconditional (one path down), as on a fat-tree.
     """
-    from hpcfabric.compiler import PRIO_LPM_BASE, PRIO_UP, Route, _host_routes, _lpm_flows, _route_entry
+    from hpcfabric.compiler import (
+        METADATA_MASK,
+        PRIO_LPM_BASE,
+        PRIO_UP,
+        TABLE_PORT_STATE,
+        Route,
+        _host_routes,
+        _lpm_flows,
+        _route_entry,
+    )
     from hpcfabric.flows import FlowSpec, Match, Output, RuleClass, make_cookie
 
     layout, cache = ctx.layout, ctx.cache
@@ -456,10 +469,15 @@ def folded_clos_compact_flows(ctx: "Context", sw: Switch) -> "list[FlowSpec]":
     if level < router.stages:
         for d in range(1, half + 1):
             out = half + d
-            key = ("up", d, out)
+            key = ("up", d, out, conditional)
             flow = cache.flows.get(key)
             if flow is None:
-                flow = FlowSpec(1, PRIO_UP, Match(in_port=d), (Output(out),), make_cookie(RuleClass.ROUTE, out))
+                cookie = make_cookie(RuleClass.ROUTE, out)
+                if conditional:
+                    flow = FlowSpec(1, PRIO_UP, Match(in_port=d), (), cookie, goto=TABLE_PORT_STATE,
+                                    write_metadata=(out, METADATA_MASK))
+                else:
+                    flow = FlowSpec(1, PRIO_UP, Match(in_port=d), (Output(out),), cookie)
                 cache.flows[key] = flow
             flows.append(flow)
     return flows
