@@ -388,21 +388,29 @@ def _decide(row: _Row, dst: _Dst) -> tuple[np.ndarray, ...]:
     return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
 
 
+def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError) -> dict[str, list[Any]]:
+    """Per switch, the entries a data frame can meet (resubmits inlined); raises ``error``
+    for what the per-switch checks do not model: an entry going back to an earlier
+    table, source-dependent (``eth_src``) rules."""
+    out: dict[str, list[Any]] = {}
+    for sw in compiled.fabric.switches:
+        flows = data_flows(compiled.tables[sw.name].flows)
+        for f in flows:
+            if f.goto is not None and f.goto <= f.table:
+                raise error(f"{sw.name}: an entry goes back to table {f.goto}; {method} needs a forward pipeline")
+            if f.match.eth_src is not None and _relevant(f):
+                raise error(f"{sw.name}: {method} does not model source-dependent (eth_src) rules")
+        out[sw.name] = [f for f in flows if _relevant(f)]
+    return out
+
+
 class _Checker:
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
         fabric = self.fabric = compiled.fabric
         plan = compiled.plan
-        self.relevant: dict[str, list[Any]] = {}
+        self.relevant = forward_data_flows(compiled, "the symmetry check")
         self.flipped: dict[str, list[Any]] = {}
-        for sw in fabric.switches:
-            flows = data_flows(compiled.tables[sw.name].flows)
-            for f in flows:
-                if f.goto is not None and f.goto <= f.table:
-                    raise ValueError(f"{sw.name}: an entry goes back to table {f.goto}")
-                if f.match.eth_src is not None and _relevant(f):
-                    raise ValueError("the symmetry check does not model source-dependent (eth_src) rules")
-            self.relevant[sw.name] = [f for f in flows if _relevant(f)]
         self.pcps = _pcp_values(self.relevant)
         self.access = [s.name for s in fabric.access_switches]
         self.col_of = {t: i for i, t in enumerate(self.access)}

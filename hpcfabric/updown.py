@@ -58,7 +58,7 @@ import numpy as np
 from hpcfabric.cdg import pausable_ports
 from hpcfabric.compiler import UP_DOWN_KINDS, updown_level
 from hpcfabric.errors import VerificationError
-from hpcfabric.symmetry import _classes, _decide, _flipped, _pcp_values, _port_classes
+from hpcfabric.symmetry import _classes, _decide, _flipped, _pcp_values, _port_classes, forward_data_flows
 from hpcfabric.verify import UNTAGGED, _Dst, _relevant, _Row, data_flows, probe_addresses
 
 __all__ = ["UpDownReport", "check_up_down"]
@@ -184,15 +184,7 @@ def check_up_down(
         cone[s.name] = c
     t_cones = time.perf_counter()
 
-    relevant: dict[str, list[Any]] = {}
-    for s in fabric.switches:
-        flows = data_flows(compiled.tables[s.name].flows)
-        for f in flows:
-            if f.goto is not None and f.goto <= f.table:
-                raise VerificationError(f"{s.name}: an entry goes back to table {f.goto}; the proof needs a forward pipeline")
-            if f.match.eth_src is not None and _relevant(f):
-                raise VerificationError(f"{s.name}: source-dependent (eth_src) rules are not modelled by the up-down proof")
-        relevant[s.name] = [f for f in flows if _relevant(f)]
+    relevant = forward_data_flows(compiled, "the up-down proof", VerificationError)
     pcps = _pcp_values(relevant)  # every PCP a frame can carry (untagged, pushed, set)
     pcp_ix = {v: i for i, v in enumerate(pcps)}
     # unowned addresses: a graph over (probe, switch, arrival port, arrival PCP)
@@ -247,7 +239,6 @@ def check_up_down(
         for mem in members.values():
             p = mem[0]
             peer = ports[p]
-            from_above = any(kind[q] == 3 for q in mem)
             from_below = any(kind[q] != 3 for q in mem)
             src_mac = plan.host_mac[peer.node] if peer.is_host else None
             for pcp in [UNTAGGED] if peer.is_host else pcps:
