@@ -52,6 +52,7 @@ from hpcfabric.flows import (
     TABLE_PAUSE_SELECT,
     TABLE_PORT_STATE,
     TABLE_ROUTE,
+    VLAN_TAGGED,
     FlowSpec,
     Group,
     Learn,
@@ -778,7 +779,10 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
     control punts, which keep matching first); on the ports ``scheme`` names,
     a frame arriving with PCP k < levels-1 leaves INGRESS with PCP k+1
     (saturating at levels-1). The tag is popped before delivery to a host
-    (:func:`_pop_before_hosts`).
+    (:func:`_pop_before_hosts`). The steps also match ``vlan_vid`` =
+    :data:`~hpcfabric.flows.VLAN_TAGGED` (any tag): switches check OXM
+    prerequisites, and a ``vlan_pcp`` match or ``set_field vlan_pcp`` without a
+    preceding ``push_vlan`` needs a match that guarantees the tag.
     """
     flows = []
     for h in fabric.hosts_on(sw.name):
@@ -798,7 +802,7 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
                 FlowSpec(
                     TABLE_INGRESS,
                     PRIO_COS,
-                    Match(in_port=port, vlan_pcp=k),
+                    Match(in_port=port, vlan_pcp=k, vlan_vid=VLAN_TAGGED),
                     (SetField("vlan_pcp", k + 1),),
                     make_cookie(RuleClass.INFRA, COOKIE_COS_STEP | k << 24 | port),
                     goto=TABLE_ROUTE,
@@ -832,7 +836,8 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     for port in sorted(fabric.fabric_ports(sw.name)):
         for k in range(levels - 1) if port in steps else ():
             flows.append(
-                FlowSpec(TABLE_INGRESS, PRIO_COS + 1, Match(in_port=port, eth_type=ETH_TYPE_CNM, vlan_pcp=k),
+                FlowSpec(TABLE_INGRESS, PRIO_COS + 1, Match(in_port=port, eth_type=ETH_TYPE_CNM, vlan_pcp=k,
+                                                         vlan_vid=VLAN_TAGGED),
                          (Output(OFPP_CONTROLLER), SetField("vlan_pcp", k + 1)), cookie(port, k), goto=TABLE_ROUTE)
             )
         flows.append(
@@ -843,7 +848,11 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
 
 
 def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, FlowSpec]) -> list[FlowSpec]:
-    """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged)."""
+    """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged).
+
+    Such an entry also matches ``vlan_vid`` = :data:`~hpcfabric.flows.VLAN_TAGGED`
+    (OVS refuses ``pop_vlan`` unless the match guarantees a tag): with CoS every
+    data frame leaves INGRESS tagged, so delivery entries see only tagged frames."""
     out = []
     for f in flows:
         if f.table == TABLE_INGRESS or not any(isinstance(a, Output) and a.port in host_ports for a in f.actions):
@@ -856,7 +865,8 @@ def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[F
                 if isinstance(a, Output) and a.port in host_ports:
                     actions.append(PopVlan())
                 actions.append(a)
-            new = cache[f] = replace(f, actions=tuple(actions))
+            match = f.match if f.match.vlan_vid is not None else replace(f.match, vlan_vid=VLAN_TAGGED)
+            new = cache[f] = replace(f, match=match, actions=tuple(actions))
         out.append(new)
     return out
 
