@@ -20,7 +20,8 @@ from hpcfabric.flows import Output
 from hpcfabric.reconcile import canonical
 from hpcfabric.verify import verify
 
-CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf"]
+CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf",
+           "dragonfly-a2-p1-h1-valiant.conf", "fb-2d-3x3-cos.conf"]  # the last two: tagged (CoS), pops re-added
 
 
 def _verify(cfg, tables):
