@@ -53,6 +53,7 @@ from hpcfabric.flows import (
     TABLE_PORT_STATE,
     TABLE_ROUTE,
     VLAN_TAGGED,
+    VLAN_UNTAGGED,
     FlowSpec,
     Group,
     Learn,
@@ -847,12 +848,19 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     return flows
 
 
-def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, FlowSpec]) -> list[FlowSpec]:
+def _pop_before_hosts(
+    flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, tuple[FlowSpec, ...]]
+) -> list[FlowSpec]:
     """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged).
 
-    Such an entry also matches ``vlan_vid`` = :data:`~hpcfabric.flows.VLAN_TAGGED`
-    (OVS refuses ``pop_vlan`` unless the match guarantees a tag): with CoS every
-    data frame leaves INGRESS tagged, so delivery entries see only tagged frames."""
+    Switches check OXM prerequisites: ``pop_vlan`` needs a match that guarantees a
+    tag, so such an entry becomes two at the same priority: ``vlan_vid`` =
+    :data:`~hpcfabric.flows.VLAN_TAGGED` with the pops (every data frame leaves
+    INGRESS tagged with CoS), and ``vlan_vid`` = :data:`~hpcfabric.flows.VLAN_UNTAGGED`
+    with the original actions. The untagged twin keeps what the entry did for
+    untagged frames (none of our switches sends one onto a fabric link): without
+    it such a frame would fall through to a shorter prefix and could be routed
+    away from its own access switch and back (a loop)."""
     out = []
     for f in flows:
         if f.table == TABLE_INGRESS or not any(isinstance(a, Output) and a.port in host_ports for a in f.actions):
@@ -860,14 +868,18 @@ def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[F
             continue
         new = cache.get(f)
         if new is None:
+            if f.match.vlan_vid is not None:
+                raise CompileError(f"entry already matches vlan_vid: {f}")
             actions: list = []
             for a in f.actions:
                 if isinstance(a, Output) and a.port in host_ports:
                     actions.append(PopVlan())
                 actions.append(a)
-            match = f.match if f.match.vlan_vid is not None else replace(f.match, vlan_vid=VLAN_TAGGED)
-            new = cache[f] = replace(f, match=match, actions=tuple(actions))
-        out.append(new)
+            new = cache[f] = (
+                replace(f, match=replace(f.match, vlan_vid=VLAN_TAGGED), actions=tuple(actions)),
+                replace(f, match=replace(f.match, vlan_vid=VLAN_UNTAGGED)),
+            )
+        out.extend(new)
     return out
 
 

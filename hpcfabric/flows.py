@@ -56,6 +56,8 @@ VLAN_VID_EXACT = 0x1FFF
 #: ``Match.vlan_vid`` of "any VLAN tag" (a tagged frame, whatever its VID): what OVS needs as the
 #: prerequisite of a ``vlan_pcp`` match and of ``set_field vlan_pcp``/``pop_vlan`` without a push
 VLAN_TAGGED = (OFPVID_PRESENT, OFPVID_PRESENT)
+#: ``Match.vlan_vid`` of an untagged frame (OFPVID_NONE, exact)
+VLAN_UNTAGGED = (0, VLAN_VID_EXACT)
 
 #: Cookies: high 16 bits tag hpcfabric's own flows, next 8 bits the rule class.
 COOKIE_APP = 0x4846  # "HF"
