@@ -275,3 +275,14 @@ def test_full_size_frames_cross_tagged_links(run: Run):
                    key=lambda p: max(pcp or 0 for _, _, pcp in _walk(run.cfg, *p)))
     out = fn.node(run.net, src).cmd(f"ping -n -M do -s 1472 -c 3 -i 0.2 -W 2 {run.net.hf_ips[dst]}")
     assert " 0% packet loss" in out and "1480 bytes from" in out, out
+
+
+def test_lldp_discovery_is_unaffected_by_the_tags(run: Run):
+    """LLDP packet-outs are untagged and punted above the CoS entries: every link is discovered."""
+    deadline = time.monotonic() + 15
+    status = run.controller.status()
+    while status.get("links_discovered") != len(run.cfg.fabric.links) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = run.controller.status()
+    assert status["links_discovered"] == status["links_expected"] == len(run.cfg.fabric.links), status.get("missing_links")
+    assert not status["miswired"] and not status["extra_links"]
