@@ -107,6 +107,7 @@ MAX_COS_LEVELS = 8  # 3-bit PCP
 #: INFRA cookie details of the CoS entries (above the table-miss details 0 and 1)
 COOKIE_COS_PUSH = 1 << 32
 COOKIE_COS_STEP = 2 << 32
+COOKIE_COS_UNTAGGED = 3 << 32  # untagged twin of a delivery entry (table ROUTE, :func:`_pop_before_hosts`)
 
 #: metadata written by conditional default rules: output port in the low 16
 #: bits, FB lower dimensions allowed as alternatives in the next 8.
@@ -860,7 +861,9 @@ def _pop_before_hosts(
     with the original actions. The untagged twin keeps what the entry did for
     untagged frames (none of our switches sends one onto a fabric link): without
     it such a frame would fall through to a shorter prefix and could be routed
-    away from its own access switch and back (a loop)."""
+    away from its own access switch and back (a loop). The twin is a CoS entry
+    (cookie class INFRA, :data:`COOKIE_COS_UNTAGGED`), not a routing rule: the
+    paper's count stays the tagged entry's."""
     out = []
     for f in flows:
         if f.table == TABLE_INGRESS or not any(isinstance(a, Output) and a.port in host_ports for a in f.actions):
@@ -877,7 +880,8 @@ def _pop_before_hosts(
                 actions.append(a)
             new = cache[f] = (
                 replace(f, match=replace(f.match, vlan_vid=VLAN_TAGGED), actions=tuple(actions)),
-                replace(f, match=replace(f.match, vlan_vid=VLAN_UNTAGGED)),
+                replace(f, match=replace(f.match, vlan_vid=VLAN_UNTAGGED),
+                        cookie=make_cookie(RuleClass.INFRA, COOKIE_COS_UNTAGGED | (f.cookie & 0xFFFFFFFF))),
             )
         out.extend(new)
     return out
@@ -961,7 +965,7 @@ def policy_counts(compiled: "CompiledFabric") -> dict[str, Any]:
                 ps += 1
             elif f.table in (TABLE_PORT_STATE, TABLE_ALTERNATIVE):
                 alt += 1
-            elif f.table == TABLE_INGRESS and rc == RuleClass.INFRA and f.cookie & (3 << 32):
+            elif rc == RuleClass.INFRA and f.cookie & (3 << 32):  # pushes, steps (INGRESS), untagged twins (ROUTE)
                 cos += 1
         cols["port_state"].append(ps)
         cols["alternative"].append(alt)

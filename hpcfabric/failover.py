@@ -139,8 +139,9 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
                     acts.append(a)
                 fixed.append(FlowSpec(f.table, f.priority, f.match, tuple(acts), f.cookie, f.goto, f.write_metadata))
             rflows = fixed
+        # INGRESS and ROUTE's table-miss entry stay; the CoS untagged delivery twins are rebuilt with the routes
         keep = [f for f in base if f.table == TABLE_INGRESS
-                or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA)]
+                or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA and f.match.vlan_vid is None)]
         out[sw.name] = sort_flows(keep + rflows)
     return out
 

@@ -39,7 +39,7 @@ def test_reroute_every_link_delivers_all_pairs(name):
         for sw, flows in tables.items():
             assert not any(isinstance(a, Output) and (sw, a.port) in down for f in flows for a in f.actions)
         report = _verify(cfg, tables)
-        assert report.ok and report.delivered == report.pairs, (link, report.failures[:3])
+        assert report.ok and report.delivered == report.pairs, (link, report.failures[:3], report.overlap_examples)
 
 
 def test_no_failure_reroute_keeps_unaffected_next_hops():

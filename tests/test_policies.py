@@ -237,7 +237,7 @@ def test_rule_counts_per_policy_against_the_paper():
     # CoS: T push entries + (levels-1) per raising port
     df = compiled("dragonfly-a4-p2-h2", "conditional")
     assert (df.cos, df.cos_levels) == ("top", 3)
-    assert df.stats()["cos_rules_max"] == 2 + 2 * 2  # T=2 pushes + 2 global ports x 2 steps
+    assert df.stats()["cos_rules_max"] == 2 + 2 * 2 + 2  # T=2 pushes + 2 global ports x 2 steps + T untagged delivery twins
 
 
 def test_fat_tree_conditional_up_rules_go_through_port_state():
