@@ -52,6 +52,8 @@ from hpcfabric.flows import (
     TABLE_PAUSE_SELECT,
     TABLE_PORT_STATE,
     TABLE_ROUTE,
+    VLAN_TAGGED,
+    VLAN_UNTAGGED,
     FlowSpec,
     Group,
     Learn,
@@ -105,6 +107,7 @@ MAX_COS_LEVELS = 8  # 3-bit PCP
 #: INFRA cookie details of the CoS entries (above the table-miss details 0 and 1)
 COOKIE_COS_PUSH = 1 << 32
 COOKIE_COS_STEP = 2 << 32
+COOKIE_COS_UNTAGGED = 3 << 32  # untagged twin of a delivery entry (table ROUTE, :func:`_pop_before_hosts`)
 
 #: metadata written by conditional default rules: output port in the low 16
 #: bits, FB lower dimensions allowed as alternatives in the next 8.
@@ -790,7 +793,10 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
     control punts, which keep matching first); on the ports ``scheme`` names,
     a frame arriving with PCP k < levels-1 leaves INGRESS with PCP k+1
     (saturating at levels-1). The tag is popped before delivery to a host
-    (:func:`_pop_before_hosts`).
+    (:func:`_pop_before_hosts`). The steps also match ``vlan_vid`` =
+    :data:`~hpcfabric.flows.VLAN_TAGGED` (any tag): switches check OXM
+    prerequisites, and a ``vlan_pcp`` match or ``set_field vlan_pcp`` without a
+    preceding ``push_vlan`` needs a match that guarantees the tag.
     """
     flows = []
     for h in fabric.hosts_on(sw.name):
@@ -810,7 +816,7 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
                 FlowSpec(
                     TABLE_INGRESS,
                     PRIO_COS,
-                    Match(in_port=port, vlan_pcp=k),
+                    Match(in_port=port, vlan_pcp=k, vlan_vid=VLAN_TAGGED),
                     (SetField("vlan_pcp", k + 1),),
                     make_cookie(RuleClass.INFRA, COOKIE_COS_STEP | k << 24 | port),
                     goto=TABLE_ROUTE,
@@ -844,7 +850,8 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     for port in sorted(fabric.fabric_ports(sw.name)):
         for k in range(levels - 1) if port in steps else ():
             flows.append(
-                FlowSpec(TABLE_INGRESS, PRIO_COS + 1, Match(in_port=port, eth_type=ETH_TYPE_CNM, vlan_pcp=k),
+                FlowSpec(TABLE_INGRESS, PRIO_COS + 1, Match(in_port=port, eth_type=ETH_TYPE_CNM, vlan_pcp=k,
+                                                         vlan_vid=VLAN_TAGGED),
                          (Output(OFPP_CONTROLLER), SetField("vlan_pcp", k + 1)), cookie(port, k), goto=TABLE_ROUTE)
             )
         flows.append(
@@ -854,8 +861,21 @@ def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int
     return flows
 
 
-def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, FlowSpec]) -> list[FlowSpec]:
-    """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged)."""
+def _pop_before_hosts(
+    flows: list[FlowSpec], host_ports: set[int], cache: dict[FlowSpec, tuple[FlowSpec, ...]]
+) -> list[FlowSpec]:
+    """Insert ``pop_vlan`` before every output to a host port (frames reach hosts untagged).
+
+    Switches check OXM prerequisites: ``pop_vlan`` needs a match that guarantees a
+    tag, so such an entry becomes two at the same priority: ``vlan_vid`` =
+    :data:`~hpcfabric.flows.VLAN_TAGGED` with the pops (every data frame leaves
+    INGRESS tagged with CoS), and ``vlan_vid`` = :data:`~hpcfabric.flows.VLAN_UNTAGGED`
+    with the original actions. The untagged twin keeps what the entry did for
+    untagged frames (none of our switches sends one onto a fabric link): without
+    it such a frame would fall through to a shorter prefix and could be routed
+    away from its own access switch and back (a loop). The twin is a CoS entry
+    (cookie class INFRA, :data:`COOKIE_COS_UNTAGGED`), not a routing rule: the
+    paper's count stays the tagged entry's."""
     out = []
     for f in flows:
         if f.table == TABLE_INGRESS or not any(isinstance(a, Output) and a.port in host_ports for a in f.actions):
@@ -863,13 +883,19 @@ def _pop_before_hosts(flows: list[FlowSpec], host_ports: set[int], cache: dict[F
             continue
         new = cache.get(f)
         if new is None:
+            if f.match.vlan_vid is not None:
+                raise CompileError(f"entry already matches vlan_vid: {f}")
             actions: list = []
             for a in f.actions:
                 if isinstance(a, Output) and a.port in host_ports:
                     actions.append(PopVlan())
                 actions.append(a)
-            new = cache[f] = replace(f, actions=tuple(actions))
-        out.append(new)
+            new = cache[f] = (
+                replace(f, match=replace(f.match, vlan_vid=VLAN_TAGGED), actions=tuple(actions)),
+                replace(f, match=replace(f.match, vlan_vid=VLAN_UNTAGGED),
+                        cookie=make_cookie(RuleClass.INFRA, COOKIE_COS_UNTAGGED | (f.cookie & 0xFFFFFFFF))),
+            )
+        out.extend(new)
     return out
 
 
@@ -951,7 +977,7 @@ def policy_counts(compiled: "CompiledFabric") -> dict[str, Any]:
                 ps += 1
             elif f.table in (TABLE_PORT_STATE, TABLE_ALTERNATIVE):
                 alt += 1
-            elif f.table == TABLE_INGRESS and rc == RuleClass.INFRA and f.cookie & (3 << 32):
+            elif rc == RuleClass.INFRA and f.cookie & (3 << 32):  # pushes, steps (INGRESS), untagged twins (ROUTE)
                 cos += 1
         cols["port_state"].append(ps)
         cols["alternative"].append(alt)

@@ -6,7 +6,9 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     topology = ../topologies/dragonfly-a4-p2-h2.yaml   ; relative to this file
     addressing = compact        ; flat | per-switch | per-group | compact
     widths =                    ; optional "group=8,switch=4,host=3"
-    routing = conditional       ; minimal | conditional
+    routing = conditional       ; minimal | valiant | conditional
+    cos =                       ; on | off | none | top | hop (default: the compiler's: on for valiant, else off)
+    cos_levels =                ; optional 1..8 VLAN PCP values (default: the scheme's)
     link_speed_gbps = 10        ; converts PAUSE quanta to seconds
     pause_hold_ms = 50          ; a paused port stays paused at least this long (damps PAUSE trains)
     pause_reaction = controller ; controller | switch (OVS learn: the switch reacts to PAUSE itself)
@@ -57,7 +59,9 @@ from hpcfabric.flows import PAUSE_REACTIONS, FlowSpec
 from hpcfabric.mac_rewrite import rewrite_flows
 from hpcfabric.topology.model import Fabric
 
-ROUTINGS = ("minimal", "conditional")
+ROUTINGS = ("minimal", "valiant", "conditional")
+#: ``[hpcfabric] cos``: on/off or a scheme name (:data:`hpcfabric.compiler.COS_SCHEMES`)
+COS_CHOICES = ("on", "off", "none", "top", "hop")
 HOST_MAC_MODES = ("dmp", "rewrite")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 BUNDLE_MODES = ("auto", "on", "off")
@@ -69,6 +73,8 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "addressing": "",
         "widths": "",
         "routing": "minimal",
+        "cos": "",
+        "cos_levels": "",
         "link_speed_gbps": "10",
         "pause_hold_ms": "50",
         "pause_reaction": "controller",
@@ -165,6 +171,9 @@ class ControllerConfig:
     switch_hold_s: int = 1
     cnm: bool = False
     cnm_max_hold_ms: float = 250.0
+    #: ``[hpcfabric] cos`` as given (None: the compiler's default for the policy); the result is compiled.cos
+    cos: str | None = None
+    cos_levels: int | None = None
     #: fast-failover groups per switch (:class:`hpcfabric.flows.GroupSpec`), empty unless fast_failover
     groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
@@ -210,6 +219,8 @@ class ControllerConfig:
             "addressing": self.addressing,
             "layout": self.plan.layout.describe() if self.plan else None,
             "routing": self.routing,
+            "cos": (f"{self.compiled.cos}/{self.compiled.cos_levels}" if self.compiled is not None
+                    and self.compiled.cos is not None else "off"),
             "link_speed_gbps": self.link_speed_gbps,
             "pause_hold_ms": self.pause_hold_ms,
             "pause_reaction": self.pause_reaction,
@@ -404,6 +415,14 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         )
 
     routing = _choice(source, "hpcfabric.routing", _get(parser, "hpcfabric", "routing"), ROUTINGS)
+    cos_text = _get(parser, "hpcfabric", "cos")
+    cos = _choice(source, "hpcfabric.cos", cos_text, COS_CHOICES) if cos_text else None
+    levels_text = _get(parser, "hpcfabric", "cos_levels")
+    cos_levels = _integer(source, "hpcfabric.cos_levels", levels_text, low=1, high=8) if levels_text else None
+    if cos_levels is not None and (cos == "off" or (cos is None and routing != "valiant")):
+        raise _err(source, "hpcfabric.cos_levels",
+                   f"{cos_levels} needs classes of service: set cos = on|none|top|hop "
+                   f"(cos is {'off' if cos == 'off' else 'off by default with routing = ' + routing})")
     link_speed = _number(source, "hpcfabric.link_speed_gbps", _get(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
     hold_ms = _number(source, "hpcfabric.pause_hold_ms", _get(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
                       low_open=False)
@@ -498,6 +517,11 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     else:
         addressing = file_addr.get("mode") or "compact"
 
+    if routing == "valiant" and fabric.kind == "flattened_butterfly":
+        raise _err(source, "hpcfabric.routing",
+                   "valiant cannot be installed on a Flattened Butterfly: from the Valiant intermediate the minimal "
+                   "path often leaves through the port the frame arrived on, and OpenFlow switches never send a frame "
+                   "back out of its ingress port (they drop it); use conditional (it keeps Valiant for paused ports)")
     real_macs = _hosts_section(source, parser, fabric, host_mac)
     if ha_switches:
         import fnmatch
@@ -544,6 +568,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         switch_hold_s=switch_hold_s,
         cnm=cnm_on,
         cnm_max_hold_ms=cnm_max_hold_ms,
+        cos=cos,
+        cos_levels=cos_levels,
     )
     # -- address plan --------------------------------------------------
     if widths is not None:
@@ -566,19 +592,21 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     # -- rules ------------------------------------------------------------
     from hpcfabric.compiler import compile_fabric
 
+    cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cos, cos)
     try:
         compiled = compile_fabric(fabric, plan, routing=routing, pause_reaction=pause_reaction,
-                                  switch_hold_s=switch_hold_s, cnm_snoop=cnm_on)
+                                  switch_hold_s=switch_hold_s, cnm_snoop=cnm_on, cos=cos_arg, cos_levels=cos_levels)
     except CompileError as err:
-        key = "hpcfabric.routing" if routing == "conditional" and "conditional" in str(err) else "hpcfabric.addressing"
-        raise _err(source, key, f"cannot compile rules for {fabric.name}: {err}") from None
+        raise _err(source, _compile_error_key(str(err), routing, cos_levels),
+                   f"cannot compile rules for {fabric.name}: {err}") from None
+    tagged = compiled.cos is not None
     tables = {name: t.flows for name, t in compiled.tables.items()}
     if host_mac == "rewrite":
-        tables = rewrite_flows(fabric, plan, tables, dict(real_macs))
+        tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
     if source_check or punt_meters:
         from hpcfabric.guards import guard_flows
 
-        tables = guard_flows(fabric, plan, tables, source_check=source_check, punt_meters=punt_meters)
+        tables = guard_flows(fabric, plan, tables, source_check=source_check, punt_meters=punt_meters, cos=tagged)
     groups: dict[str, tuple[Any, ...]] = {}
     if fast_failover:
         from hpcfabric.fastfailover import fast_failover_groups
@@ -592,6 +620,17 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
                        "(docs/operations.md); use off (failures are routed around by recomputation)")
         tables, groups = dict(ff.flows), {k: v for k, v in ff.groups.items() if v}
     return replace(cfg, compiled=compiled, desired=tables, groups=groups)
+
+
+def _compile_error_key(message: str, routing: str, cos_levels: int | None) -> str:
+    """The config key a :class:`CompileError` from :func:`compile_fabric` is about."""
+    if "cos_levels" in message and cos_levels is not None:
+        return "hpcfabric.cos_levels"
+    if "CoS" in message or "cos" in message.split():
+        return "hpcfabric.cos"
+    if routing != "minimal" and routing in message:
+        return "hpcfabric.routing"
+    return "hpcfabric.addressing"
 
 
 def _listen(path: str, key: str, text: str) -> tuple[str, int] | None:

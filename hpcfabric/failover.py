@@ -123,6 +123,11 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
                 port = cands[rank % len(cands)]
             routes.append(Route(bits, length, port, RuleClass.ROUTE))
         rflows = route_flows(ctx, routes, compact=True)
+        if getattr(getattr(config, "compiled", None), "cos", None) is not None:
+            # classes of service: INGRESS (kept) tags every frame, so deliveries pop the tag as compiled
+            from hpcfabric.compiler import _pop_before_hosts
+
+            rflows = _pop_before_hosts(list(rflows), set(fabric.host_ports(sw.name)), {})
         if real:  # host_mac = rewrite: deliveries set the host's real MAC back
             hosts = {h.port: h.name for h in fabric.hosts_on(sw.name)}
             fixed = []
@@ -134,8 +139,9 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
                     acts.append(a)
                 fixed.append(FlowSpec(f.table, f.priority, f.match, tuple(acts), f.cookie, f.goto, f.write_metadata))
             rflows = fixed
+        # INGRESS and ROUTE's table-miss entry stay; the CoS untagged delivery twins are rebuilt with the routes
         keep = [f for f in base if f.table == TABLE_INGRESS
-                or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA)]
+                or (f.table == TABLE_ROUTE and f.rule_class == RuleClass.INFRA and f.match.vlan_vid is None)]
         out[sw.name] = sort_flows(keep + rflows)
     return out
 

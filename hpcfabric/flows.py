@@ -50,6 +50,15 @@ ETH_TYPE_IPV4 = 0x0800
 
 MAC_EXACT = (1 << 48) - 1
 
+#: OXM ``vlan_vid`` (OpenFlow 1.3, 13 bits): the 12-bit VID with OFPVID_PRESENT set when the frame is tagged
+OFPVID_PRESENT = 0x1000
+VLAN_VID_EXACT = 0x1FFF
+#: ``Match.vlan_vid`` of "any VLAN tag" (a tagged frame, whatever its VID): what OVS needs as the
+#: prerequisite of a ``vlan_pcp`` match and of ``set_field vlan_pcp``/``pop_vlan`` without a push
+VLAN_TAGGED = (OFPVID_PRESENT, OFPVID_PRESENT)
+#: ``Match.vlan_vid`` of an untagged frame (OFPVID_NONE, exact)
+VLAN_UNTAGGED = (0, VLAN_VID_EXACT)
+
 #: Cookies: high 16 bits tag hpcfabric's own flows, next 8 bits the rule class.
 COOKIE_APP = 0x4846  # "HF"
 COOKIE_APP_SHIFT = 48
@@ -76,6 +85,17 @@ class RuleClass:
     FORWARDING = frozenset({1, 2})
 
 
+def frame_vlan_vid(vlan_pcp: int | None) -> int:
+    """The OXM ``vlan_vid`` of a frame: 0 (OFPVID_NONE) untagged, else VID 0 | OFPVID_PRESENT (hpcfabric
+    only pushes priority tags, VID 0)."""
+    return 0 if vlan_pcp is None else OFPVID_PRESENT
+
+
+def vlan_vid_matches(vlan_vid: tuple[int, int] | None, vlan_pcp: int | None) -> bool:
+    """Does a ``Match.vlan_vid`` condition hold for a frame with this PCP (None: untagged)?"""
+    return vlan_vid is None or frame_vlan_vid(vlan_pcp) & vlan_vid[1] == vlan_vid[0]
+
+
 def make_cookie(rule_class: int, detail: int = 0) -> int:
     return (COOKIE_APP << COOKIE_APP_SHIFT) | (rule_class << COOKIE_CLASS_SHIFT) | (detail & ((1 << 40) - 1))
 
@@ -98,9 +118,13 @@ class Match:
     vlan_pcp: int | None = None
     metadata: tuple[int, int] | None = None
     reg0: tuple[int, int] | None = None  # Nicira register 0 (32 bits), pipeline-internal
+    #: OXM vlan_vid (value, mask) over 13 bits: VID | OFPVID_PRESENT; :data:`VLAN_TAGGED` = any tagged frame
+    vlan_vid: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("eth_src", "eth_dst", "metadata", "reg0"):
+        if self.vlan_vid is not None and (self.vlan_vid[1] & ~VLAN_VID_EXACT or self.vlan_vid[1] == 0):
+            raise ValueError(f"vlan_vid mask {self.vlan_vid[1]:#x} must be a non-zero 13-bit mask")
+        for name in ("eth_src", "eth_dst", "metadata", "reg0", "vlan_vid"):
             vm = getattr(self, name)
             if vm is not None and vm[0] & ~vm[1]:
                 raise ValueError(f"{name} value {vm[0]:#x} has bits outside mask {vm[1]:#x}")

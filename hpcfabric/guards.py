@@ -54,7 +54,9 @@ from hpcfabric.flows import (
     FlowSpec,
     Match,
     Output,
+    PushVlan,
     RuleClass,
+    SetField,
     make_cookie,
     sort_flows,
 )
@@ -112,12 +114,18 @@ def guard_flows(
     *,
     source_check: bool = True,
     punt_meters: bool = True,
+    cos: bool = False,
 ) -> dict[str, tuple[FlowSpec, ...]]:
     """``tables`` with the guards added (a new mapping; the input is not changed).
 
     In ``host_mac = rewrite`` mode the real MAC passes through the rewrite
     entry (priority 1800, above the guard), which sets the HMAC.
+
+    ``cos``: the tables carry classes of service (``compiled.cos`` set): the
+    source-allow entry bypasses the CoS push (priority 100) on its way to
+    ROUTE, so it pushes the tag itself (``push_vlan``, PCP 0).
     """
+    tag = (PushVlan(), SetField("vlan_pcp", 0)) if cos else ()
     out: dict[str, tuple[FlowSpec, ...]] = {}
     for sw in fabric.switches:
         flows = list(tables[sw.name])
@@ -153,7 +161,7 @@ def guard_flows(
                         TABLE_INGRESS,
                         PRIO_SOURCE_ALLOW,
                         Match(in_port=h.port, eth_src=(plan.host_mac[h.name], MAC_EXACT)),
-                        (),
+                        tag,
                         guard_cookie(GUARD_ALLOW, h.port),
                         goto=TABLE_ROUTE,
                     )

@@ -16,6 +16,7 @@ from hpcfabric.addressing import AddressPlan
 from hpcfabric.flows import (
     MAC_EXACT,
     TABLE_INGRESS,
+    PushVlan,
     TABLE_ROUTE,
     FlowSpec,
     Match,
@@ -33,7 +34,8 @@ PRIO_REWRITE = 1800
 
 
 def rewrite_flows(
-    fabric: Fabric, plan: AddressPlan, tables: Mapping[str, Iterable[FlowSpec]], real_macs: Mapping[str, int]
+    fabric: Fabric, plan: AddressPlan, tables: Mapping[str, Iterable[FlowSpec]], real_macs: Mapping[str, int],
+    *, cos: bool = False,
 ) -> dict[str, tuple[FlowSpec, ...]]:
     """Adapt compiled tables to ``host_mac = rewrite`` (the paper's PortLand-like alternative to DMP).
 
@@ -43,7 +45,14 @@ def rewrite_flows(
     first rewrites ``eth_dst`` back to that host's real MAC. The DMP echo
     entries are dropped: a host that adopted its HMAC would not accept
     frames rewritten to its real MAC.
+
+    ``cos``: the tables carry classes of service (``compiled.cos`` set). The
+    rewrite entry sits above the CoS push (priority 100) and goes straight to
+    ROUTE, so it tags the frame itself (``push_vlan``, PCP 0) like the push it
+    bypasses; deliveries already pop the tag (``pop_vlan``, then the eth_dst
+    rewrite, then the output).
     """
+    tag = (PushVlan(), SetField("vlan_pcp", 0)) if cos else ()
     out: dict[str, tuple[FlowSpec, ...]] = {}
     for sw in fabric.switches:
         hosts = {h.port: h for h in fabric.hosts_on(sw.name)}
@@ -65,7 +74,7 @@ def rewrite_flows(
                     TABLE_INGRESS,
                     PRIO_REWRITE,
                     Match(in_port=port, eth_src=(real_macs[host.name], MAC_EXACT)),
-                    (SetField("eth_src", plan.host_mac[host.name]),),
+                    tag + (SetField("eth_src", plan.host_mac[host.name]),),
                     make_cookie(RuleClass.DMP, port),
                     goto=TABLE_ROUTE,
                 )

@@ -60,7 +60,14 @@ def match_text(match: Match) -> list[str]:
         parts.append(f"in_port={match.in_port}")
     if match.eth_type is not None:
         parts.append(f"dl_type={match.eth_type:#06x}")
-    if match.vlan_pcp is not None:
+    if match.vlan_vid is not None:
+        # OVS's vlan_tci holds VID (bits 0-11), CFI = OFPVID_PRESENT (bit 12) and PCP (bits 13-15): one field
+        # for both conditions (a separate dl_vlan_pcp after vlan_tci would be overwritten, before it lost)
+        value, mask = match.vlan_vid
+        if match.vlan_pcp is not None:
+            value, mask = value | match.vlan_pcp << 13, mask | 0xE000
+        parts.append(f"vlan_tci={value:#06x}/{mask:#06x}")
+    elif match.vlan_pcp is not None:
         parts.append(f"dl_vlan_pcp={match.vlan_pcp}")
     if match.eth_src is not None:
         parts.append(f"dl_src={_masked_mac(*match.eth_src)}")

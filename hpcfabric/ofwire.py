@@ -24,6 +24,7 @@ from hpcfabric.flows import (
     COOKIE_APP_SHIFT,
     MAC_EXACT,
     OFP_NO_BUFFER_LEN,
+    VLAN_VID_EXACT,
     OFPP_CONTROLLER,
     FlowSpec,
     Group,
@@ -79,7 +80,8 @@ ONF_BCT_DISCARD_REQUEST, ONF_BCT_DISCARD_REPLY = 6, 7
 ONF_BF_ATOMIC, ONF_BF_ORDERED = 1, 2
 
 #: OXM field numbers (class OFPXMC_OPENFLOW_BASIC) and value sizes
-_OXM = {"in_port": (0, 4), "metadata": (2, 8), "eth_dst": (3, 6), "eth_src": (4, 6), "eth_type": (5, 2), "vlan_pcp": (7, 1)}
+_OXM = {"in_port": (0, 4), "metadata": (2, 8), "eth_dst": (3, 6), "eth_src": (4, 6), "eth_type": (5, 2), "vlan_vid": (6, 2),
+        "vlan_pcp": (7, 1)}
 _ALL64 = (1 << 64) - 1
 _FULL = {4: 0xFFFFFFFF, 8: _ALL64, 6: MAC_EXACT, 2: 0xFFFF, 1: 0xFF}
 
@@ -95,7 +97,7 @@ def _pad8(n: int) -> int:
 
 def _oxm(name: str, value: int, mask: int | None = None) -> bytes:
     field_no, size = _OXM[name]
-    if mask is not None and mask == _FULL[size]:
+    if mask is not None and mask == (VLAN_VID_EXACT if name == "vlan_vid" else _FULL[size]):
         mask = None
     if mask is None:
         return struct.pack("!I", 0x80000000 | field_no << 9 | size) + value.to_bytes(size, "big")
@@ -145,6 +147,8 @@ def encode_match(match: Match) -> bytes:
         fields += _oxm("eth_src", *match.eth_src)
     if match.eth_type is not None:
         fields += _oxm("eth_type", match.eth_type)
+    if match.vlan_vid is not None:
+        fields += _oxm("vlan_vid", *match.vlan_vid)
     if match.vlan_pcp is not None:
         fields += _oxm("vlan_pcp", match.vlan_pcp)
     length = 4 + len(fields)
@@ -309,7 +313,7 @@ class Undecodable(ValueError):
 
 
 _OXM_NAMES = {0: ("in_port", 4), 2: ("metadata", 8), 3: ("eth_dst", 6), 4: ("eth_src", 6), 5: ("eth_type", 2),
-              7: ("vlan_pcp", 1)}
+              6: ("vlan_vid", 2), 7: ("vlan_pcp", 1)}
 _STATS_HEAD = struct.Struct("!HBxIIHHHH4xQQQ")
 FLOW_STATS_HEAD = _STATS_HEAD.size  # 48
 
@@ -344,6 +348,8 @@ def decode_match(buf: bytes, offset: int = 0) -> tuple[Match, int]:
             kw[name] = (value & mask, mask)
         elif name in ("metadata", "eth_dst", "eth_src", "reg0"):
             kw[name] = (value, _FULL[width])
+        elif name == "vlan_vid":
+            kw[name] = (value, VLAN_VID_EXACT)
         else:
             kw[name] = value
         pos += size

@@ -33,8 +33,10 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
 * ``Output`` to a port in ``down`` (link down) loses the frame.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
-never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata`` and
-``reg0`` are ``(value, mask)`` and match when ``field & mask == value``.
+never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata``,
+``reg0`` and ``vlan_vid`` are ``(value, mask)`` and match when ``field & mask
+== value`` (a frame's ``vlan_vid`` is 0 untagged, ``OFPVID_PRESENT`` | VID 0
+tagged: :func:`hpcfabric.flows.frame_vlan_vid`).
 
 This module is deliberately simple: it is the reference the fast verifier
 (:mod:`hpcfabric.verify`) is cross-checked against.
@@ -62,6 +64,7 @@ from hpcfabric.flows import (
     PushVlan,
     Resubmit,
     SetField,
+    vlan_vid_matches,
 )
 
 #: Frame fields a ``SetField`` action may rewrite.
@@ -122,6 +125,8 @@ def match_frame(match: Match, frame: Frame) -> bool:
     if match.eth_type is not None and match.eth_type != frame.eth_type:
         return False
     if match.vlan_pcp is not None and (frame.vlan_pcp is None or match.vlan_pcp != frame.vlan_pcp):
+        return False
+    if not vlan_vid_matches(match.vlan_vid, frame.vlan_pcp):
         return False
     if match.eth_dst is not None and frame.eth_dst & match.eth_dst[1] != match.eth_dst[0]:
         return False
@@ -299,7 +304,7 @@ def matches_overlap(a: Match, b: Match) -> bool:
         x, y = getattr(a, name), getattr(b, name)
         if x is not None and y is not None and x != y:
             return False
-    for name in ("eth_src", "eth_dst", "metadata", "reg0"):
+    for name in ("eth_src", "eth_dst", "metadata", "reg0", "vlan_vid"):
         x, y = getattr(a, name), getattr(b, name)
         if x is not None and y is not None and (x[0] ^ y[0]) & x[1] & y[1]:
             return False
@@ -348,6 +353,7 @@ def _shape(m: Match) -> tuple:
         m.eth_dst[1] if m.eth_dst else None,
         m.metadata[1] if m.metadata else None,
         m.reg0[1] if m.reg0 else None,
+        m.vlan_vid[1] if m.vlan_vid else None,
     )
 
 
@@ -360,6 +366,7 @@ def _values(m: Match) -> tuple:
         m.eth_dst[0] if m.eth_dst else 0,
         m.metadata[0] if m.metadata else 0,
         m.reg0[0] if m.reg0 else 0,
+        m.vlan_vid[0] if m.vlan_vid else 0,
     )
 
 
@@ -370,7 +377,7 @@ def _describe(f: FlowSpec) -> str:
         v = getattr(m, name)
         if v is not None:
             parts.append(f"{name}={v:#x}" if name == "eth_type" else f"{name}={v}")
-    for name in ("eth_src", "eth_dst", "metadata", "reg0"):
+    for name in ("eth_src", "eth_dst", "metadata", "reg0", "vlan_vid"):
         v = getattr(m, name)
         if v is not None:
             parts.append(f"{name}={v[0]:#x}/{v[1]:#x}")
@@ -492,7 +499,7 @@ def _inline(entry: FlowSpec, acts: list, fixed: tuple[int, int], reg0: int,
         winner: FlowSpec | None = None
         for g in by_table.get(a.table, ()):
             m = g.match
-            depends = any(x is not None for x in (m.in_port, m.eth_type, m.eth_src, m.eth_dst, m.vlan_pcp)) or (
+            depends = any(x is not None for x in (m.in_port, m.eth_type, m.eth_src, m.eth_dst, m.vlan_pcp, m.vlan_vid)) or (
                 m.metadata is not None and m.metadata[1] & ~fixed[1])
             if depends:
                 if not last:

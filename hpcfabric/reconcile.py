@@ -42,6 +42,7 @@ def canonical(flow: FlowSpec) -> FlowSpec:
         vlan_pcp=m.vlan_pcp,
         metadata=_canon_masked(m.metadata),
         reg0=_canon_masked(m.reg0),
+        vlan_vid=m.vlan_vid,
     )
     wm = flow.write_metadata
     if wm is not None and wm[1] == 0:

@@ -113,6 +113,7 @@ from hpcfabric.flows import (
     PopVlan,
     PushVlan,
     SetField,
+    vlan_vid_matches,
 )
 from hpcfabric.pipeline import Frame, Pipeline, PipelineError, Unflattenable, check_overlaps, describe_flow, inline_resubmits
 
@@ -470,7 +471,9 @@ class _View:
     @classmethod
     def build(cls, entries: list[FlowSpec], in_port: int, pcp: int = UNTAGGED, cache: dict | None = None) -> "_View":
         cache = {} if cache is None else cache
-        entries = [f for f in entries if f.match.vlan_pcp is None or f.match.vlan_pcp == pcp]
+        tag = None if pcp == UNTAGGED else pcp
+        entries = [f for f in entries if (f.match.vlan_pcp is None or f.match.vlan_pcp == pcp)
+                   and vlan_vid_matches(f.match.vlan_vid, tag)]
         n = len(entries)
         cols: list[list[int]] = [[], [], [], [], [], [], [], [], []]
         const = n
@@ -907,7 +910,7 @@ class _Engine:
     def tagging_possible(relevant: list[FlowSpec]) -> bool:
         """Entries matching or rewriting the VLAN PCP: reachability then depends on
         the PCP, so every table is treated as reachable (the static check)."""
-        return any(f.match.vlan_pcp is not None or _rewrites_pcp(f) for f in relevant)
+        return any(f.match.vlan_pcp is not None or f.match.vlan_vid is not None or _rewrites_pcp(f) for f in relevant)
 
     @staticmethod
     def _signature(relevant: list[FlowSpec], port: int, reached: set[int]) -> tuple | None:

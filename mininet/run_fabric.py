@@ -821,7 +821,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", help="controller config (INI); the runner gives the controller a copy with overrides")
     p.add_argument("--static", action="store_true", help="no controller: install flows with ovs-ofctl, flip PAUSE ports itself")
     p.add_argument("--addressing", choices=("flat", "per-switch", "per-group", "compact"), help="override the addressing mode")
-    p.add_argument("--routing", choices=("minimal", "conditional"), help="override the routing policy")
+    p.add_argument("--routing", choices=("minimal", "valiant", "conditional"), help="override the routing policy")
     p.add_argument("--link-speed-gbps", type=float, help="override link_speed_gbps (PAUSE quanta -> seconds)")
     p.add_argument("--pause-port", metavar="SWITCH:PORT", help="fabric port to PAUSE (default: a global/top-dimension port with traffic)")
     p.add_argument("--quanta", type=int, help="quanta per PAUSE frame (default: enough for --pause-seconds, at most 65535)")
@@ -892,6 +892,8 @@ def main(argv: list[str] | None = None) -> int:
             links=len(fabric.links),
             addressing=plan.mode,
             routing=setup.routing,
+            cos=(f"{setup.compiled.cos}/{setup.compiled.cos_levels}"
+                 if setup.compiled is not None and setup.compiled.cos is not None else "off"),
             link_speed_gbps=setup.link_speed_gbps,
         )
         progress(
@@ -902,7 +904,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_pause:
             pause_skip = "skipped (--no-pause)"
         elif setup.routing != "conditional":
-            pause_skip = f"skipped ({setup.routing} routing has no PORT_STATE table)"
+            pause_skip = (f"skipped ({setup.routing} routing has no PORT_STATE table)" if setup.routing == "minimal"
+                          else f"skipped ({setup.routing} routing does not divert on PAUSE)")
         else:  # resolved before anything starts: a bad --pause-port fails fast
             target = choose_pause_target(fabric, plan, setup.desired, args.pause_port)
         if not args.static:

@@ -81,6 +81,20 @@ def test_rules_ofctl_is_add_flows_syntax(capsys):
     assert any("dl_type=0x88b5" in l and "set_field:" in l and "actions=set_field" in l for l in lines)
 
 
+def test_rules_ofctl_with_cos_states_the_tag_prerequisite(capsys):
+    """vlan_tci carries OFPVID_PRESENT (CFI) and the PCP in one field: ovs-ofctl would let a later
+    dl_vlan_pcp overwrite an earlier vlan_tci (or the reverse), so the two conditions are never split."""
+    code, out, _ = run(capsys, "rules", str(TOPO / "fb-2d-3x3.yaml"), "--routing", "conditional", "--cos", "on",
+                       "--format", "ofctl", "--switch", "s1_1")
+    lines = [l for l in out.splitlines() if not l.startswith("#")]
+    assert code == 0
+    steps = [l for l in lines if "set_field:1->vlan_pcp" in l and "push_vlan" not in l]
+    pops = [l for l in lines if "pop_vlan" in l]
+    assert steps and all("vlan_tci=0x1000/0xf000" in l and "dl_vlan_pcp" not in l for l in steps)
+    assert pops and all("vlan_tci=0x1000/0x1000" in l for l in pops)
+    assert not any("vlan_tci" in l for l in lines if "push_vlan" in l)
+
+
 def test_rules_summary(capsys):
     code, out, _ = run(capsys, "rules", str(TOPO / "fat-tree-k4.yaml"))
     assert code == 0 and "met on every switch: yes" in out

@@ -9,7 +9,7 @@ import pytest
 
 from hpcfabric.config import load_config, rewrite_flows, validate_config
 from hpcfabric.errors import ConfigError
-from hpcfabric.flows import TABLE_INGRESS, Output, RuleClass, SetField
+from hpcfabric.flows import TABLE_INGRESS, Output, PushVlan, RuleClass, SetField
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -22,6 +22,8 @@ SHIPPED = [
     "fb-2d-4x4.conf",
     "fat-tree-k4.conf",
     "dragonfly-table3.conf",
+    "dragonfly-a2-p1-h1-valiant.conf",
+    "fb-2d-3x3-cos.conf",
 ]
 
 
@@ -49,10 +51,10 @@ def test_shipped_configs_load(name):
     assert cfg.lldp_timeout > cfg.lldp_interval
     # secure defaults: guards on everywhere, fast failover wherever the fabric has proved detours
     assert cfg.source_check and cfg.punt_meters and cfg.recompute and cfg.meters
-    assert cfg.fast_failover == (name != "dragonfly-a2-p1-h1.conf") and bool(cfg.groups) == cfg.fast_failover
+    assert cfg.fast_failover == (not name.startswith("dragonfly-a2-p1-h1")) and bool(cfg.groups) == cfg.fast_failover
     # installed = compiled + guards, with protected outputs through groups that (every link up) output the same
     guarded = guard_flows(cfg.fabric, cfg.plan, {n: t.flows for n, t in cfg.compiled.tables.items()},
-                          source_check=True, punt_meters=True)
+                          source_check=True, punt_meters=True, cos=cfg.compiled.cos is not None)
     for n, flows in cfg.desired.items():
         assert resolve_groups(flows, cfg.groups.get(n, ()), ()) == tuple(guarded[n]), n
     assert cfg.rules_expected == sum(len(f) for f in guarded.values()) > cfg.compiled.total_flows
@@ -176,6 +178,15 @@ ERRORS = [
     ("[hpcfabric]\nrouting = minimal\n", "hpcfabric.topology", "missing"),
     ("[hpcfabric]\ntopology = nowhere.yaml\n", "hpcfabric.topology", "does not exist"),
     ("[hpcfabric]\ntopology = {topo}\nstatus_file = nodir/status.json\n", "hpcfabric.status_file", "does not exist"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos = sideways\n", "hpcfabric.cos", "'sideways' is not one of"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos = of\n", "hpcfabric.cos", "did you mean 'off'"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos_levels = 9\n", "hpcfabric.cos_levels", "out of range 1..8"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos_levels = two\n", "hpcfabric.cos_levels", "not an integer"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos = off\ncos_levels = 2\n", "hpcfabric.cos_levels",
+     "needs classes of service"),
+    ("[hpcfabric]\ntopology = {topo}\ncos_levels = 2\n", "hpcfabric.cos_levels", "off by default with routing = minimal"),
+    ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\npause_reaction = switch\n", "hpcfabric.pause_reaction",
+     "needs routing = conditional"),
 ]
 
 
@@ -251,3 +262,136 @@ def test_fast_failover_config_errors(tmp_path):
         assert exc.value.field == field and words in str(exc.value), str(exc.value)
     cfg = load_config(write(tmp_path, base("[failover]\nfast_failover = on\n", topo="fb-2d-3x3.yaml")))
     assert cfg.summary()["ff_groups"] == 36
+
+
+# ---------------------------------------------------------------------------
+# routing policies and classes of service
+
+
+def _tag_prerequisites_hold(flows) -> list:
+    """Entries OVS would refuse (OFPBMC_BAD_PREREQ / OFPBAC_MATCH_INCONSISTENT): a vlan_pcp match without a
+    vlan_vid that requires the tag, set_field vlan_pcp or pop_vlan with neither such a match nor a push before."""
+    from hpcfabric.flows import OFPVID_PRESENT, PopVlan, PushVlan
+
+    bad = []
+    for f in flows:
+        m = f.match
+        tagged = m.vlan_vid is not None and m.vlan_vid[1] & OFPVID_PRESENT and m.vlan_vid[0] & OFPVID_PRESENT
+        if m.vlan_pcp is not None and not tagged:
+            bad.append(f)
+            continue
+        for a in f.actions:
+            if isinstance(a, PushVlan):
+                tagged = True
+            elif isinstance(a, PopVlan) or (isinstance(a, SetField) and a.field == "vlan_pcp"):
+                if not tagged:
+                    bad.append(f)
+                    break
+                if isinstance(a, PopVlan):
+                    tagged = False
+    return bad
+
+
+def _walk_all_pairs(cfg) -> tuple[int, list[str]]:
+    """Every host pair through the installed tables (reference pipeline, groups included): delivered
+    untagged to the right host (with its real MAC in rewrite mode), never sent back out of its ingress port."""
+    from hpcfabric.pipeline import Frame, Pipeline
+
+    pipes = {n: Pipeline(f, cfg.groups.get(n, ())) for n, f in cfg.desired.items()}
+    real = dict(cfg.real_macs)
+    fails, pairs = [], 0
+    for s in cfg.fabric.hosts:
+        for d in cfg.fabric.hosts:
+            if s is d:
+                continue
+            pairs += 1
+            sw = s.switch
+            fr = Frame(in_port=s.port, eth_src=real.get(s.name, cfg.plan.host_mac[s.name]), eth_dst=cfg.plan.host_mac[d.name])
+            for _ in range(len(cfg.fabric.switches) + 1):
+                res = pipes[sw].process(fr)
+                if len(res.outputs) != 1 or res.outputs[0][0] == fr.in_port:
+                    fails.append(f"{s.name}->{d.name} at {sw}: {res.ports}")
+                    break
+                port, out = res.outputs[0]
+                peer = cfg.fabric.peer(sw, port)
+                if peer.is_host:
+                    if peer.node != d.name or out.vlan_pcp is not None or out.eth_dst != real.get(d.name, out.eth_dst):
+                        fails.append(f"{s.name}->{d.name}: reached {peer.node} pcp {out.vlan_pcp}")
+                    break
+                sw, fr = peer.node, Frame(in_port=peer.port, eth_src=out.eth_src, eth_dst=out.eth_dst,
+                                          vlan_pcp=out.vlan_pcp)
+            else:
+                fails.append(f"{s.name}->{d.name}: loop")
+    return pairs, fails
+
+
+GUARDS = "[guards]\nsource_check = on\npunt_meters = on\n"
+REWRITE_HOSTS = "[hosts]\n" + "\n".join(f"g{g}s{s}h0 = 00:16:3e:00:0{g}:0{s}" for g in range(3) for s in range(2))
+
+
+@pytest.mark.parametrize("topo,extra,sections,cos", [
+    ("dragonfly-a2-p1-h1.yaml", "routing = valiant", GUARDS, "top/3"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = conditional\ncos = on", GUARDS, "top/3"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = conditional\ncos = hop\ncos_levels = 4", GUARDS, "hop/4"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = conditional\ncos = on\nhost_mac = rewrite", GUARDS + REWRITE_HOSTS, "top/3"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = conditional\ncos = on\npause_reaction = switch", GUARDS, "top/3"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = conditional\ncos = on\ncnm = on", GUARDS, "top/3"),
+    ("dragonfly-a2-p1-h1.yaml", "routing = minimal\ncos = on", "", "top/2"),
+    ("fb-2d-3x3.yaml", "routing = conditional\ncos = on", GUARDS + "[failover]\nfast_failover = on\n", "hop/2"),
+    ("fat-tree-k4.yaml", "routing = conditional\ncos = top\ncos_levels = 2", GUARDS, "top/2"),
+])
+def test_cos_configs_install_cleanly_and_deliver(tmp_path, topo, extra, sections, cos):
+    cfg = load_config(write(tmp_path, f"[hpcfabric]\ntopology = {TOPO / topo}\n{extra}\n{sections}"))
+    assert cfg.summary()["cos"] == cos and cfg.compiled.cos is not None
+    for name, flows in cfg.desired.items():
+        assert not _tag_prerequisites_hold(flows), (name, _tag_prerequisites_hold(flows)[:2])
+        # every entry that lets a host's frame into ROUTE tags it (the CoS push, and above it guards/rewrite)
+        for f in flows:
+            if f.table == TABLE_INGRESS and f.goto is not None and f.match.in_port in cfg.fabric.host_ports(name):
+                assert f.actions[:2] == (PushVlan(), SetField("vlan_pcp", 0)), f
+    pairs, fails = _walk_all_pairs(cfg)
+    assert pairs and not fails, fails[:3]
+
+
+def test_cos_off_and_default_keep_untagged_tables(tmp_path):
+    plain = load_config(write(tmp_path, base("routing = conditional\n")))
+    off = load_config(write(tmp_path, base("routing = conditional\ncos = off\n"), "off.conf"))
+    assert plain.compiled.cos is None and plain.summary()["cos"] == "off"
+    assert off.desired == plain.desired
+    assert not any(f.match.vlan_vid or f.match.vlan_pcp is not None for fl in plain.desired.values() for f in fl)
+    valiant = load_config(write(tmp_path, base("routing = valiant\ncos = off\n"), "v.conf"))
+    assert valiant.compiled.cos is None and valiant.routing == "valiant"
+
+
+def test_cos_compile_errors_name_the_key(tmp_path):
+    path = write(tmp_path, base("cos = top\n", topo="explicit-ring4.yaml"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == "hpcfabric.cos" and "top-level link kind" in str(info.value)
+    path = write(tmp_path, base("routing = valiant\n", topo="fat-tree-k4.yaml"), "ft.conf")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == "hpcfabric.routing" and "does not apply to a fat_tree" in str(info.value)
+
+
+def test_valiant_on_flattened_butterfly_is_refused(tmp_path):
+    """The compiled FB Valiant route sends frames back out of their ingress port at the intermediate
+    (OpenFlow drops those): the config refuses it instead of installing a fabric that loses pairs."""
+    from hpcfabric.addressing import plan_addresses
+    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.topology.loader import load_topology
+
+    path = write(tmp_path, base("routing = valiant\n", topo="fb-2d-3x3.yaml"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == "hpcfabric.routing" and "back out of its ingress port" in str(info.value)
+    assert info.value.exit_code == 2
+    # the premise: with the refusal lifted (compiled tables as they are), some pairs do bounce
+    fab = load_topology(TOPO / "fb-2d-3x3.yaml")
+    comp = compile_fabric(fab, plan_addresses(fab, "compact"), routing="valiant")
+    cfg = load_config(write(tmp_path, base("routing = conditional\ncos = on\n", topo="fb-2d-3x3.yaml"), "c.conf"))
+    from dataclasses import replace
+
+    bounced = replace(cfg, compiled=comp, desired={n: t.flows for n, t in comp.tables.items()}, groups={})
+    _, fails = _walk_all_pairs(bounced)
+    assert fails and all("at s" in x for x in fails)

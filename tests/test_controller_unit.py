@@ -37,7 +37,8 @@ from hpcfabric.controller import ofmsg
 
 ROOT = Path(__file__).resolve().parent.parent
 DP = ProtocolDesc(O.OFP_VERSION)
-CONFIGS = ["dragonfly-a4-p2-h2.conf", "fb-2d-4x4.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf", "dragonfly-a2-p1-h1.conf"]
+CONFIGS = ["dragonfly-a4-p2-h2.conf", "fb-2d-4x4.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf", "dragonfly-a2-p1-h1.conf",
+           "dragonfly-a2-p1-h1-valiant.conf", "fb-2d-3x3-cos.conf"]  # the last two: VLAN PCP classes of service
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
@@ -113,7 +114,7 @@ def test_every_action_and_match_field():
         3,
         77,
         Match(in_port=5, eth_type=0x8100, eth_src=(0x020000000000, 0xFFFFFFFFFF00), eth_dst=(0x02AB, (1 << 48) - 1),
-              vlan_pcp=3, metadata=(0x12, (1 << 64) - 1)),
+              vlan_pcp=3, metadata=(0x12, (1 << 64) - 1), vlan_vid=(0x1000, 0x1000)),
         (PushVlan(0x8100), SetField("vlan_pcp", 5), SetField("eth_dst", 0x020000000002), PopVlan(), Output(1),
          Output(0xFFFFFFFD)),
         make_cookie(RuleClass.ALTERNATIVE, 1),
@@ -123,6 +124,42 @@ def test_every_action_and_match_field():
     buf = osken_bytes(flow, 9)
     assert ofwire.FlowModCache().encode(flow, 9) == buf
     assert ofmsg.from_flow_mod(parse(buf)) == flow
+
+
+def test_vlan_vid_on_the_wire():
+    """OXM field 6, 2 bytes, OFPVID_PRESENT in the value; the 13-bit exact mask is sent unmasked."""
+    tagged = ofwire.encode_match(Match(in_port=3, vlan_vid=(0x1000, 0x1000), vlan_pcp=1))
+    assert struct.pack("!IHH", 0x80000D04, 0x1000, 0x1000) in tagged  # class 0x8000, field 6, hasmask, 4 bytes
+    assert struct.pack("!IB", 0x80000E01, 1) in tagged  # vlan_pcp follows vlan_vid (OXM order, as os-ken)
+    exact = ofwire.encode_match(Match(vlan_vid=(0x1005, 0x1FFF)))
+    assert struct.pack("!IH", 0x80000C02, 0x1005) in exact
+    none = Match(vlan_vid=(0, 0x1000))  # untagged frames only
+    for m in (Match(in_port=3, vlan_vid=(0x1000, 0x1000), vlan_pcp=1), Match(vlan_vid=(0x1005, 0x1FFF)), none):
+        assert ofwire.decode_match(ofwire.encode_match(m))[0] == m
+        assert ofmsg.from_match(ofmsg.to_match(m)) == m
+        buf = osken_bytes(FlowSpec(0, 5, m, (PopVlan(), Output(1)), 0), 3)
+        assert ofwire.FlowModCache().encode(FlowSpec(0, 5, m, (PopVlan(), Output(1)), 0), 3) == buf
+        assert ofmsg.from_flow_mod(parse(buf)).match == m
+    with pytest.raises(ValueError):
+        Match(vlan_vid=(0x1000, 0))
+    with pytest.raises(ValueError):
+        Match(vlan_vid=(0x1000, 0x0FFF))
+
+
+def test_cos_tables_carry_the_tag_prerequisites(config):
+    """Every PCP step and every entry that pops matches a tagged frame (vlan_vid=0x1000/0x1000) on the wire."""
+    if config.compiled.cos is None:
+        pytest.skip("untagged tables")
+    steps = pops = 0
+    for flow in all_flows(config):
+        sets_pcp = any(isinstance(a, SetField) and a.field == "vlan_pcp" for a in flow.actions)
+        pushes = any(isinstance(a, PushVlan) for a in flow.actions)
+        if flow.match.vlan_pcp is not None or (sets_pcp and not pushes) or any(isinstance(a, PopVlan) for a in flow.actions):
+            steps += flow.match.vlan_pcp is not None
+            pops += any(isinstance(a, PopVlan) for a in flow.actions)
+            msg = parse(osken_bytes(flow, 1))
+            assert msg.match["vlan_vid"] == (0x1000, 0x1000), flow
+    assert steps and pops
 
 
 def test_controller_output_gets_full_frames():

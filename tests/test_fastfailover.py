@@ -35,6 +35,8 @@ FABRICS = [
     ("fb-2d-3x3", "conditional", 1),
     ("fb-2d-4x4", "conditional", 1),
     ("dragonfly-a4-p2-h2", "conditional", 1),
+    ("fb-2d-3x3", "conditional+cos", 1),  # VLAN PCP classes (hop/2): tags pushed, stepped, popped
+    ("dragonfly-a4-p2-h2", "conditional+cos", 2),  # top/3
     ("clos-4stage-small", "minimal", 5),
     ("explicit-ring4", "minimal", 1),
 ]
@@ -46,7 +48,8 @@ def build(name: str, routing: str):
     if key not in _CACHE:
         fab = load_topology(ROOT / "topologies" / f"{name}.yaml")
         plan = plan_addresses(fab, (fab.params.get("addressing") or {}).get("mode") or "compact")
-        comp = compile_fabric(fab, plan, routing=routing)
+        policy, _, cos = routing.partition("+")
+        comp = compile_fabric(fab, plan, routing=policy, cos=bool(cos))
         ff = fast_failover_groups(comp)
         grouped = replace(comp, tables={k: replace(v, flows=ff.flows[k]) for k, v in comp.tables.items()})
         _CACHE[key] = (comp, ff, grouped)
@@ -150,7 +153,7 @@ def _intact_hops(comp, grouped, ff):
     return out
 
 
-@pytest.mark.parametrize("name,routing,step", FABRICS, ids=[f[0] for f in FABRICS])
+@pytest.mark.parametrize("name,routing,step", FABRICS, ids=[f"{f[0]}-{f[1]}" for f in FABRICS])
 def test_single_link_down_with_groups(name, routing, step):
     comp, ff, grouped = build(name, routing)
     intact = verify(grouped, groups=ff.groups)
@@ -189,6 +192,17 @@ def test_vectorised_verifier_agrees_with_the_pipeline_executing_groups(name, rou
             for s in fabric.hosts for d in fabric.hosts if s is not d
         )
         assert delivered == verify(grouped, groups=ff.groups, down=ends).delivered, link
+
+
+@pytest.mark.parametrize("name", ["fb-2d-3x3", "dragonfly-a4-p2-h2"])
+def test_classes_of_service_keep_every_detour(name):
+    """With CoS the proof walks tagged frames (pushed at the host, stepped, popped before delivery: a frame
+    reaching its host still tagged would fail it): the same ports are protected by the same buckets."""
+    plain, ff_plain, _ = build(name, "conditional")
+    tagged, ff_cos, _ = build(name, "conditional+cos")
+    assert tagged.cos is not None and plain.cos is None
+    assert ff_cos.stats() == ff_plain.stats() and ff_cos.stats()["unprotected_ports"] == 0
+    assert ff_cos.groups == ff_plain.groups
 
 
 def test_conditional_port_state_entries_use_the_group_and_still_flip():

@@ -61,7 +61,7 @@ CASES: list[tuple[str, str, object, str | None, str]] = [
     ("conf-unknown-key", "c.conf", conf("[guards]\nsource_chek = on\n"), "guards.source_chek",
      "did you mean 'source_check'"),
     ("conf-duplicate-key", "c.conf", conf("routing = minimal\nrouting = minimal\n"), "hpcfabric.routing", "appears twice"),
-    ("conf-routing", "c.conf", conf("routing = adaptive\n"), "hpcfabric.routing", "not one of minimal, conditional"),
+    ("conf-routing", "c.conf", conf("routing = adaptive\n"), "hpcfabric.routing", "not one of minimal, valiant, conditional"),
     ("conf-topology-missing", "c.conf", "[hpcfabric]\ntopology = nowhere.yaml\n", "hpcfabric.topology", "does not exist"),
     ("conf-topology-broken", "c.conf", None, "h", "expected an integer"),  # the topology's own error (see below)
     ("conf-widths-too-narrow", "c.conf", conf("widths = group=1,switch=1,host=1\n"), "hpcfabric.widths", "needs"),

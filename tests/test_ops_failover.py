@@ -20,7 +20,8 @@ from hpcfabric.flows import Output
 from hpcfabric.reconcile import canonical
 from hpcfabric.verify import verify
 
-CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf"]
+CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf",
+           "dragonfly-a2-p1-h1-valiant.conf", "fb-2d-3x3-cos.conf"]  # the last two: tagged (CoS), pops re-added
 
 
 def _verify(cfg, tables):
@@ -38,7 +39,7 @@ def test_reroute_every_link_delivers_all_pairs(name):
         for sw, flows in tables.items():
             assert not any(isinstance(a, Output) and (sw, a.port) in down for f in flows for a in f.actions)
         report = _verify(cfg, tables)
-        assert report.ok and report.delivered == report.pairs, (link, report.failures[:3])
+        assert report.ok and report.delivered == report.pairs, (link, report.failures[:3], report.overlap_examples)
 
 
 def test_no_failure_reroute_keeps_unaffected_next_hops():

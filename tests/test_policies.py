@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from hpcfabric.flows import (
     Output,
     PopVlan,
     PushVlan,
+    VLAN_TAGGED,
+    VLAN_UNTAGGED,
     RuleClass,
 )
 from hpcfabric.pipeline import Frame, Pipeline
@@ -236,7 +239,7 @@ def test_rule_counts_per_policy_against_the_paper():
     # CoS: T push entries + (levels-1) per raising port
     df = compiled("dragonfly-a4-p2-h2", "conditional")
     assert (df.cos, df.cos_levels) == ("top", 3)
-    assert df.stats()["cos_rules_max"] == 2 + 2 * 2  # T=2 pushes + 2 global ports x 2 steps
+    assert df.stats()["cos_rules_max"] == 2 + 2 * 2 + 2  # T=2 pushes + 2 global ports x 2 steps + T untagged delivery twins
 
 
 def test_fat_tree_conditional_up_rules_go_through_port_state():
@@ -336,9 +339,24 @@ def test_dmp_echo_and_control_punts_keep_working_with_cos(name, routing):
                     assert res.punted and not res.outputs
         cos = [x for x in comp.flows(sw.name) if x.table == TABLE_INGRESS and any(isinstance(a, PushVlan) for a in x.actions)]
         assert len(cos) == len(f.hosts_on(sw.name))
+        # deliveries: the tagged entry pops (its match guarantees the tag, an OVS prerequisite), its untagged
+        # twin at the same priority delivers as before (no frame falls through to a shorter prefix)
+        tagged, untagged = [], []
         for x in comp.flows(sw.name):
             if x.table == TABLE_ROUTE and any(isinstance(a, Output) and a.port in f.host_ports(sw.name) for a in x.actions):
-                assert isinstance(x.actions[0], PopVlan)
+                assert x.match.vlan_vid in (VLAN_TAGGED, VLAN_UNTAGGED), x
+                if x.match.vlan_vid == VLAN_TAGGED:
+                    assert isinstance(x.actions[0], PopVlan)
+                    tagged.append(replace(x.match, vlan_vid=None))
+                else:
+                    assert not any(isinstance(a, PopVlan) for a in x.actions)
+                    untagged.append(replace(x.match, vlan_vid=None))
+        assert tagged and tagged == untagged
+        for pcp in (None, 0):  # either way a frame for a local host reaches it untagged, never routed away
+            for h in f.hosts_on(sw.name):
+                res = pipe.process(Frame(in_port=max(f.fabric_ports(sw.name)), eth_src=0x020000000009,
+                                         eth_dst=comp.plan.host_mac[h.name], vlan_pcp=pcp))
+                assert [(p, o.vlan_pcp) for p, o in res.outputs] == [(h.port, None)]
 
 
 def test_minimal_and_conditional_stay_untagged_by_default():

@@ -73,6 +73,17 @@ def test_zero_masks_are_wildcards():
     assert diff([want], [installed]).in_sync
 
 
+def test_tagged_only_entry_is_another_key():
+    """A CoS delivery entry (vlan_vid=0x1000/0x1000) and its untagged predecessor are different entries:
+    switching a fabric to CoS adds the tagged one and deletes the old one; canonical keeps vlan_vid."""
+    untagged = route(1000, 1, 1)
+    tagged = FlowSpec(1, 1000, Match(eth_dst=(1, (1 << 48) - 1), vlan_vid=(0x1000, 0x1000)), untagged.actions, OURS)
+    assert canonical(tagged) == tagged
+    d = diff([tagged], [untagged])
+    assert d.add == (tagged,) and d.delete == (untagged,) and not d.modify
+    assert diff([tagged], [tagged]).in_sync
+
+
 def test_duplicate_desired_keys_rejected():
     with pytest.raises(ValueError, match="share table"):
         diff([route(1000, 1, 1), route(1000, 1, 2)], [])

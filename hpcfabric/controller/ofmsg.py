@@ -19,6 +19,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from hpcfabric.addressing import format_mac
 from hpcfabric.flows import (
     MAC_EXACT,
+    VLAN_VID_EXACT,
     OFPP_CONTROLLER,
     FlowSpec,
     Group,
@@ -66,6 +67,9 @@ def to_match(match: Match) -> Any:
         kw["in_port"] = match.in_port
     if match.eth_type is not None:
         kw["eth_type"] = match.eth_type
+    if match.vlan_vid is not None:
+        v, m = match.vlan_vid
+        kw["vlan_vid"] = v if m == VLAN_VID_EXACT else (v, m)
     if match.vlan_pcp is not None:
         kw["vlan_pcp"] = match.vlan_pcp
     for name in _MAC_FIELDS:
@@ -165,6 +169,8 @@ def from_match(match: Any) -> Match:
             kw[name] = tuple(value) if isinstance(value, tuple) else (value, _ALL64)
         elif name == "reg0":
             kw[name] = tuple(value) if isinstance(value, tuple) else (value, 0xFFFFFFFF)
+        elif name == "vlan_vid":
+            kw[name] = (value[0] & value[1], value[1]) if isinstance(value, tuple) else (value, VLAN_VID_EXACT)
         else:
             raise Unrepresentable(f"match field {name}")
     return Match(**kw)
