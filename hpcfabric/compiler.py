@@ -717,6 +717,14 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
                     make_cookie(RuleClass.ALTERNATIVE, port),
                 )
             )
+    # FB: only frames whose default port is in the top dimension (destination in another top-dimension
+    # row) detour. From a top-dimension intermediate the minimal route fixes the top coordinate first, so
+    # a destination in the own row would go straight back through the port it came in on, which an
+    # OpenFlow switch never does (it drops the frame). The metadata of every FB default rule carries its
+    # lower dimensions; dimension top-1 is among them exactly when the default port is a top one.
+    row_bit = 0
+    if fabric.kind == "flattened_butterfly" and len(fabric.params["dims"]) > 1:
+        row_bit = 1 << (METADATA_DIMS_SHIFT + len(fabric.params["dims"]) - 2)
     for host in fabric.hosts_on(sw.name) if valiant else ():
         out = valiant[host.index % len(valiant)]
         if ctx.routing == "valiant":
@@ -724,7 +732,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
                 FlowSpec(
                     TABLE_PORT_STATE,
                     PRIO_VALIANT_ALWAYS,
-                    Match(in_port=host.port),
+                    Match(in_port=host.port, metadata=(row_bit, row_bit) if row_bit else None),
                     (Output(out),),
                     make_cookie(RuleClass.ALTERNATIVE, out),
                 )
@@ -734,7 +742,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
             FlowSpec(
                 TABLE_ALTERNATIVE,
                 PRIO_VALIANT,
-                Match(in_port=host.port),
+                Match(in_port=host.port, metadata=(row_bit, row_bit) if row_bit else None),
                 (Output(out),),
                 make_cookie(RuleClass.ALTERNATIVE, out),
             )
@@ -745,7 +753,7 @@ def _adaptive_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
                 FlowSpec(
                     TABLE_ALTERNATIVE,
                     PRIO_VALIANT + 1,
-                    Match(in_port=host.port, metadata=(out, METADATA_PORT_MASK)),
+                    Match(in_port=host.port, metadata=(out | row_bit, METADATA_PORT_MASK | row_bit)),
                     (Output(second),),
                     make_cookie(RuleClass.ALTERNATIVE, second),
                 )

@@ -517,11 +517,6 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     else:
         addressing = file_addr.get("mode") or "compact"
 
-    if routing == "valiant" and fabric.kind == "flattened_butterfly":
-        raise _err(source, "hpcfabric.routing",
-                   "valiant cannot be installed on a Flattened Butterfly: from the Valiant intermediate the minimal "
-                   "path often leaves through the port the frame arrived on, and OpenFlow switches never send a frame "
-                   "back out of its ingress port (they drop it); use conditional (it keeps Valiant for paused ports)")
     real_macs = _hosts_section(source, parser, fabric, host_mac)
     if ha_switches:
         import fnmatch

@@ -301,8 +301,8 @@ def _classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarray, np.ndar
         captured = np.full(n, -1, dtype=np.int64)
         for i, f in enumerate(entries):
             m = f.match
-            only_dst = (m.in_port is None and m.metadata is None and m.vlan_pcp is None and m.eth_src is None
-                        and m.reg0 is None)
+            only_dst = (m.in_port is None and m.metadata is None and m.vlan_pcp is None and m.vlan_vid is None
+                        and m.eth_src is None and m.reg0 is None)
             if m.eth_dst is None:
                 if only_dst:  # matches every remaining destination in every row
                     captured[free] = i

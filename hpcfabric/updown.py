@@ -272,8 +272,9 @@ def check_up_down(
                             f"{_did(k, on, op, out_pcp, punt, err, kind)}"))
                     if n_probe:
                         sl = slice(n_host, None)
+                        fab_mem = [q for q in mem if kind[q] != 1]
                         probe_graph.add(
-                            [port_base[name] + q * len(pcps) + pcp_ix[pcp] for q in mem if kind[q] != 1],
+                            [port_base[name] + q * len(pcps) + pcp_ix[pcp] for q in fab_mem], fab_mem,
                             bool(peer.is_host), on[sl], op[sl], okind[sl], out_pcp[sl], arrive, pcp_ix,
                             broken[sl])
         if progress is not None and (i + 1) % 1000 == 0:
@@ -349,8 +350,11 @@ class _ProbeGraph:
         self.bad_src: list[np.ndarray] = []  # states (with probe) whose decision is wrong
         self.bad_start: list[np.ndarray] = []  # injected straight into a wrong decision
 
-    def add(self, states: list[int], from_host: bool, on: np.ndarray, op: np.ndarray, okind: np.ndarray,
-            out_pcp: np.ndarray, arrive: np.ndarray, pcp_ix: dict[int, int], broken: np.ndarray) -> None:
+    def add(self, states: list[int], ports: list[int], from_host: bool, on: np.ndarray, op: np.ndarray,
+            okind: np.ndarray, out_pcp: np.ndarray, arrive: np.ndarray, pcp_ix: dict[int, int],
+            broken: np.ndarray) -> None:
+        """One decision line of one switch: ``states``/``ports``, the fabric ingress ports it stands for.
+        A frame sent back out of its own ingress port is dropped (OpenFlow), so that is no edge."""
         k = np.arange(self.n_probe, dtype=np.int64)
         wrong = broken | ((on == 1) & (okind == 1))  # to a host, punt, flood or error
         fab = (on == 1) & (okind >= 2) & ~broken
@@ -368,8 +372,9 @@ class _ProbeGraph:
             return
         ok = nxt >= 0
         if ok.any():
-            src = (node[ok][None, :] + st[:, None]).reshape(-1)
-            dst = np.broadcast_to((node + nxt)[ok][None, :], (len(st), int(ok.sum()))).reshape(-1)
+            back = op[ok][None, :] == np.asarray(ports, dtype=np.int64)[:, None]  # (member, probe)
+            src = (node[ok][None, :] + st[:, None])[~back]
+            dst = np.broadcast_to((node + nxt)[ok][None, :], (len(st), int(ok.sum())))[~back]
             self.src.append(src)
             self.dst.append(dst)
         if wrong.any():

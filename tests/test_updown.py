@@ -122,15 +122,35 @@ def fallback_goes_down(comp):
 
 
 def unowned_addresses_loop(comp):
-    """Every core switch sends what it does not know down its port 1, and the switch there sends
-    what it does not know back up: addresses nobody owns circle between them."""
+    """What no entry matches circles A -> B1 -> C -> B2 -> A (two core switches A, C and two
+    switches B1, B2 below both; lowest priority, so host traffic is untouched): addresses nobody
+    owns loop. (No hop sends a frame back out of its ingress port: OpenFlow drops those, and the
+    proof's probe graph models that, so a two-switch ping-pong would be no loop.)"""
     f = comp.fabric
-    core = next(s.name for s in f.switches if s.role == "core")
-    below = f.peer(core, 1).node
-    catch_down = FlowSpec(TABLE_ROUTE, 1, Match(), (Output(1),), 0)
-    up = f.peer(core, 1).port
-    catch_up = FlowSpec(TABLE_ROUTE, 1, Match(in_port=up), (Output(up),), 0)
-    return _mutate(_mutate(comp, core, lambda fl: fl + [catch_down]), below, lambda fl: fl + [catch_up]), "probes"
+
+    def port(x, y):
+        return min(p for p, peer in f.fabric_ports(x).items() if peer.node == y)
+
+    cores = [s.name for s in f.switches if s.role == "core"]
+    for a in cores:
+        below_a = {peer.node for peer in f.fabric_ports(a).values()}
+        for c in cores:
+            both = sorted(below_a & {peer.node for peer in f.fabric_ports(c).values()}) if c != a else []
+            if len(both) >= 2:
+                b1, b2 = both[:2]
+                break
+        else:
+            continue
+        break
+    rules = {
+        a: [FlowSpec(TABLE_ROUTE, 1, Match(), (Output(port(a, b1)),), 0)],
+        b1: [FlowSpec(TABLE_ROUTE, 1, Match(in_port=port(b1, a)), (Output(port(b1, c)),), 0)],
+        c: [FlowSpec(TABLE_ROUTE, 1, Match(in_port=port(c, b1)), (Output(port(c, b2)),), 0)],
+        b2: [FlowSpec(TABLE_ROUTE, 1, Match(in_port=port(b2, c)), (Output(port(b2, a)),), 0)],
+    }
+    for sw, extra in rules.items():
+        comp = _mutate(comp, sw, lambda fl, extra=extra: fl + extra)
+    return comp, "probes"
 
 
 BROKEN = [alternative_to_a_host, down_to_the_wrong_child, fallback_goes_down, unowned_addresses_loop]
