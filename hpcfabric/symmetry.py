@@ -383,6 +383,13 @@ def _flipped(flows: Sequence[Any]) -> list[Any]:
     return out
 
 
+def paused_data_flows(compiled: Any, switch: str, relevant: list[Any]) -> tuple[list[Any], bool]:
+    """``switch``'s data-relevant entries with every PORT_STATE entry paused, and whether
+    that changed nothing (no PORT_STATE entry: the paused line is the unpaused one)."""
+    flipped = [f for f in data_flows(_flipped(compiled.tables[switch].flows)) if _relevant(f)]
+    return flipped, len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
+
+
 def _decide(row: _Row, dst: _Dst) -> tuple[np.ndarray, ...]:
     res = _evaluate(row, dst, track=True)
     return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
@@ -425,8 +432,7 @@ class _Checker:
         own = [h.name for h in fabric.hosts_on(switch)]
         macs = np.concatenate([self.col_macs, np.array([plan.host_mac[h] for h in own], dtype=np.uint64)])
         relevant = self.relevant[switch]
-        flipped = [f for f in data_flows(_flipped(self.compiled.tables[switch].flows)) if _relevant(f)]
-        same = len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
+        flipped, same = paused_data_flows(self.compiled, switch, relevant)
         cls, reps = _classes(relevant, macs)  # flipping changes actions, never matches
         dst = _Dst(macs[reps])
         attrs: dict = {}  # per switch: the engine's view caches would otherwise hold every switch's entries

@@ -58,8 +58,8 @@ import numpy as np
 from hpcfabric.cdg import pausable_ports
 from hpcfabric.compiler import UP_DOWN_KINDS, updown_level
 from hpcfabric.errors import VerificationError
-from hpcfabric.symmetry import _classes, _decide, _flipped, _pcp_values, _port_classes, forward_data_flows
-from hpcfabric.verify import UNTAGGED, _Dst, _relevant, _Row, data_flows, probe_addresses
+from hpcfabric.symmetry import _classes, _decide, _pcp_values, _port_classes, forward_data_flows, paused_data_flows
+from hpcfabric.verify import UNTAGGED, _Dst, _Row, probe_addresses
 
 __all__ = ["UpDownReport", "check_up_down"]
 
@@ -227,8 +227,7 @@ def check_up_down(
         hosts = np.arange(n_host)
 
         rel = relevant[name]
-        flipped = [f for f in data_flows(_flipped(compiled.tables[name].flows)) if _relevant(f)]
-        same = len(flipped) == len(rel) and all(a is b for a, b in zip(flipped, rel))
+        flipped, same = paused_data_flows(compiled, name, rel)
         cls, reps = _classes(rel, macs)  # flipping changes actions, never matches
         classes += len(reps)
         dst = _Dst(macs[reps])
