@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,20 +33,15 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "mininet"))
 
 pytestmark = [
     pytest.mark.mininet,
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
 ]
 
-if not hasattr(os, "geteuid") or os.geteuid() != 0:
-    pytest.skip("Mininet tests need root", allow_module_level=True)
+from mininet_gate import require_mininet  # noqa: E402
 
-import fabric_net as fn  # noqa: E402  (mininet/fabric_net.py)
-
-if not fn.ovs_running():
-    pytest.skip("Open vSwitch is not running (scripts/bootstrap.sh --ovs-only)", allow_module_level=True)
+fn = require_mininet()
 
 import run_fabric as rf  # noqa: E402  (mininet/run_fabric.py)
 from mininet.log import setLogLevel  # noqa: E402

@@ -23,29 +23,21 @@ import configparser
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "mininet"))
 
 pytestmark = [
     pytest.mark.mininet,
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
 ]
 
-import os  # noqa: E402
+from mininet_gate import require_mininet  # noqa: E402
 
-if not hasattr(os, "geteuid") or os.geteuid() != 0:
-    pytest.skip("Mininet tests need root", allow_module_level=True)
-
-import fabric_net as fn  # noqa: E402
-
-if not fn.ovs_running():
-    pytest.skip("Open vSwitch is not running (scripts/bootstrap.sh --ovs-only)", allow_module_level=True)
+fn = require_mininet()
 
 import run_fabric as rf  # noqa: E402
 from mininet.log import setLogLevel  # noqa: E402

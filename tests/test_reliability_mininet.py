@@ -10,7 +10,6 @@ is routed around, with every pair reachable while it is down and after it is bac
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "mininet"))
 
 pytestmark = [pytest.mark.mininet]
 
-if os.geteuid() != 0:
-    pytest.skip("Mininet tests need root", allow_module_level=True)
+from mininet_gate import require_mininet  # noqa: E402
 
-import fabric_net as fn  # noqa: E402
-
-if not fn.ovs_running():
-    pytest.skip("Open vSwitch is not running (scripts/bootstrap.sh --ovs-only)", allow_module_level=True)
+fn = require_mininet()
 
 
 @pytest.fixture(scope="module")
