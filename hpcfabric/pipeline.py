@@ -30,7 +30,10 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
   the actions of its first bucket whose watch port is not in ``down``; no live
   bucket drops the frame. A bucket output to the frame's own ingress port is
   dropped, as Open vSwitch does (sending back needs ``OFPP_IN_PORT``);
-* ``Output`` to a port in ``down`` (link down) loses the frame.
+* ``Output`` to a port in ``down`` (link down) loses the frame; ``Output`` to
+  the frame's own ingress port by number is dropped, as OpenFlow switches do
+  (Open vSwitch: "skipping output to input port"), and noted in
+  :attr:`Result.to_ingress`.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
 never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata``,
@@ -99,7 +102,9 @@ class Result:
     already resolved to the ingress port); ``punted``: sent to the controller;
     ``hits``: the entries that matched, table by table; ``miss_table``: the
     table where a table miss ended processing (None if none did);
-    ``dropped``: neither output nor punted.
+    ``to_ingress``: outputs to the frame's own ingress port (by number, not
+    ``OFPP_IN_PORT``), dropped as a switch does; ``dropped``: neither output
+    nor punted.
     """
 
     outputs: tuple[tuple[int, Frame], ...]
@@ -108,6 +113,7 @@ class Result:
     miss_table: int | None = None
     punts: tuple[Frame, ...] = field(default=())
     learned: tuple[FlowSpec, ...] = field(default=())
+    to_ingress: tuple[int, ...] = field(default=())
 
     @property
     def dropped(self) -> bool:
@@ -172,6 +178,7 @@ class _Run:
     hits: list[FlowSpec]
     learned: list[FlowSpec]
     miss: int | None
+    to_ingress: list[int] = field(default_factory=list)
 
 
 def _bits(value: int, ofs: int, n_bits: int) -> int:
@@ -213,7 +220,8 @@ class Pipeline:
     def process(self, frame: Frame) -> Result:
         st = _Run([], [], [], [], None)
         self._run_from(0, frame, st, 0)
-        return Result(tuple(st.outputs), bool(st.punts), tuple(st.hits), st.miss, tuple(st.punts), tuple(st.learned))
+        return Result(tuple(st.outputs), bool(st.punts), tuple(st.hits), st.miss, tuple(st.punts), tuple(st.learned),
+                      tuple(st.to_ingress))
 
     def _run_from(self, table: int | None, frame: Frame, st: "_Run", depth: int) -> Frame:
         """Process ``frame`` from ``table`` on (following ``goto``); the frame as it ends."""
@@ -236,6 +244,8 @@ class Pipeline:
                     frame = self._group(action.group_id, frame, st.outputs, st.punts)
                 elif isinstance(action, Output) and action.port in self.down:
                     continue  # the link is down: this copy is lost
+                elif isinstance(action, Output) and action.port == frame.in_port:
+                    st.to_ingress.append(action.port)  # OpenFlow: never back out of the ingress port
                 else:
                     frame = _apply(action, frame, st.outputs, st.punts)
             if entry.write_metadata is not None:

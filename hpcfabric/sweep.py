@@ -52,6 +52,7 @@ from hpcfabric.cdg import _cos_label, _Sweep, channel_name, pausable_ports
 from hpcfabric.compiler import port_state_flow
 from hpcfabric.verify import (
     DELIVER,
+    DROP,
     LOOP,
     _Dst,
     _Engine,
@@ -399,6 +400,7 @@ class _RepSweep(_Sweep):
             over[rows] = np.arange(len(rows))
             X = np.stack([changed[r] for r in rows]).reshape(-1)
         bound = len(self.compiled.fabric.switches) + 1
+        ingress = self.eng.ingress_ids()  # a step back out of the ingress port is a drop
         codes = np.empty(len(first), dtype=np.int32)
         edges: list[np.ndarray] = []
         for b0 in range(0, len(first), VISIT_BATCH):
@@ -418,6 +420,9 @@ class _RepSweep(_Sweep):
                     m = o >= 0
                     if m.any():
                         code[m] = X[o[m] * n + c[m]]
+                back = self.eng.back_to_ingress(ingress, cur, code)
+                if back.any():
+                    code[back] = DROP
                 keep = (code >= 0) & self.fabric_row[cur]
                 if keep.any():
                     edges.append(np.unique(cur[keep] << 32 | code[keep].astype(np.int64)))

@@ -129,6 +129,7 @@ LOOP = -6  # walk only: hop bound exceeded / cycle
 SINK = -7  # matrix only: the row where finished walks park
 TAGGED = -8  # reached a host still carrying a VLAN tag
 DELIVER = -16  # delivered to host id h: DELIVER - h
+NOWHERE = 2**31 - 2  # views only: an output that no port takes (to the ingress port by number)
 NEW_ROW = 2**31 - 1  # engine only: egress (port, PCP) whose row does not exist yet (never a final code)
 
 UNTAGGED = -1  # VLAN PCP of an untagged frame (engine rows)
@@ -136,6 +137,7 @@ PCP_SLOTS = 9  # untagged + PCP 0..7
 
 MAX_FAILURES = 20
 MATRIX_BYTES = 256 << 20  # decision-matrix budget per destination chunk
+PER_PORT_AUTO_PORTS = 4096  # verify(): one row per fabric ingress port up to this many fabric ports
 BATCH_ELEMENTS = 1 << 20  # (source, destination) elements walked at once
 
 KINDS = ("delivered", "misdelivered", "dropped", "loop", "punted", "flood", "tagged")
@@ -191,6 +193,7 @@ class Report:
     probe_addresses: tuple[str, ...] = field(default=())
     tagged: int = 0
     paused: tuple[str, ...] = ()
+    ingress_exact: bool = True  # a frame sent back out of its ingress port counts as dropped (as on a switch)
 
     @property
     def ok(self) -> bool:
@@ -225,6 +228,7 @@ class Report:
             "seconds": round(self.seconds, 3),
             "coverage": self.coverage,
             "engine": self.engine,
+            "ingress_exact": self.ingress_exact,
             "paused": list(self.paused),
         }
 
@@ -291,10 +295,18 @@ def walk_pair(
             return Walk(DROP, None, tuple(path), f"dropped at {switch}: pipeline error: {err}")
         if res.punted:
             return Walk(PUNT, None, tuple(path), f"punted to the controller by {switch} ({_hit(res)})")
-        if len(res.outputs) > 1:
-            return Walk(FLOOD, None, tuple(path), f"flooded by {switch} to ports {list(res.ports)} ({_hit(res)})")
+        if len(res.outputs) + len(res.to_ingress) > 1:  # several outputs: a flood, whatever reaches the wire
+            ports = sorted(res.ports + res.to_ingress)
+            return Walk(FLOOD, None, tuple(path), f"flooded by {switch} to ports {ports} ({_hit(res)})")
         if not res.outputs:
-            if res.miss_table is not None:
+            if res.to_ingress and len(path) == 1:  # back to the source host: misdelivered, as the fast engine says
+                hid = _host_ids(compiled)[src]
+                return Walk(DELIVER - hid, src, tuple(path), f"sent back to its source {src} by {switch} port "
+                            f"{res.to_ingress[0]} ({_hit(res)}; a switch drops it: sending back needs OFPP_IN_PORT)")
+            if res.to_ingress:
+                why = (f"output to its ingress port {res.to_ingress[0]} ({_hit(res)}), which a switch drops "
+                       "(sending back needs OFPP_IN_PORT)")
+            elif res.miss_table is not None:
                 why = f"table miss in table {res.miss_table}"
             elif res.hits[-1].priority == 0 and res.hits[-1].match == Match():
                 why = f"table-miss entry of table {res.hits[-1].table} (no route for this address)"
@@ -469,7 +481,12 @@ class _View:
         return len(self.entries)
 
     @classmethod
-    def build(cls, entries: list[FlowSpec], in_port: int, pcp: int = UNTAGGED, cache: dict | None = None) -> "_View":
+    def build(
+        cls, entries: list[FlowSpec], in_port: int, pcp: int = UNTAGGED, cache: dict | None = None,
+        own_port_drops: bool = False,
+    ) -> "_View":
+        """``own_port_drops``: an output to ``in_port`` by number goes nowhere (a port beyond the
+        switch's: dead), as on a switch; only for rows of that one ingress port."""
         cache = {} if cache is None else cache
         tag = None if pcp == UNTAGGED else pcp
         entries = [f for f in entries if (f.match.vlan_pcp is None or f.match.vlan_pcp == pcp)
@@ -486,6 +503,8 @@ class _View:
             if a is None or a[0] is not f:
                 a = cache[key] = (f, *_flow_attrs(f), *_effect(f, pcp))
             _, goto, wmv, wmm, dv, dm, mv, mm, nout, port, punt, opcp, npcp, err = a
+            if own_port_drops and port == in_port:
+                port = NOWHERE
             row = (nout, in_port if port == OFPP_IN_PORT else port, punt, goto, wmv, wmm, opcp, npcp, err)
             for col, x in zip(cols, row):
                 col.append(x)
@@ -616,6 +635,9 @@ class _Row:
     entries: dict[int, list[FlowSpec]] = field(default_factory=dict)
     views: dict[tuple[int, int], _View] = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)
+    #: decide "output to the ingress port by number" as a drop here, in the views (one fabric port
+    #: at a switch whose entries also send back by OFPP_IN_PORT, which the walks cannot tell apart)
+    own_port_drops: bool = False
 
     @property
     def rep(self) -> int:
@@ -651,11 +673,14 @@ class _Row:
                 return None
             shared = self.attrs.setdefault("views", {})  # rows with the same entries share views
             skey = (pcp, tuple(map(id, entries)))
-            if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in entries for a in f.actions):
-                skey += (self.rep,)
+            if self.own_port_drops or any(
+                isinstance(a, Output) and a.port == OFPP_IN_PORT for f in entries for a in f.actions
+            ):
+                skey += (self.rep, self.own_port_drops)
             got = shared.get(skey)
             if got is None:
-                got = shared[skey] = (entries, _View.build(entries, self.rep, pcp, self.attrs))  # keeps ids alive
+                view = _View.build(entries, self.rep, pcp, self.attrs, own_port_drops=self.own_port_drops)
+                got = shared[skey] = (entries, view)  # keeps ids alive
             v = self.views[key] = got[1]
         return v
 
@@ -799,6 +824,7 @@ class _Engine:
         self.classes: dict[str, list[tuple[int, ...]]] = {}
         self.relevant: dict[str, list[FlowSpec]] = {}
         self.merged_ports = 0
+        self.own_port_drops: set[str] = set()  # switches whose rows drop outputs to their port (views)
         self._attrs: dict = {}  # (id(flow), pcp) -> (flow, *attrs)
         self._switch_info: dict[str, tuple] = {}  # switch -> (flows, eth_src entries, in_port entries, built)
         extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
@@ -856,6 +882,8 @@ class _Engine:
         ports = self.fabric.ports(switch)
         by_src = [f for f in relevant if f.match.eth_src is not None]
         in_port_out = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions)
+        if in_port_out:
+            self.own_port_drops.add(switch)
         split = bool(by_src) or in_port_out or self.per_port
         named: dict[int, set[int]] = {}  # in_port -> tables of the entries naming it
         for f in relevant:
@@ -953,6 +981,7 @@ class _Engine:
         _, by_src, named, built = info
         scalar = src_mac is None and any(f.match.in_port is None or f.match.in_port in cls for f in by_src)
         row = _Row(switch, cls, src_mac, scalar, pcp)
+        row.own_port_drops = switch in self.own_port_drops and len(cls) == 1 and not peer.is_host
         if not scalar:
             if by_src:
                 row.build(relevant, self._attrs)
@@ -969,6 +998,46 @@ class _Engine:
 
     def first_row(self, host: Any) -> int:
         return self.row_of[(host.switch, self.class_of[(host.switch, host.port)], UNTAGGED)]
+
+    def ingress_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, plus one trailing entry for the walk's sink: ``(arrived, sent)``.
+
+        ``arrived[r]``: an id of the fabric port a frame in row ``r`` came in on (rows of one fabric
+        port only, -1 otherwise); ``sent[r]``: the id of the port the previous switch sent it out of
+        to land in row ``r`` (the peer of that port; -2 for host rows). A step from row ``a`` to row
+        ``b`` leaves through the ingress port exactly when ``arrived[a] == sent[b]``: OpenFlow
+        switches drop such a frame (sending back needs ``OFPP_IN_PORT``), and so do the walks
+        (:meth:`back_to_ingress`). Rows that merge several ingress ports (the default engine on big
+        fabrics) cannot tell and get -1. A host's frame sent back to that host is not a step between
+        rows: it counts as misdelivered (to its source), as in :func:`walk_pair`.
+        """
+        cached = getattr(self, "_ingress", None)
+        if cached is not None and len(cached[0]) == len(self.rows) + 1:
+            return cached
+        ids = self._port_ids = getattr(self, "_port_ids", {})
+        start = 0 if cached is None else len(cached[0]) - 1
+        arrived = np.full(len(self.rows) + 1, -1, dtype=np.int64)
+        sent = np.full(len(self.rows) + 1, -2, dtype=np.int64)
+        if cached is not None:
+            arrived[:start], sent[:start] = cached[0][:start], cached[1][:start]
+        for r in range(start, len(self.rows)):
+            row = self.rows[r]
+            if len(row.ports) != 1:
+                continue
+            peer = self.fabric.ports(row.switch)[row.ports[0]]
+            if peer.is_host:
+                continue
+            if not row.own_port_drops:  # own_port_drops: decided in the views
+                arrived[r] = ids.setdefault((row.switch, row.ports[0]), len(ids))
+            sent[r] = ids.setdefault((peer.node, peer.port), len(ids))
+        self._ingress = (arrived, sent)
+        return self._ingress
+
+    @staticmethod
+    def back_to_ingress(ids: tuple[np.ndarray, np.ndarray], cur: np.ndarray, code: np.ndarray) -> np.ndarray:
+        """Which steps (rows ``cur`` deciding ``code``) leave through their fabric ingress port."""
+        arrived, sent = ids
+        return arrived[cur] == sent[np.where(code >= 0, code, len(sent) - 1)]
 
     def channel(self, r: int) -> tuple[str, int, int] | None:
         """The channel (switch, egress port, PCP) a frame in row ``r`` arrived on
@@ -1013,9 +1082,12 @@ class _Engine:
             return DROP
         if res.punted:
             return PUNT
-        if len(res.outputs) > 1:
+        if len(res.outputs) + len(res.to_ingress) > 1:
             return FLOOD
         if not res.outputs:
+            peer = self.fabric.ports(row.switch).get(row.rep)
+            if res.to_ingress and peer is not None and peer.is_host:  # back to the source: as walk_pair
+                return DELIVER - self.hid[peer.node]
             return DROP
         port, sent = res.outputs[0]
         if replace(sent, in_port=frame.in_port) != frame:  # pragma: no cover - rewrites are rejected earlier
@@ -1083,6 +1155,9 @@ class _Engine:
             return
         flat = m.reshape(-1)
         sink = m.shape[0] - 1 if line_of is None else len(line_of) - 1
+        ingress = self.ingress_ids()
+        if len(ingress[0]) != sink + 1:  # pragma: no cover - the matrix is built over every row
+            raise ValueError("decision matrix and engine rows differ")
         cols = np.arange(n, dtype=np.int64)
         per = max(1, BATCH_ELEMENTS // n)
         for c0 in range(0, len(classes), per):
@@ -1101,6 +1176,9 @@ class _Engine:
                         src = int(batch[b][1][0])
                         row = self.rows[int(cur[b, j])]
                         code[b, j] = self.decide_scalar(row, int(self.host_macs[src]), int(dst.macs[j]))
+                back = self.back_to_ingress(ingress, cur, code)
+                if back.any():
+                    code[back] = DROP
                 if on_step is not None:
                     live = cur != sink
                     on_step(cur[live], code[live], np.broadcast_to(cols, cur.shape)[live])
@@ -1251,6 +1329,7 @@ def verify(
     max_failures: int = MAX_FAILURES,
     groups: Mapping[str, Iterable[Any]] | None = None,
     down: Iterable[tuple[str, int]] = (),
+    per_port: bool | None = None,
 ) -> Report:
     """Verify forwarding of ``compiled`` (a :class:`~hpcfabric.compiler.CompiledFabric`).
 
@@ -1270,6 +1349,12 @@ def verify(
     groups, down : optional
         Fast-failover groups per switch (:mod:`hpcfabric.fastfailover`) and ports whose link is down
         (switch, port): resolved (:func:`apply_down`) after ``paused`` is applied.
+    per_port : bool, optional
+        Vectorised engine with one decision row per fabric ingress port, so that a frame a switch
+        would send back out of the port it came in on is dropped, as on a switch (the scalar walk
+        always does this). Default: on up to ``PER_PORT_AUTO_PORTS`` fabric ports; above that,
+        ports no rule tells apart share a row (far faster on big fabrics) and the report says
+        ``ingress_exact: false`` (``hpcfabric sweep`` and the CDG check walk per port).
     """
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")
@@ -1293,7 +1378,9 @@ def verify(
     fast: _Engine | None = None
     if engine != "scalar":
         try:
-            fast = _Engine(compiled, (mac for mac, _ in probes))
+            if per_port is None:
+                per_port = sum(len(fabric.ports(sw.name)) for sw in fabric.switches) - n_hosts <= PER_PORT_AUTO_PORTS
+            fast = _Engine(compiled, (mac for mac, _ in probes), per_port=per_port)
         except _Unsupported as why:
             if engine == "fast":
                 raise PipelineError(f"the vectorised verifier cannot model these rules: {why}") from None
@@ -1349,7 +1436,17 @@ def verify(
         overlaps=overlaps,
         overlap_examples=tuple(examples),
         probe_addresses=tuple(f"{format_mac(mac)} {why}" for mac, why in probes),
+        ingress_exact=fast is None or fast.per_port or not any(len(c) > 1 for c in _fabric_classes(fast)),
     )
+
+
+def _fabric_classes(eng: _Engine) -> Iterator[tuple[int, ...]]:
+    """Ingress classes holding a fabric port (merged classes make the ingress check inexact)."""
+    for sw, classes in eng.classes.items():
+        ports = eng.fabric.ports(sw)
+        for cls in classes:
+            if any(not ports[p].is_host for p in cls):
+                yield cls
 
 
 def _chunks(engine: _Engine, dst_ids: np.ndarray) -> Iterator[np.ndarray]:
@@ -1454,7 +1551,9 @@ def _run_scalar(
 def pair_outcomes(compiled: Any, *, engine: str = "fast") -> dict[tuple[str, str], tuple[str, str | None, int | None]]:
     """Per ordered host pair: (kind, host reached or None, hops or None for loops).
 
-    For cross-checking the engines on small fabrics (H*(H-1) entries).
+    For cross-checking the engines on small fabrics (H*(H-1) entries); the fast engine runs with
+    one row per ingress port, so frames sent back out of their ingress port are dropped as in the
+    scalar walk.
     """
     hosts = compiled.fabric.hosts
     out: dict[tuple[str, str], tuple[str, str | None, int | None]] = {}
@@ -1466,7 +1565,7 @@ def pair_outcomes(compiled: Any, *, engine: str = "fast") -> dict[tuple[str, str
                     w = walk_pair(compiled, src.name, compiled.plan.host_mac[dst.name], pipelines=pipes)
                     out[(src.name, dst.name)] = _outcome(w.code, d, w.hops, hosts)
         return out
-    eng = _Engine(compiled)
+    eng = _Engine(compiled, per_port=True)
     ids = np.arange(len(hosts))
     for chunk in _chunks(eng, ids):
         dst = _Dst(eng.host_macs[chunk])

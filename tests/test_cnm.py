@@ -201,7 +201,9 @@ def test_snooped_cnms_are_copied_to_the_controller_and_still_forwarded():
         for port in f.fabric_ports(sw.name):
             res = Pipeline(comp.flows(sw.name)).process(Frame(in_port=port, eth_src=0x020000000077, eth_dst=mac,
                                                               eth_type=ETH_TYPE_CN))
-            assert res.punted and len(res.outputs) == 1  # copy + forward towards the reaction point
+            # copy + forward towards the reaction point (a CNM injected on the port that leads there
+            # would go straight back: the switch drops that copy, the pipeline notes it)
+            assert res.punted and len(res.outputs) + len(res.to_ingress) == 1
 
 
 def test_snooped_cnms_take_the_pcp_step_with_cos():
@@ -212,17 +214,22 @@ def test_snooped_cnms_take_the_pcp_step_with_cos():
     sw = f.switches[0]
     glob = next(p for p, peer in f.fabric_ports(sw.name).items() if peer.kind == "global")
     local = next(p for p, peer in f.fabric_ports(sw.name).items() if peer.kind == "local")
-    dst = next(h for h in f.hosts if h.switch != sw.name)
-    mac = comp.plan.host_mac[dst.name]
     pipe = Pipeline(comp.flows(sw.name))
+    host = f.hosts_on(sw.name)[0]
+
+    def leaves_by(h) -> int:  # the port a data frame from this switch's host to h leaves by
+        frame = Frame(in_port=host.port, eth_src=comp.plan.host_mac[host.name], eth_dst=comp.plan.host_mac[h.name])
+        return pipe.process(frame).outputs[0][0]
+
     for port, pcp, want in [(glob, 0, 1), (glob, 1, 2), (glob, 2, 2), (local, 1, 1)]:
+        # a destination not behind the arrival port (a switch never sends back out of it)
+        mac = comp.plan.host_mac[next(h for h in f.hosts if h.switch != sw.name and leaves_by(h) != port).name]
         res = pipe.process(Frame(in_port=port, eth_src=0x020000000077, eth_dst=mac, eth_type=ETH_TYPE_CN, vlan_pcp=pcp))
         assert res.punted and res.punts[0].vlan_pcp == pcp
         ((_, out),) = res.outputs
         assert out.vlan_pcp == want, (port, pcp)
         data = pipe.process(Frame(in_port=port, eth_src=0x020000000077, eth_dst=mac, vlan_pcp=pcp))
         assert data.outputs[0][1].vlan_pcp == want  # the same step as data
-    host = f.hosts_on(sw.name)[0]
     res = pipe.process(Frame(in_port=host.port, eth_src=comp.plan.host_mac[host.name], eth_dst=mac, eth_type=ETH_TYPE_CN))
     assert not res.punted and res.outputs and res.outputs[0][1].vlan_pcp == 0  # from a host: tagged, not copied
     assert verify_ok(comp)

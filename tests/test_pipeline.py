@@ -134,6 +134,19 @@ def test_goto_continues_and_outputs_accumulate():
     assert res.ports == (7,) and not res.dropped and res.miss_table == 2
 
 
+def test_output_to_the_ingress_port_is_dropped_unless_by_in_port():
+    """OpenFlow (and Open vSwitch: "skipping output to input port"): an output naming the ingress
+    port by number sends nothing; OFPP_IN_PORT does; other outputs of the entry still go out."""
+    p = Pipeline([fl(actions=[Output(1), Output(5)])])
+    res = p.process(Frame(1, A, B))
+    assert res.ports == (5,) and res.to_ingress == (1,)
+    res = Pipeline([fl(actions=[Output(1)])]).process(Frame(1, A, B))
+    assert res.dropped and res.to_ingress == (1,)
+    res = Pipeline([fl(actions=[Output(OFPP_IN_PORT)])]).process(Frame(1, A, B))
+    assert res.ports == (1,) and res.to_ingress == ()
+    assert Pipeline([fl(actions=[Output(1)])]).process(Frame(2, A, B)).ports == (1,)
+
+
 @pytest.mark.parametrize("goto", [0, 1])
 def test_goto_must_go_forward(goto):
     with pytest.raises(PipelineError, match="later table"):
@@ -143,11 +156,11 @@ def test_goto_must_go_forward(goto):
 def test_write_metadata_masked_then_matched():
     flows = [
         fl(table=0, write_metadata=(0xA5, 0x0F), goto=1),
-        fl(table=1, priority=2, metadata=(0xF5, 0xFF), actions=[Output(1)]),
+        fl(table=1, priority=2, metadata=(0xF5, 0xFF), actions=[Output(3)]),
         fl(table=1, priority=1, metadata=(0x05, 0x0F), actions=[Output(2)]),
     ]
     p = Pipeline(flows)
-    assert p.process(Frame(1, A, B, metadata=0xF0)).ports == (1,)  # 0xF0 -> 0xF5
+    assert p.process(Frame(1, A, B, metadata=0xF0)).ports == (3,)  # 0xF0 -> 0xF5
     res = p.process(Frame(1, A, B))  # 0x00 -> 0x05
     assert res.ports == (2,)
     assert res.outputs[0][1].metadata == 0, "metadata does not leave the switch"

@@ -18,8 +18,9 @@ import pytest
 from test_policies import compiled
 
 from hpcfabric.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
+from hpcfabric.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
 from hpcfabric.sweep import brute_force_single_paused, sweep_single_paused
+from hpcfabric.verify import verify
 
 
 def assert_same(comp, ports):
@@ -144,6 +145,17 @@ def swapped_delivery(comp):
     return _mutate(comp, sw, fn)
 
 
+def valiant_without_row_condition(comp):
+    """FB Valiant entries without their metadata (row) condition: a frame for the own top-dimension
+    row comes straight back to the intermediate's ingress port, which a switch drops (docs/routing.md)."""
+    def loose(f):
+        if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.ALTERNATIVE and f.match.metadata is not None:
+            return replace(f, match=replace(f.match, metadata=None))
+        return f
+
+    return replace(comp, tables={n: replace(t, flows=tuple(map(loose, t.flows))) for n, t in comp.tables.items()})
+
+
 MUTATIONS = [valiant_to_a_host, fallback_drops, fallback_bounces, remote_host_entry, swapped_delivery]
 
 
@@ -159,6 +171,18 @@ def test_sweep_equals_brute_force_on_broken_rules(name, step, mutation):
     assert not rep.ok  # the mutation is seen
     if mutation in (remote_host_entry, swapped_delivery):
         assert rep.split_groups >= 1
+
+
+def test_a_frame_sent_back_out_of_its_ingress_port_is_dropped():
+    """Valiant FB without the row condition: unpaused already, frames for the own row bounce at the
+    intermediate; the per-port walks (sweep, CDG) and the scalar pipeline all count them dropped."""
+    comp = valiant_without_row_condition(compiled("fb-2d-3x3", "valiant"))
+    ports = pausable_ports(comp)[::3]
+    rep, ref = assert_same(comp, ports)
+    assert not rep.ok and ref[None]["undelivered"].get("dropped", 0) > 0
+    scalar = verify(comp, engine="scalar")
+    assert scalar.dropped == ref[None]["undelivered"]["dropped"] == verify(comp).dropped
+    assert not check_deadlock_freedom(comp, "none").ok
 
 
 @pytest.mark.parametrize("name", ["dragonfly-a2-p1-h1", "fb-2d-3x3"])

@@ -233,27 +233,52 @@ def test_missing_route_entry_drops_exactly_the_pairs_through_it():
         assert "note" not in fail
 
 
-def test_wrong_port_creating_a_two_switch_loop():
+def _local_hop_to(comp, a: str):
+    """(remote group g, local neighbour b, b's port back to a): a reaches g through b."""
+    f = comp.fabric
+    for g in range(1, f.params["g"]):
+        peer = f.peer(a, route_entry(comp, a, g).actions[0].port)
+        if f.switch(peer.node).group == 0:
+            return g, peer.node, peer.port
+    raise AssertionError("no remote group reached through a local link")
+
+
+def test_wrong_port_back_to_the_sender_is_a_drop_not_a_loop():
+    """b sends group-g frames back over the link a used to reach it: a switch never outputs to the
+    ingress port by number, so frames from a die at b (and frames a bounces back die at a)."""
+    comp = compiled("dragonfly-a4-p2-h2.yaml", "per-group")
+    a = "g0s0"
+    g, b, back = _local_hop_to(comp, a)
+    old = route_entry(comp, b, g)
+    broken = with_flows(comp, b, swap(comp.flows(b), old, dataclasses.replace(old, actions=(Output(back),))))
+    r = verify(broken)
+    assert r.ingress_exact and r.dropped > 0 and r.loops == 0 and not r.ok
+    for fail in r.failures:
+        assert fail["kind"] == "dropped" and "ingress port" in fail["reason"], fail
+        assert fail["path"][-1] in (a, b)
+    assert pair_outcomes(broken) == pair_outcomes(broken, engine="scalar")
+    assert verify(broken, engine="scalar").dropped == r.dropped
+
+
+def test_wrong_ports_creating_a_three_switch_loop():
     comp = compiled("dragonfly-a4-p2-h2.yaml", "per-group")
     f = comp.fabric
     a = "g0s0"
-    # a remote group that a reaches through a local link to b
-    for g in range(1, f.params["g"]):
-        entry = route_entry(comp, a, g)
-        peer = f.peer(a, entry.actions[0].port)
-        if f.switch(peer.node).group == 0:
-            break
-    b, back = peer.node, peer.port
-    old = route_entry(comp, b, g)
-    broken = with_flows(comp, b, swap(comp.flows(b), old, dataclasses.replace(old, actions=(Output(back),))))
+    g, b, _ = _local_hop_to(comp, a)
+    c = next(s.name for s in f.switches if s.group == 0 and s.name not in (a, b))
+    to = {(x, y): p for x in (a, b, c) for p, peer in f.ports(x).items() if not peer.is_host and (y := peer.node)}
+    broken = comp
+    for sw, nxt in ((b, c), (c, a)):  # a -> b -> c -> a
+        old = route_entry(broken, sw, g)
+        broken = with_flows(broken, sw, swap(broken.flows(sw), old, dataclasses.replace(old, actions=(Output(to[(sw, nxt)]),))))
     r = verify(broken)
     assert r.loops > 0 and not r.ok
     loops = [x for x in r.failures if x["kind"] == "loop"]
     assert loops
     for fail in loops:
         assert fail["hops"] is None and "loop" in fail["reason"]
-        assert {a, b} <= set(fail["path"])
-        assert fabric("dragonfly-a4-p2-h2.yaml").switch(fabric("dragonfly-a4-p2-h2.yaml").host(fail["dst"]).switch).group == g
+        assert {a, b, c} <= set(fail["path"])
+        assert f.switch(f.host(fail["dst"]).switch).group == g
     assert pair_outcomes(broken) == pair_outcomes(broken, engine="scalar")
 
 
