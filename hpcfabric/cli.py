@@ -227,7 +227,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise ConfigError(f"--paused {args.paused!r}: expected all or SWITCH:PORT of a port in {fabric.name}",
                               field="--paused")
         paused = [(sw, int(port))]
-    report = verify(compiled, paused, sample=args.sample)
+    per_port = {"auto": None, "per-port": True, "merged": False}[args.ingress]
+    report = verify(compiled, paused, sample=args.sample, per_port=per_port)
     data = {"fabric": fabric.name, "addressing": plan.mode, **report.as_dict()}
     ok = report.ok
     if args.routing is not None or args.paused is not None or args.cos != "default":
@@ -361,6 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("verify", cmd_verify, "walk a frame between every pair of hosts through the compiled rules")
     addressing(p)
     p.add_argument("--sample", type=int, default=None, metavar="N", help="verify N random destinations only")
+    p.add_argument(
+        "--ingress", choices=("auto", "per-port", "merged"), default="auto",
+        help="decision rows per fabric ingress port (a frame sent back out of its ingress port is dropped, as "
+        "on a switch) or merged where no rule tells ports apart (much faster on big fabrics; the report then "
+        "says ingress_exact: false); auto: per-port up to 4,096 fabric ports",
+    )
     policy(p)
     p.add_argument(
         "--paused", default=None, metavar="all|SWITCH:PORT",

@@ -116,7 +116,7 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
             port = None
             if pipe is not None:
                 res = pipe.process(Frame(in_port=in_port, eth_src=0x020000000000, eth_dst=plan.host_mac[host]))
-                outs = [p for p, _ in res.outputs]
+                outs = [p for p, _ in res.outputs] + list(res.to_ingress)  # the probe's own port is a route too
                 if len(outs) == 1 and outs[0] in cands:
                     port = outs[0]
             if port is None:

@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without an installed packag
     sys.path.insert(0, str(ROOT))
 
 from mininet.link import Link, TCLink  # noqa: E402  (Debian's Mininet, not this folder)
+from mininet.log import warn  # noqa: E402
 from mininet.net import Mininet  # noqa: E402
 from mininet.node import Host, OVSSwitch, RemoteController  # noqa: E402
 
@@ -60,6 +61,23 @@ IFNAMSIZ = 15  # Linux interface names: at most 15 characters
 HOST_PORT = 0  # Mininet port number of a host's only interface (<host>-eth0)
 IP_BASE = int(ipaddress.IPv4Address("10.0.0.0"))
 IP_PREFIX = 8
+
+
+class QuietRemoteController(RemoteController):
+    """``RemoteController`` whose reachability check opens a TCP connection itself.
+
+    Mininet's check pipes ``telnet`` into its shell; the controller answers with a binary OpenFlow
+    HELLO, and Mininet's strict UTF-8 read of that output fails now and then (UnicodeDecodeError in
+    ``Node.read``, seen in the reliability and experiment runs). Same warning, no shell.
+    """
+
+    def isListening(self, ip: str, port: int) -> bool:  # noqa: N802 (Mininet's name)
+        try:
+            with socket.create_connection((ip, port), timeout=2):
+                return True
+        except OSError:
+            warn(f"Unable to contact the remote controller at {ip}:{port}\n")
+            return False
 
 
 class FabricNetError(RuntimeError):
@@ -198,7 +216,7 @@ def build_net(
     )
     try:
         if controller_port is not None:
-            net.addController(RemoteController(f"{prefix}hfctl", ip=controller_ip, port=controller_port))
+            net.addController(QuietRemoteController(f"{prefix}hfctl", ip=controller_ip, port=controller_port))
         nodes: dict[str, Any] = {}
         for sw in fabric.switches:
             nodes[sw.name] = net.addSwitch(

@@ -155,6 +155,13 @@ def test_verify_every_shipped_topology_and_mode(capsys, name, mode):
     assert data["max_hops"] >= 1
 
 
+@pytest.mark.parametrize("ingress,exact", [("auto", True), ("per-port", True), ("merged", False)])
+def test_verify_ingress_rows(capsys, ingress, exact):
+    code, out, _ = run(capsys, "verify", DEFAULT, "--ingress", ingress)
+    data = json.loads(out)
+    assert code == 0 and data["ingress_exact"] is exact and data["pairs"] == data["delivered"]
+
+
 def test_verify_exits_1_when_frames_are_not_delivered(capsys, monkeypatch):
     import dataclasses
 
