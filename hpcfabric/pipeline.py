@@ -28,12 +28,11 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
   starts at 0 and, like ``metadata``, never leaves the switch.
 * ``Group`` runs a fast-failover group (``groups``, :class:`~hpcfabric.flows.GroupSpec`):
   the actions of its first bucket whose watch port is not in ``down``; no live
-  bucket drops the frame. A bucket output to the frame's own ingress port is
-  dropped, as Open vSwitch does (sending back needs ``OFPP_IN_PORT``);
-* ``Output`` to a port in ``down`` (link down) loses the frame; ``Output`` to
-  the frame's own ingress port by number is dropped, as OpenFlow switches do
-  (Open vSwitch: "skipping output to input port"), and noted in
-  :attr:`Result.to_ingress`.
+  bucket drops the frame;
+* ``Output`` to a port in ``down`` (link down) loses the frame; ``Output`` (in
+  an entry or a bucket) to the frame's own ingress port by number is dropped,
+  as OpenFlow switches do (Open vSwitch: "skipping output to input port";
+  sending back needs ``OFPP_IN_PORT``), and noted in :attr:`Result.to_ingress`.
 
 Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
 never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata``,
@@ -241,13 +240,11 @@ class Pipeline:
                 elif isinstance(action, Learn):
                     st.learned.append(learned_entry(action, frame))
                 elif isinstance(action, Group):
-                    frame = self._group(action.group_id, frame, st.outputs, st.punts)
+                    frame = self._group(action.group_id, frame, st)
                 elif isinstance(action, Output) and action.port in self.down:
                     continue  # the link is down: this copy is lost
-                elif isinstance(action, Output) and action.port == frame.in_port:
-                    st.to_ingress.append(action.port)  # OpenFlow: never back out of the ingress port
                 else:
-                    frame = _apply(action, frame, st.outputs, st.punts)
+                    frame = _apply(action, frame, st)
             if entry.write_metadata is not None:
                 value, mask = entry.write_metadata
                 frame = replace(frame, metadata=(frame.metadata & ~mask) | (value & mask))
@@ -256,32 +253,32 @@ class Pipeline:
             table = entry.goto
         return frame
 
-    def _group(self, group_id: int, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
+    def _group(self, group_id: int, frame: Frame, st: "_Run") -> Frame:
         group = self.groups.get(group_id)
         if group is None:
             raise PipelineError(f"group {group_id:#x} is not installed on this switch")
         bucket = group.live_bucket(self.down)
         for action in bucket.actions if bucket is not None else ():  # none live: dropped
-            if isinstance(action, Output) and action.port == frame.in_port:
-                continue  # OpenFlow: never back out of the ingress port without OFPP_IN_PORT
             if isinstance(action, Group):
                 raise PipelineError(f"group {group_id:#x} chains group {action.group_id:#x} (not supported)")
-            frame = _apply(action, frame, outputs, punts)
+            frame = _apply(action, frame, st)
         return frame
 
     def check_overlaps(self) -> list[tuple[FlowSpec, FlowSpec]]:
         return check_overlaps(self.flows)
 
 
-def _apply(action: object, frame: Frame, outputs: list[tuple[int, Frame]], punts: list[Frame]) -> Frame:
+def _apply(action: object, frame: Frame, st: "_Run") -> Frame:
     if isinstance(action, Output):
         sent = replace(frame, metadata=0, reg0=0)
         if action.port == OFPP_CONTROLLER:
-            punts.append(sent)
+            st.punts.append(sent)
         elif action.port == OFPP_IN_PORT:
-            outputs.append((frame.in_port, sent))
+            st.outputs.append((frame.in_port, sent))
+        elif action.port == frame.in_port:
+            st.to_ingress.append(action.port)  # OpenFlow: never back out of the ingress port by number
         else:
-            outputs.append((action.port, sent))
+            st.outputs.append((action.port, sent))
         return frame
     if isinstance(action, SetField):
         if action.field not in SETTABLE_FIELDS:

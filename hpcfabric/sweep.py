@@ -52,7 +52,6 @@ from hpcfabric.cdg import _cos_label, _Sweep, channel_name, pausable_ports
 from hpcfabric.compiler import port_state_flow
 from hpcfabric.verify import (
     DELIVER,
-    DROP,
     LOOP,
     _Dst,
     _Engine,
@@ -420,9 +419,7 @@ class _RepSweep(_Sweep):
                     m = o >= 0
                     if m.any():
                         code[m] = X[o[m] * n + c[m]]
-                back = self.eng.back_to_ingress(ingress, cur, code)
-                if back.any():
-                    code[back] = DROP
+                self.eng.drop_back_to_ingress(ingress, cur, code)
                 keep = (code >= 0) & self.fabric_row[cur]
                 if keep.any():
                     edges.append(np.unique(cur[keep] << 32 | code[keep].astype(np.int64)))

@@ -825,6 +825,8 @@ class _Engine:
         self.relevant: dict[str, list[FlowSpec]] = {}
         self.merged_ports = 0
         self.own_port_drops: set[str] = set()  # switches whose rows drop outputs to their port (views)
+        self._ingress: tuple[np.ndarray, np.ndarray] | None = None  # see ingress_ids
+        self._port_ids: dict[tuple[str, int], int] = {}
         self._attrs: dict = {}  # (id(flow), pcp) -> (flow, *attrs)
         self._switch_info: dict[str, tuple] = {}  # switch -> (flows, eth_src entries, in_port entries, built)
         extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
@@ -1007,14 +1009,14 @@ class _Engine:
         to land in row ``r`` (the peer of that port; -2 for host rows). A step from row ``a`` to row
         ``b`` leaves through the ingress port exactly when ``arrived[a] == sent[b]``: OpenFlow
         switches drop such a frame (sending back needs ``OFPP_IN_PORT``), and so do the walks
-        (:meth:`back_to_ingress`). Rows that merge several ingress ports (the default engine on big
+        (:meth:`drop_back_to_ingress`). Rows that merge several ingress ports (the default engine on big
         fabrics) cannot tell and get -1. A host's frame sent back to that host is not a step between
         rows: it counts as misdelivered (to its source), as in :func:`walk_pair`.
         """
-        cached = getattr(self, "_ingress", None)
+        cached = self._ingress
         if cached is not None and len(cached[0]) == len(self.rows) + 1:
             return cached
-        ids = self._port_ids = getattr(self, "_port_ids", {})
+        ids = self._port_ids
         start = 0 if cached is None else len(cached[0]) - 1
         arrived = np.full(len(self.rows) + 1, -1, dtype=np.int64)
         sent = np.full(len(self.rows) + 1, -2, dtype=np.int64)
@@ -1034,10 +1036,13 @@ class _Engine:
         return self._ingress
 
     @staticmethod
-    def back_to_ingress(ids: tuple[np.ndarray, np.ndarray], cur: np.ndarray, code: np.ndarray) -> np.ndarray:
-        """Which steps (rows ``cur`` deciding ``code``) leave through their fabric ingress port."""
+    def drop_back_to_ingress(ids: tuple[np.ndarray, np.ndarray], cur: np.ndarray, code: np.ndarray) -> None:
+        """Steps (rows ``cur`` deciding ``code``) that leave through their fabric ingress port become
+        ``DROP`` in ``code``, in place."""
         arrived, sent = ids
-        return arrived[cur] == sent[np.where(code >= 0, code, len(sent) - 1)]
+        back = arrived[cur] == sent[np.where(code >= 0, code, len(sent) - 1)]
+        if back.any():
+            code[back] = DROP
 
     def channel(self, r: int) -> tuple[str, int, int] | None:
         """The channel (switch, egress port, PCP) a frame in row ``r`` arrived on
@@ -1158,6 +1163,7 @@ class _Engine:
         ingress = self.ingress_ids()
         if len(ingress[0]) != sink + 1:  # pragma: no cover - the matrix is built over every row
             raise ValueError("decision matrix and engine rows differ")
+        per_port_rows = bool((ingress[0] >= 0).any())  # merged classes only: nothing to check per step
         cols = np.arange(n, dtype=np.int64)
         per = max(1, BATCH_ELEMENTS // n)
         for c0 in range(0, len(classes), per):
@@ -1176,9 +1182,8 @@ class _Engine:
                         src = int(batch[b][1][0])
                         row = self.rows[int(cur[b, j])]
                         code[b, j] = self.decide_scalar(row, int(self.host_macs[src]), int(dst.macs[j]))
-                back = self.back_to_ingress(ingress, cur, code)
-                if back.any():
-                    code[back] = DROP
+                if per_port_rows:
+                    self.drop_back_to_ingress(ingress, cur, code)
                 if on_step is not None:
                     live = cur != sink
                     on_step(cur[live], code[live], np.broadcast_to(cols, cur.shape)[live])
@@ -1379,7 +1384,7 @@ def verify(
     if engine != "scalar":
         try:
             if per_port is None:
-                per_port = sum(len(fabric.ports(sw.name)) for sw in fabric.switches) - n_hosts <= PER_PORT_AUTO_PORTS
+                per_port = sum(len(fabric.fabric_ports(sw.name)) for sw in fabric.switches) <= PER_PORT_AUTO_PORTS
             fast = _Engine(compiled, (mac for mac, _ in probes), per_port=per_port)
         except _Unsupported as why:
             if engine == "fast":
