@@ -27,7 +27,7 @@ setup(
     entry_points={
         "console_scripts": [
             "hpcfabric=hpcfabric.cli:main",
-            "hpcfabric-dmp=hpcfabric.dmp_client:main",
+            "hpcfabric-dmp=hpcfabric.protocols.dmp_client:main",
         ],
     },
 )

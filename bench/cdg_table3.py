@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcfabric.addressing import plan_addresses  # noqa: E402
-from hpcfabric.cdg import check_deadlock_freedom, pausable_ports  # noqa: E402
-from hpcfabric.compiler import compile_fabric  # noqa: E402
+from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
+from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports  # noqa: E402
+from hpcfabric.rules.compiler import compile_fabric  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
-from hpcfabric.verify import verify  # noqa: E402
+from hpcfabric.verify.allpairs import verify  # noqa: E402
 
 
 def peak_rss_mb() -> float:

@@ -35,7 +35,7 @@ BUDGET_MB = 4096.0
 
 
 def run_one(path: str, mode: str, jobs: int) -> dict:
-    from hpcfabric.addressing import plan_addresses
+    from hpcfabric.rules.addressing import plan_addresses
     from hpcfabric.analysis.scale import count_rules, peak_rss_mb
     from hpcfabric.topology.loader import load_topology
 

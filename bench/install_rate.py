@@ -270,7 +270,7 @@ class Bench:
 
     # -- (b) ovs-ofctl ----------------------------------------------------
     def ofctl(self, modes=("parallel", "sequential")) -> dict:
-        from hpcfabric.ofctl import flows_text
+        from hpcfabric.openflow.ofctl import flows_text
 
         files = {}
         for sw in self.switches:

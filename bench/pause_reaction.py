@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcfabric.pause import build_pause  # noqa: E402
+from hpcfabric.protocols.pause import build_pause  # noqa: E402
 
 HPCFABRIC = ROOT / ".venv" / "bin" / "hpcfabric"
 TOPOLOGY = ROOT / "topologies" / "dragonfly-a2-p1-h1.yaml"
@@ -65,8 +65,8 @@ def floor_rtt(n: int = 200, gap_s: float = 0.02) -> list[float]:
     cost by themselves."""
     import struct
 
-    from hpcfabric import ofwire
-    from hpcfabric.compiler import port_state_flow
+    from hpcfabric.openflow import ofwire
+    from hpcfabric.rules.compiler import port_state_flow
 
     bridge = f"hfq{os.getpid() % 1000:03d}br"
     ls = socket.socket()

@@ -42,8 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcfabric.addressing import plan_addresses  # noqa: E402
-from hpcfabric.pause import build_pause  # noqa: E402
+from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
+from hpcfabric.protocols.pause import build_pause  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
 
 HPCFABRIC = ROOT / ".venv" / "bin" / "hpcfabric"

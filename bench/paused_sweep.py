@@ -1,7 +1,7 @@
 """Benchmark: every single paused port, all host pairs + channel dependency graph, at scale.
 
 For each topology x policy (CoS: the compiler defaults, ``cos=True``) runs
-:func:`hpcfabric.sweep.sweep_single_paused` over the unpaused fabric and every
+:func:`hpcfabric.verify.sweep.sweep_single_paused` over the unpaused fabric and every
 port with a PORT_STATE entry paused alone (``--ports N``: a seeded sample of N
 ports instead, for rate measurements) and prints one JSON line: scenarios,
 pairs per scenario, verdicts (failed scenarios, union CDG acyclic per class),
@@ -13,8 +13,8 @@ Minimal routing has no PORT_STATE entries: a PAUSE changes nothing, so its only
 scenario is the unpaused fabric.
 
 ``--symmetric``: destinations reduced by the symmetries checked on the rules
-(:mod:`hpcfabric.symmetry`); ``--up-down`` (fat-tree, folded Clos): the
-per-switch up*/down* proof (:mod:`hpcfabric.updown`), which covers every set
+(:mod:`hpcfabric.verify.symmetry`); ``--up-down`` (fat-tree, folded Clos): the
+per-switch up*/down* proof (:mod:`hpcfabric.verify.updown`), which covers every set
 of paused ports at once.
 
 Usage: nice -n 19 .venv/bin/python bench/paused_sweep.py [--routings minimal,valiant,conditional]
@@ -41,11 +41,11 @@ def peak_rss_mb() -> float:
 
 
 def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool = False, up_down: bool = False) -> dict:
-    from hpcfabric.addressing import plan_addresses
-    from hpcfabric.cdg import pausable_ports
-    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.rules.addressing import plan_addresses
+    from hpcfabric.verify.cdg import pausable_ports
+    from hpcfabric.rules.compiler import compile_fabric
     from hpcfabric.errors import CompileError
-    from hpcfabric.sweep import sweep_single_paused
+    from hpcfabric.verify.sweep import sweep_single_paused
     from hpcfabric.topology.loader import load_topology
 
     t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool 
         print(f"# {fabric.name} {routing}: {i}/{n} scenarios, {t:.0f} s", file=sys.stderr, flush=True)
 
     if up_down:
-        from hpcfabric.updown import check_up_down
+        from hpcfabric.verify.updown import check_up_down
 
         if ports_arg != "all":
             raise SystemExit("--up-down covers every set of paused ports at once (no sample)")
@@ -74,7 +74,7 @@ def run_one(path: str, routing: str, ports_arg: str, seed: int, symmetric: bool 
                    compile_seconds=round(compile_seconds, 2), peak_rss_mb=peak_rss_mb())
         return out
     if symmetric:
-        from hpcfabric.symmetry import symmetric_sweep
+        from hpcfabric.verify.symmetry import symmetric_sweep
 
         def sprogress(phase: str, i: int, n: int, t: float) -> None:
             print(f"# {fabric.name} {routing} {phase}: {i}/{n}, {t:.0f} s", file=sys.stderr, flush=True)
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ports", default="all", help="'all' or a number of sampled ports")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--symmetric", action="store_true",
-                    help="reduce destinations by the symmetries checked on the rules (hpcfabric.symmetry)")
+                    help="reduce destinations by the symmetries checked on the rules (hpcfabric.verify.symmetry)")
     ap.add_argument("--up-down", action="store_true",
-                    help="fat-tree / folded Clos: the per-switch up*/down* proof (hpcfabric.updown) instead of walks")
+                    help="fat-tree / folded Clos: the per-switch up*/down* proof (hpcfabric.verify.updown) instead of walks")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = ap.parse_args(argv)
     ok = True

@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from hpcfabric import __version__
-from hpcfabric.addressing import MODES, AddressPlan, plan_addresses
+from hpcfabric.rules.addressing import MODES, AddressPlan, plan_addresses
 from hpcfabric.errors import ConfigError, HpcfabricError
 from hpcfabric.topology.model import Fabric
 
@@ -144,7 +144,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _rules_report(compiled: Any) -> dict[str, Any]:
-    from hpcfabric.compiler import dragonfly_band, eq1
+    from hpcfabric.rules.compiler import dragonfly_band, eq1
 
     fabric = compiled.fabric
     stats = compiled.stats()
@@ -164,8 +164,8 @@ def _rules_report(compiled: Any) -> dict[str, Any]:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from hpcfabric.compiler import compile_fabric
-    from hpcfabric.ofctl import flows_text
+    from hpcfabric.rules.compiler import compile_fabric
+    from hpcfabric.openflow.ofctl import flows_text
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
@@ -214,8 +214,8 @@ def _policy(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from hpcfabric.compiler import compile_fabric
-    from hpcfabric.verify import verify
+    from hpcfabric.rules.compiler import compile_fabric
+    from hpcfabric.verify.allpairs import verify
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
@@ -232,7 +232,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     data = {"fabric": fabric.name, "addressing": plan.mode, **report.as_dict()}
     ok = report.ok
     if args.routing is not None or args.paused is not None or args.cos != "default":
-        from hpcfabric.cdg import check_deadlock_freedom
+        from hpcfabric.verify.cdg import check_deadlock_freedom
 
         cdg = check_deadlock_freedom(compiled, "single" if args.paused == "all" else paused)
         data.update(
@@ -260,13 +260,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.rules.compiler import compile_fabric
 
     fabric = _load(args.file)
     if args.up_down and args.symmetric:
         raise ConfigError("--up-down and --symmetric are two different methods; give one", source="<arguments>")
     if args.up_down:
-        from hpcfabric.compiler import UP_DOWN_KINDS
+        from hpcfabric.rules.compiler import UP_DOWN_KINDS
 
         if fabric.kind not in UP_DOWN_KINDS:
             raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
@@ -281,18 +281,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"# {' '.join(map(str, what))} {i}/{n} {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
     if args.up_down:
-        from hpcfabric.updown import check_up_down
+        from hpcfabric.verify.updown import check_up_down
 
         ud = check_up_down(compiled, progress=lambda i, n, t: progress("switches", i, n, t))
         data = {"fabric": fabric.name, "addressing": plan.mode, "routing": compiled.routing, "cos": compiled.cos,
                 "cos_levels": compiled.cos_levels, **ud.as_dict()}
     elif args.symmetric:
-        from hpcfabric.symmetry import symmetric_sweep
+        from hpcfabric.verify.symmetry import symmetric_sweep
 
         rep = symmetric_sweep(compiled, progress=progress)
         data = {"fabric": fabric.name, "addressing": plan.mode, **rep.as_dict()}
     else:
-        from hpcfabric.sweep import sweep_single_paused
+        from hpcfabric.verify.sweep import sweep_single_paused
 
         full = sweep_single_paused(compiled, progress=progress)
         data = {"addressing": plan.mode, **full.as_dict()}
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def policy(p: argparse.ArgumentParser) -> None:
-        from hpcfabric.compiler import COS_SCHEMES, ROUTINGS
+        from hpcfabric.rules.compiler import COS_SCHEMES, ROUTINGS
 
         p.add_argument("--routing", choices=ROUTINGS, default=None,
                        help="routing policy (default minimal; docs/routing.md)")
@@ -380,10 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     policy(p)
     p.add_argument("--symmetric", action="store_true",
                    help="walk to one access switch per orbit of the symmetries the rules are checked to have "
-                   "(hpcfabric.symmetry; what makes ~300k-host fabrics feasible)")
+                   "(hpcfabric.verify.symmetry; what makes ~300k-host fabrics feasible)")
     p.add_argument("--up-down", action="store_true",
                    help="fat-tree / folded Clos: prove delivery and deadlock freedom under any set of paused "
-                   "ports from a per-switch up*/down* invariant (hpcfabric.updown; no pair walk)")
+                   "ports from a per-switch up*/down* invariant (hpcfabric.verify.updown; no pair walk)")
     p.add_argument("--progress", action="store_true", help="progress lines on stderr")
 
     def cmd_controller(args: argparse.Namespace) -> int:

@@ -52,8 +52,8 @@ from mininet.log import warn  # noqa: E402
 from mininet.net import Mininet  # noqa: E402
 from mininet.node import Host, OVSSwitch, RemoteController  # noqa: E402
 
-from hpcfabric.addressing import AddressPlan, format_mac  # noqa: E402
-from hpcfabric.pause import build_pause  # noqa: E402
+from hpcfabric.rules.addressing import AddressPlan, format_mac  # noqa: E402
+from hpcfabric.protocols.pause import build_pause  # noqa: E402
 from hpcfabric.topology.model import Fabric  # noqa: E402
 
 OFCTL = ("ovs-ofctl", "-O", "OpenFlow13")
@@ -378,7 +378,7 @@ def install_static_flows(net: Mininet, compiled: Any) -> dict[str, int]:
     ``compiled`` is a CompiledFabric (or anything with ``.tables[name].flows``);
     one atomic bundle per bridge. Returns the number of flows sent per switch.
     """
-    from hpcfabric.ofctl import flows_text
+    from hpcfabric.openflow.ofctl import flows_text
 
     counts = {}
     prefix = getattr(net, "hf_prefix", "")
@@ -407,7 +407,7 @@ def dmp_command() -> list[str]:
     found = shutil.which("hpcfabric-dmp")
     if found:
         return [found]
-    return [sys.executable, "-m", "hpcfabric.dmp_client"]
+    return [sys.executable, "-m", "hpcfabric.protocols.dmp_client"]
 
 
 def run_dmp(net: Mininet, timeout: float = 1.0, retries: int = 3, hosts: Iterable[str] | None = None) -> dict[str, dict]:

@@ -10,7 +10,7 @@ switch-local PAUSE mode too where the controller supports it), the runner
 starts the controller and a fresh Mininet net, checks DMP and all-pairs
 reachability, shapes every fabric link (``lossless.shape_links``: htb
 ``--link-mbit`` + a byte FIFO), and then for every traffic pattern
-(``hpcfabric.patterns``: UN, ADV) and repeat:
+(``hpcfabric.topology.patterns``: UN, ADV) and repeat:
 
 1. starts the PAUSE emulator (``lossless.py``: XOFF into the upstream port
    when a link's queue passes ``--xoff`` bytes, XON below ``--xon``);
@@ -58,8 +58,8 @@ import run_fabric as rf  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
-from hpcfabric.flows import TABLE_ALTERNATIVE  # noqa: E402
-from hpcfabric.patterns import ALIASES, pattern  # noqa: E402
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE  # noqa: E402
+from hpcfabric.topology.patterns import ALIASES, pattern  # noqa: E402
 
 PROG = "run_experiment"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

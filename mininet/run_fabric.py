@@ -47,12 +47,12 @@ for _p in (str(HERE), str(ROOT)):
 
 import fabric_net as fn  # noqa: E402  (mininet/fabric_net.py, imported by path)
 
-from hpcfabric.addressing import AddressPlan, format_mac, plan_addresses  # noqa: E402
-from hpcfabric.compiler import compile_fabric, port_state_flow  # noqa: E402
+from hpcfabric.rules.addressing import AddressPlan, format_mac, plan_addresses  # noqa: E402
+from hpcfabric.rules.compiler import compile_fabric, port_state_flow  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
-from hpcfabric.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE  # noqa: E402
-from hpcfabric.pause import QUANTUM_BITS  # noqa: E402
-from hpcfabric.pipeline import Frame, Pipeline  # noqa: E402
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE  # noqa: E402
+from hpcfabric.protocols.pause import QUANTUM_BITS  # noqa: E402
+from hpcfabric.verify.pipeline import Frame, Pipeline  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
 from hpcfabric.topology.model import Fabric  # noqa: E402
 
@@ -167,7 +167,7 @@ def setup_from_config(path: Path) -> Setup:
     """Fabric, plan and desired flows exactly as the controller computes them from ``path``."""
     from hpcfabric.config import load_config
 
-    from hpcfabric.fastfailover import resolve_groups
+    from hpcfabric.verify.pipeline import resolve_groups
 
     cfg = load_config(path)
     return Setup(
@@ -682,7 +682,7 @@ def _wait_state(bridge: str, port: int, paused: bool, timeout: float) -> float |
 
 def _set_state(bridge: str, port: int, paused: bool) -> None:
     """What the controller does on a flip (static mode plays the controller): one strict modify."""
-    from hpcfabric.ofctl import actions_text, match_text
+    from hpcfabric.openflow.ofctl import actions_text, match_text
 
     f = port_state_flow(port, paused)
     spec = ",".join([f"table={f.table}", f"priority={f.priority}", *match_text(f.match)]) + f",actions={actions_text(f)}"

@@ -169,7 +169,7 @@ def pick_link(cfg: Any) -> Any:
     fabric = cfg.fabric
     links = [l for l in fabric.links if fabric.hosts_on(l.a) and fabric.hosts_on(l.b)]
     if cfg.groups:
-        from hpcfabric.fastfailover import group_id
+        from hpcfabric.failover.groups import group_id
 
         def protected(sw: str, port: int) -> bool:
             return any(g.group_id == group_id(port) for g in cfg.groups.get(sw, ()))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hpcfabric.addressing import (
+from hpcfabric.rules.addressing import (
     FLAG_MASK,
     FLAG_VALUE,
     MODES,

@@ -17,11 +17,11 @@ import json
 import pytest
 from test_policies import CASES, TOPOLOGIES, applicable, compiled, fabric, sweep
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
-from hpcfabric.compiler import compile_fabric, default_cos
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.verify.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
+from hpcfabric.rules.compiler import compile_fabric, default_cos
 from hpcfabric.topology import flattened_butterfly_fabric
-from hpcfabric.verify import verify
+from hpcfabric.verify.allpairs import verify
 
 
 def assert_real_cycle(f, cycle):

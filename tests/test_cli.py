@@ -165,8 +165,8 @@ def test_verify_ingress_rows(capsys, ingress, exact):
 def test_verify_exits_1_when_frames_are_not_delivered(capsys, monkeypatch):
     import dataclasses
 
-    import hpcfabric.compiler as compiler
-    from hpcfabric.flows import RuleClass
+    import hpcfabric.rules.compiler as compiler
+    from hpcfabric.rules.flows import RuleClass
 
     real = compiler.compile_fabric
 

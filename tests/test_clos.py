@@ -8,14 +8,14 @@ from math import ceil
 import networkx as nx
 import pytest
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.compiler import compile_fabric
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.errors import TopologyError
-from hpcfabric.routing import ROUTERS, router_for
+from hpcfabric.rules.routing import ROUTERS, router_for
 from hpcfabric.topology import fat_tree_fabric
 from hpcfabric.topology.clos import FoldedClosRouter, folded_clos_fabric, folded_clos_shape, split_masks
 from hpcfabric.topology.loader import load_topology, parse_topology
-from hpcfabric.verify import verify, walk_pair
+from hpcfabric.verify.allpairs import verify, walk_pair
 
 SMALL = "topologies/clos-4stage-small.yaml"
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from hpcfabric.cnm import (
+from hpcfabric.protocols.cnm import (
     ETH_TYPE_CN,
     MAX_HOLD,
     OPCODE_CNM,
@@ -17,8 +17,8 @@ from hpcfabric.cnm import (
     on_cnm,
     parse_cnm,
 )
-from hpcfabric.flows import ETH_TYPE_CNM
-from hpcfabric.pause import Flip, MalformedFrame, PauseState, build_pause, parse_mac_control, pause_seconds
+from hpcfabric.rules.flows import ETH_TYPE_CNM
+from hpcfabric.protocols.pause import Flip, MalformedFrame, PauseState, build_pause, parse_mac_control, pause_seconds
 
 RP = bytes.fromhex("020000010002")  # the sampled frame's source (reaction point)
 CP = bytes.fromhex("020000090001")  # the congestion point's port
@@ -180,8 +180,8 @@ def test_the_pause_state_hold_still_applies():
 def _compiled(name, routing, cos):
     from pathlib import Path
 
-    from hpcfabric.addressing import plan_addresses
-    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.rules.addressing import plan_addresses
+    from hpcfabric.rules.compiler import compile_fabric
     from hpcfabric.topology.loader import load_topology
 
     f = load_topology(Path(__file__).resolve().parent.parent / "topologies" / f"{name}.yaml")
@@ -189,7 +189,7 @@ def _compiled(name, routing, cos):
 
 
 def test_snooped_cnms_are_copied_to_the_controller_and_still_forwarded():
-    from hpcfabric.pipeline import Frame, Pipeline
+    from hpcfabric.verify.pipeline import Frame, Pipeline
 
     comp = _compiled("dragonfly-a2-p1-h1", "conditional", False)
     f = comp.fabric
@@ -207,7 +207,7 @@ def test_snooped_cnms_are_copied_to_the_controller_and_still_forwarded():
 
 
 def test_snooped_cnms_take_the_pcp_step_with_cos():
-    from hpcfabric.pipeline import Frame, Pipeline
+    from hpcfabric.verify.pipeline import Frame, Pipeline
 
     comp = _compiled("dragonfly-a2-p1-h1", "conditional", True)
     f = comp.fabric
@@ -236,6 +236,6 @@ def test_snooped_cnms_take_the_pcp_step_with_cos():
 
 
 def verify_ok(comp) -> bool:
-    from hpcfabric.verify import verify
+    from hpcfabric.verify.allpairs import verify
 
     return verify(comp).ok

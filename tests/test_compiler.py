@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from hpcfabric.addressing import MODES, plan_addresses
-from hpcfabric.compaction import DROP, compact_prefixes, lookup
-from hpcfabric.compiler import compile_fabric, dragonfly_band, eq1
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import MODES, plan_addresses
+from hpcfabric.rules.compaction import DROP, compact_prefixes, lookup
+from hpcfabric.rules.compiler import compile_fabric, dragonfly_band, eq1
+from hpcfabric.rules.flows import (
     ETH_TYPE_DMP,
     OFPP_IN_PORT,
     TABLE_INGRESS,

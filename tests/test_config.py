@@ -9,7 +9,7 @@ import pytest
 
 from hpcfabric.config import load_config, rewrite_flows, validate_config
 from hpcfabric.errors import ConfigError
-from hpcfabric.flows import TABLE_INGRESS, Output, PushVlan, RuleClass, SetField
+from hpcfabric.rules.flows import TABLE_INGRESS, Output, PushVlan, RuleClass, SetField
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -43,8 +43,8 @@ def base(extra: str = "", topo: str = "dragonfly-a2-p1-h1.yaml", openflow: str =
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n != "dragonfly-table3.conf"])
 def test_shipped_configs_load(name):
-    from hpcfabric.fastfailover import resolve_groups
-    from hpcfabric.guards import guard_flows
+    from hpcfabric.verify.pipeline import resolve_groups
+    from hpcfabric.rules.guards import guard_flows
 
     cfg = load_config(CONFIGS / name)
     assert set(cfg.desired) == {sw.name for sw in cfg.fabric.switches}
@@ -271,7 +271,7 @@ def test_fast_failover_config_errors(tmp_path):
 def _tag_prerequisites_hold(flows) -> list:
     """Entries OVS would refuse (OFPBMC_BAD_PREREQ / OFPBAC_MATCH_INCONSISTENT): a vlan_pcp match without a
     vlan_vid that requires the tag, set_field vlan_pcp or pop_vlan with neither such a match nor a push before."""
-    from hpcfabric.flows import OFPVID_PRESENT, PopVlan, PushVlan
+    from hpcfabric.rules.flows import OFPVID_PRESENT, PopVlan, PushVlan
 
     bad = []
     for f in flows:
@@ -295,7 +295,7 @@ def _tag_prerequisites_hold(flows) -> list:
 def _walk_all_pairs(cfg) -> tuple[int, list[str]]:
     """Every host pair through the installed tables (reference pipeline, groups included): delivered
     untagged to the right host (with its real MAC in rewrite mode), never sent back out of its ingress port."""
-    from hpcfabric.pipeline import Frame, Pipeline
+    from hpcfabric.verify.pipeline import Frame, Pipeline
 
     pipes = {n: Pipeline(f, cfg.groups.get(n, ())) for n, f in cfg.desired.items()}
     real = dict(cfg.real_macs)
@@ -380,7 +380,7 @@ def test_valiant_on_flattened_butterfly_never_sends_a_frame_back_out_of_its_ingr
     the port it came in on (OpenFlow drops it). Installed tables: every pair delivered, none bounced."""
     from dataclasses import replace
 
-    from hpcfabric.flows import TABLE_PORT_STATE, RuleClass
+    from hpcfabric.rules.flows import TABLE_PORT_STATE, RuleClass
 
     cfg = load_config(write(tmp_path, base("routing = valiant\n", topo="fb-2d-3x3.yaml")))
     assert cfg.routing == "valiant" and cfg.compiled.cos is not None

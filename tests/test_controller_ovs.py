@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from hpcfabric.config import load_config
-from hpcfabric.pause import build_pause
+from hpcfabric.protocols.pause import build_pause
 
 ROOT = Path(__file__).resolve().parent.parent
 HPCFABRIC = ROOT / ".venv" / "bin" / "hpcfabric"

@@ -2,7 +2,7 @@
 
 * FlowSpec -> os-ken OFPFlowMod -> bytes -> os-ken parser -> FlowSpec, for every
   flow of compiled fabrics (proves the translation);
-* :mod:`hpcfabric.ofwire` bytes == os-ken's own serialisation (xid aside);
+* :mod:`hpcfabric.openflow.ofwire` bytes == os-ken's own serialisation (xid aside);
 * flow-stats entries back to FlowSpecs;
 * the app's PAUSE / LLDP / status logic against a fake datapath.
 """
@@ -25,12 +25,12 @@ with warnings.catch_warnings():
     from os_ken.ofproto.ofproto_protocol import ProtocolDesc
     from os_ken.lib import hub
 
-from hpcfabric import ofwire
-from hpcfabric.compiler import port_state_flow
+from hpcfabric.openflow import ofwire
+from hpcfabric.rules.compiler import port_state_flow
 from hpcfabric.config import load_config
-from hpcfabric.discovery import build_lldp, parse_lldp
-from hpcfabric.flows import FlowSpec, Match, Output, PopVlan, PushVlan, SetField, make_cookie, RuleClass
-from hpcfabric.pause import build_pause, build_pfc
+from hpcfabric.controller.discovery import build_lldp, parse_lldp
+from hpcfabric.rules.flows import FlowSpec, Match, Output, PopVlan, PushVlan, SetField, make_cookie, RuleClass
+from hpcfabric.protocols.pause import build_pause, build_pfc
 
 import hpcfabric.controller as ctl
 from hpcfabric.controller import ofmsg

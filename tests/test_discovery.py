@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.discovery import (
+from hpcfabric.controller.discovery import (
     LLDP_DST,
     DiscoveryState,
     MalformedLLDP,

@@ -20,10 +20,10 @@ import threading
 
 import pytest
 
-from hpcfabric import dmp
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.compiler import compile_fabric
-from hpcfabric.dmp import (
+from hpcfabric.protocols import dmp
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.protocols.dmp import (
     ETH_TYPE_DMP,
     FRAME_LEN,
     InvalidAssignment,
@@ -33,7 +33,7 @@ from hpcfabric.dmp import (
     parse_frame,
     parse_reply,
 )
-from hpcfabric.pipeline import Frame, Pipeline
+from hpcfabric.verify.pipeline import Frame, Pipeline
 from hpcfabric.topology.loader import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -244,7 +244,7 @@ def veth_ns():
 
 
 def client(ns: str, *args: str) -> subprocess.CompletedProcess:
-    return _run("ip", "netns", "exec", ns, sys.executable, "-m", "hpcfabric.dmp_client", *args, check=False)
+    return _run("ip", "netns", "exec", ns, sys.executable, "-m", "hpcfabric.protocols.dmp_client", *args, check=False)
 
 
 def ns_mac(ns: str, iface: str) -> str:
@@ -353,7 +353,7 @@ def _sysfs(iface: str, attr: str) -> str:
 def test_client_not_root():
     """As an unprivileged user the client exits 2 and says so (skipped if no such user)."""
     if os.geteuid() != 0:
-        res = subprocess.run([sys.executable, "-m", "hpcfabric.dmp_client", "lo"], capture_output=True, text=True)
+        res = subprocess.run([sys.executable, "-m", "hpcfabric.protocols.dmp_client", "lo"], capture_output=True, text=True)
         assert res.returncode == 2
         return
     try:
@@ -366,7 +366,7 @@ def test_client_not_root():
     if not iface:
         pytest.skip("no Ethernet interface")
     res = subprocess.run(
-        [sys.executable, "-m", "hpcfabric.dmp_client", iface[0], "--retries", "0", "--timeout", "0.1"],
+        [sys.executable, "-m", "hpcfabric.protocols.dmp_client", iface[0], "--retries", "0", "--timeout", "0.1"],
         capture_output=True,
         text=True,
         user=nobody.pw_uid,

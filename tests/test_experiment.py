@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.patterns import PatternError, adversarial, pattern, uniform
+from hpcfabric.topology.patterns import PatternError, adversarial, pattern, uniform
 from hpcfabric.topology import dragonfly_fabric, fat_tree_fabric, flattened_butterfly_fabric
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Fast-failover groups (:mod:`hpcfabric.fastfailover`), proved with the fake pipeline.
+"""Fast-failover groups (:mod:`hpcfabric.failover.groups`), proved with the fake pipeline.
 
 * the reference pipeline executes groups (first live bucket, no live bucket drops, never back out of the
   ingress port) and loses outputs to down ports;
@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.compiler import compile_fabric, port_state_flow
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.rules.compiler import compile_fabric, port_state_flow
 from hpcfabric.errors import CompileError
-from hpcfabric.fastfailover import fast_failover_groups, group_id, link_ends, resolve_groups
-from hpcfabric.flows import TABLE_PORT_STATE, Bucket, FlowSpec, Group, GroupSpec, Match, Output
-from hpcfabric.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.failover.groups import fast_failover_groups, group_id, link_ends
+from hpcfabric.verify.pipeline import resolve_groups
+from hpcfabric.rules.flows import TABLE_PORT_STATE, Bucket, FlowSpec, Group, GroupSpec, Match, Output
+from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify import verify, walk_pair
+from hpcfabric.verify.allpairs import verify, walk_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

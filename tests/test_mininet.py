@@ -47,7 +47,7 @@ import run_fabric as rf  # noqa: E402  (mininet/run_fabric.py)
 from mininet.log import setLogLevel  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
-from hpcfabric.flows import TABLE_INGRESS  # noqa: E402
+from hpcfabric.rules.flows import TABLE_INGRESS  # noqa: E402
 
 setLogLevel("error")
 
@@ -147,7 +147,7 @@ def prepared(run: FabricRun) -> FabricRun:
 
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_installed_flows_equal_the_compiler(fab: FabricRun):
-    from hpcfabric.guards import guard_flows
+    from hpcfabric.rules.guards import guard_flows
 
     counts = fn.flow_counts(fab.net)
     compiled = {name: t.flows for name, t in fab.setup.compiled.tables.items()}

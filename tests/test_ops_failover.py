@@ -1,6 +1,6 @@
 """Link and switch failures: recomputed tables (pure) and the controller's reaction (fake switches).
 
-* :func:`hpcfabric.failover.reroute` for every link of the small shipped fabrics (and one dead switch):
+* :func:`hpcfabric.failover.reroute.reroute` for every link of the small shipped fabrics (and one dead switch):
   the all-pairs verifier delivers every pair between surviving switches, no entry outputs to a dead port;
 * the controller: port-status down on a fabric port -> rerouted tables reconciled (diff only), port back
   up -> the compiled tables again; a switch gone longer than lldp_timeout is routed around.
@@ -15,10 +15,10 @@ import pytest
 from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle
 
 from hpcfabric.config import load_config
-from hpcfabric.failover import reroute
-from hpcfabric.flows import Output
-from hpcfabric.reconcile import canonical
-from hpcfabric.verify import verify
+from hpcfabric.failover.reroute import reroute
+from hpcfabric.rules.flows import Output
+from hpcfabric.openflow.reconcile import canonical
+from hpcfabric.verify.allpairs import verify
 
 CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "fb-2d-3x3.conf", "fat-tree-k4.conf",
            "dragonfly-a2-p1-h1-valiant.conf", "fb-2d-3x3-cos.conf"]  # the last two: tagged (CoS), pops re-added
@@ -141,10 +141,10 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
 
     from os_ken.lib import hub
 
-    from hpcfabric.compiler import port_state_flow
-    from hpcfabric.fastfailover import group_id
-    from hpcfabric.flows import Group
-    from hpcfabric.pause import Flip
+    from hpcfabric.rules.compiler import port_state_flow
+    from hpcfabric.failover.groups import group_id
+    from hpcfabric.rules.flows import Group
+    from hpcfabric.protocols.pause import Flip
 
     path = tmp_path / "c.conf"
     path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\nrouting = conditional\n"

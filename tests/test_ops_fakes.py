@@ -24,11 +24,11 @@ with warnings.catch_warnings():
     from os_ken.ofproto.ofproto_protocol import ProtocolDesc
 
 import hpcfabric.controller as ctl
-from hpcfabric import ofwire
+from hpcfabric.openflow import ofwire
 from hpcfabric.config import load_config
 from hpcfabric.controller import ofmsg
-from hpcfabric.flows import FlowSpec, Group, cookie_class
-from hpcfabric.reconcile import canonical
+from hpcfabric.rules.flows import FlowSpec, Group, cookie_class
+from hpcfabric.openflow.reconcile import canonical
 
 ROOT = Path(__file__).resolve().parent.parent
 DESC = ProtocolDesc(O.OFP_VERSION)

@@ -1,6 +1,6 @@
 """Hostile and broken input: ingress guards, punt meters, and a fuzzed packet-in path.
 
-* :func:`hpcfabric.guards.guard_flows` (pure): spoofed sources dropped on host
+* :func:`hpcfabric.rules.guards.guard_flows` (pure): spoofed sources dropped on host
   ports, DMP and the rewrite mode's real MAC excepted, every punt metered, and
   the all-pairs verifier still delivers every pair on guarded tables;
 * DMP is answered only on host ports (every shipped config);
@@ -23,8 +23,8 @@ import pytest
 from test_ops_fakes import ROOT, FakeSwitch, make_app, settle
 
 from hpcfabric.config import load_config
-from hpcfabric.discovery import build_lldp, parse_lldp
-from hpcfabric.flows import (
+from hpcfabric.controller.discovery import build_lldp, parse_lldp
+from hpcfabric.rules.flows import (
     ETH_TYPE_CNM,
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
@@ -34,11 +34,11 @@ from hpcfabric.flows import (
     Output,
     RuleClass,
 )
-from hpcfabric.cnm import build_cnm, parse_cnm
-from hpcfabric.guards import METER_FABRIC, METER_HOST
-from hpcfabric.pause import MalformedFrame, build_pause, build_pfc, parse_mac_control
-from hpcfabric.pipeline import Frame, Pipeline
-from hpcfabric.verify import verify
+from hpcfabric.protocols.cnm import build_cnm, parse_cnm
+from hpcfabric.rules.guards import METER_FABRIC, METER_HOST
+from hpcfabric.protocols.pause import MalformedFrame, build_pause, build_pfc, parse_mac_control
+from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.allpairs import verify
 
 CONFIGS = ROOT / "configs"
 TOPO = ROOT / "topologies"
@@ -121,7 +121,7 @@ def test_rewrite_mode_real_mac_passes_the_guard(tmp_path):
 def test_dmp_is_answered_only_on_host_ports(name):
     cfg = load_config(CONFIGS / name, compile=name != "dragonfly-table3.conf")
     if not cfg.desired:  # table3: compile just a few switches' worth through the generator of the rules
-        from hpcfabric.compiler import Context, compile_switch
+        from hpcfabric.rules.compiler import Context, compile_switch
 
         ctx = Context(cfg.fabric, cfg.plan, cfg.routing)
         tables = {sw.name: compile_switch(ctx, sw).flows for sw in cfg.fabric.switches[:40]}

@@ -13,7 +13,7 @@ import time
 
 from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle
 
-from hpcfabric.reconcile import canonical
+from hpcfabric.openflow.reconcile import canonical
 
 
 def conf(tmp, name: str, extra: str = "") -> str:
@@ -70,7 +70,7 @@ def test_lease_roles_takeover_and_fencing(tmp_path):
     sw = sa["g0s0"]
     xid = a._xids(sw, 1)
     errors = a.counters["switch_errors"]
-    from hpcfabric import ofwire
+    from hpcfabric.openflow import ofwire
 
     sw.send(ofwire.role_request(xid, ofwire.OFPCR_ROLE_MASTER, 1))
     assert a.counters["switch_errors"] == errors + 1 and sw.role == O.OFPCR_ROLE_SLAVE
@@ -88,7 +88,7 @@ def test_clean_stop_releases_the_lease(tmp_path):
 
 
 def test_slave_ignores_packet_ins_and_sends_no_lldp(tmp_path):
-    from hpcfabric.pause import build_pause
+    from hpcfabric.protocols.pause import build_pause
 
     b = make_app(conf(tmp_path, "b"))
     (tmp_path / "ha.lease").write_text(json.dumps({"holder": "other", "generation": 5, "expires": time.time() + 60}))

@@ -1,6 +1,6 @@
 """Prometheus metrics: values from the real app with fake switches, and a real scrape over HTTP.
 
-Every metric in :data:`hpcfabric.metrics.METRICS` must appear in a scrape
+Every metric in :data:`hpcfabric.controller.metrics.METRICS` must appear in a scrape
 and be documented in docs/operations.md.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from test_ops_fakes import ROOT, FakeSwitch, make_app, settle
 
-from hpcfabric.metrics import METRICS, render
-from hpcfabric.pause import build_pause
+from hpcfabric.controller.metrics import METRICS, render
+from hpcfabric.protocols.pause import build_pause
 
 SRC = bytes.fromhex("020000aabbcc")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from test_ops_fakes import ROOT, FakeSwitch, make_app, ours, settle
 
 from hpcfabric.config import load_config
-from hpcfabric.reconcile import canonical, diff
+from hpcfabric.openflow.reconcile import canonical, diff
 
 TOPO = ROOT / "topologies"
 RING = (TOPO / "explicit-ring4.yaml").read_text()
@@ -167,7 +167,7 @@ def test_restart_keys_are_kept_and_reported(tmp_path):
 
 
 def test_paused_entries_are_adopted_not_rewritten(tmp_path):
-    from hpcfabric.compiler import port_state_flow
+    from hpcfabric.rules.compiler import port_state_flow
 
     conf = write_conf(tmp_path, TOPO / "dragonfly-a2-p1-h1.yaml", "routing = conditional\n")
     app = make_app(conf)

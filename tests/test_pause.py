@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from hpcfabric.pause import (
+from hpcfabric.protocols.pause import (
     PAUSE_DST,
     MalformedFrame,
     PauseState,

@@ -22,20 +22,20 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from os_ken.ofproto import ofproto_v1_3 as O
 
-from hpcfabric import ofwire
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.cnm import build_cnm
-from hpcfabric.compiler import compile_fabric, learned_override_flow, port_state_flow
+from hpcfabric.openflow import ofwire
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.protocols.cnm import build_cnm
+from hpcfabric.rules.compiler import compile_fabric, learned_override_flow, port_state_flow
 from hpcfabric.config import load_config
 from hpcfabric.errors import CompileError, ConfigError
-from hpcfabric.flows import ETH_TYPE_PAUSE, TABLE_PAUSE_LEARN, FlowSpec, Match, RuleClass, make_cookie
-from hpcfabric.ofctl import flows_text
-from hpcfabric.pause import build_pause
-from hpcfabric.pipeline import Frame, Pipeline, inline_resubmits
-from hpcfabric.reconcile import diff
+from hpcfabric.rules.flows import ETH_TYPE_PAUSE, TABLE_PAUSE_LEARN, FlowSpec, Match, RuleClass, make_cookie
+from hpcfabric.openflow.ofctl import flows_text
+from hpcfabric.protocols.pause import build_pause
+from hpcfabric.verify.pipeline import Frame, Pipeline, inline_resubmits
+from hpcfabric.openflow.reconcile import diff
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify import verify
+from hpcfabric.verify.allpairs import verify
 
 import hpcfabric.controller as ctl
 from hpcfabric.controller import ofmsg

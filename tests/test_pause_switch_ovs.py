@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.addressing import format_mac
-from hpcfabric.cnm import build_cnm
+from hpcfabric.rules.addressing import format_mac
+from hpcfabric.protocols.cnm import build_cnm
 from hpcfabric.config import load_config
-from hpcfabric.pause import build_pause
+from hpcfabric.protocols.pause import build_pause
 
 ROOT = Path(__file__).resolve().parent.parent
 HPCFABRIC = ROOT / ".venv" / "bin" / "hpcfabric"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.compiler import compile_fabric
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.flows import (
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
     MAC_EXACT,
@@ -23,7 +23,7 @@ from hpcfabric.flows import (
     PushVlan,
     SetField,
 )
-from hpcfabric.pipeline import (
+from hpcfabric.verify.pipeline import (
     Frame,
     Pipeline,
     PipelineError,

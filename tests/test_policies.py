@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.compiler import (
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.rules.compiler import (
     PRIO_VALIANT_ALWAYS,
     compile_fabric,
     default_cos,
     port_state_flow,
 )
 from hpcfabric.errors import CompileError
-from hpcfabric.flows import (
+from hpcfabric.rules.flows import (
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
     ETH_TYPE_PAUSE,
@@ -45,10 +45,10 @@ from hpcfabric.flows import (
     VLAN_UNTAGGED,
     RuleClass,
 )
-from hpcfabric.pipeline import Frame, Pipeline
+from hpcfabric.verify.pipeline import Frame, Pipeline
 from hpcfabric.topology import flattened_butterfly_fabric
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify import apply_paused, pair_outcomes, verify, walk_pair
+from hpcfabric.verify.allpairs import apply_paused, pair_outcomes, verify, walk_pair
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 POLICIES = ("minimal", "valiant", "conditional")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.compiler import port_state_flow
+from hpcfabric.rules.compiler import port_state_flow
 from hpcfabric.config import load_config
-from hpcfabric.flows import FlowSpec, Match, Output, RuleClass, make_cookie
-from hpcfabric.reconcile import canonical, diff, is_ours
+from hpcfabric.rules.flows import FlowSpec, Match, Output, RuleClass, make_cookie
+from hpcfabric.openflow.reconcile import canonical, diff, is_ours
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = make_cookie(RuleClass.ROUTE, 3)

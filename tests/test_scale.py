@@ -13,13 +13,13 @@ from typing import Iterable
 
 import pytest
 
-from hpcfabric.addressing import plan_addresses
+from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.analysis.scale import RuleCounts, SwitchCount, count_rules, verify_at_scale
-from hpcfabric.compaction import DROP, compact_prefixes
-from hpcfabric.compiler import Context, Route, _dragonfly_remote_routes, compile_fabric
+from hpcfabric.rules.compaction import DROP, compact_prefixes
+from hpcfabric.rules.compiler import Context, Route, _dragonfly_remote_routes, compile_fabric
 from hpcfabric.errors import ConfigError, TopologyError
-from hpcfabric.flows import RuleClass
-from hpcfabric.routing import DragonflyRouter
+from hpcfabric.rules.flows import RuleClass
+from hpcfabric.rules.routing import DragonflyRouter
 from hpcfabric.topology import dragonfly_fabric, flattened_butterfly_fabric
 from hpcfabric.topology.clos import folded_clos_fabric
 from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
@@ -89,7 +89,7 @@ def test_ortc_matches_reference_on_random_tables():
 
 
 def test_ortc_matches_reference_on_dragonfly_tables():
-    from hpcfabric.compiler import _per_group_routes
+    from hpcfabric.rules.compiler import _per_group_routes
 
     for fabric in (dragonfly_fabric(6, 3, 3, arrangement="palmtree"), dragonfly_fabric(8, 4, 4)):
         plan = plan_addresses(fabric, "compact")

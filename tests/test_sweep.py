@@ -1,8 +1,8 @@
-"""The incremental single-paused-port sweep (hpcfabric/sweep.py) equals the brute force.
+"""The incremental single-paused-port sweep (hpcfabric/verify/sweep.py) equals the brute force.
 
 Brute force per scenario (the unpaused fabric and each port paused alone):
 ``verify(compiled, paused=[port])`` for every host pair and the scenario's own
-channel dependency graph from :class:`hpcfabric.cdg._Sweep` walking every host
+channel dependency graph from :class:`hpcfabric.verify.cdg._Sweep` walking every host
 pair. The sweep must give the same undelivered counts per kind in every
 scenario, the same cyclic verdict per scenario, and the same union graph --
 on the shipped small fabrics and on deliberately broken rule sets, so that
@@ -17,10 +17,10 @@ from dataclasses import replace
 import pytest
 from test_policies import compiled
 
-from hpcfabric.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
-from hpcfabric.sweep import brute_force_single_paused, sweep_single_paused
-from hpcfabric.verify import verify
+from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
+from hpcfabric.verify.sweep import brute_force_single_paused, sweep_single_paused
+from hpcfabric.verify.allpairs import verify
 
 
 def assert_same(comp, ports):

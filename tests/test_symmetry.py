@@ -1,4 +1,4 @@
-"""Symmetries checked on the compiled rules, and the sweep they reduce (hpcfabric/symmetry.py).
+"""Symmetries checked on the compiled rules, and the sweep they reduce (hpcfabric/verify/symmetry.py).
 
 The reduction is only as good as the check: a symmetry is kept when every
 switch's pipeline commutes with it, so these tests break single switches and
@@ -15,12 +15,12 @@ import pytest
 from test_policies import compiled
 from test_sweep import MUTATIONS, _mutate
 
-from hpcfabric.addressing import plan_addresses
-from hpcfabric.cdg import pausable_ports
-from hpcfabric.compiler import compile_fabric
-from hpcfabric.flows import TABLE_ROUTE, Output, RuleClass
-from hpcfabric.sweep import sweep_single_paused
-from hpcfabric.symmetry import (
+from hpcfabric.rules.addressing import plan_addresses
+from hpcfabric.verify.cdg import pausable_ports
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.flows import TABLE_ROUTE, Output, RuleClass
+from hpcfabric.verify.sweep import sweep_single_paused
+from hpcfabric.verify.symmetry import (
     automorphism,
     candidate_generators,
     channel_orbits,
@@ -142,8 +142,8 @@ def test_destination_classes_decide_alike(name):
     gets the same decision in every row of the switch, unpaused and with PORT_STATE flipped."""
     import numpy as np
 
-    from hpcfabric.symmetry import _classes, _flipped, _pcp_values
-    from hpcfabric.verify import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
+    from hpcfabric.verify.symmetry import _classes, _flipped, _pcp_values
+    from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
 
     comp = compiled(name, "conditional")
     fab = comp.fabric

@@ -1,4 +1,4 @@
-"""The up*/down* proof (hpcfabric/updown.py) agrees with the brute force.
+"""The up*/down* proof (hpcfabric/verify/updown.py) agrees with the brute force.
 
 Where the local invariant holds, the brute-force sweep (every host pair, the
 unpaused fabric and every port paused alone, union channel dependency graph)
@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 from test_policies import TOPOLOGIES, compiled, fabric
 
-from hpcfabric.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.cli import main
 from hpcfabric.errors import VerificationError
-from hpcfabric.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
-from hpcfabric.updown import check_up_down
-from hpcfabric.verify import apply_paused, verify
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
+from hpcfabric.verify.updown import check_up_down
+from hpcfabric.verify.allpairs import apply_paused, verify
 
 UPDOWN = ["fat-tree-k4", "clos-4stage-small"]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from hpcfabric.addressing import MODES, plan_addresses
-from hpcfabric.compiler import compile_fabric, port_state_flow
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import MODES, plan_addresses
+from hpcfabric.rules.compiler import compile_fabric, port_state_flow
+from hpcfabric.rules.flows import (
     ETH_TYPE_LLDP,
     MAC_EXACT,
     OFPP_CONTROLLER,
@@ -33,9 +33,9 @@ from hpcfabric.flows import (
     Output,
     SetField,
 )
-from hpcfabric.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify import _Engine, pair_outcomes, probe_addresses, verify, walk_pair
+from hpcfabric.verify.allpairs import _Engine, pair_outcomes, probe_addresses, verify, walk_pair
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 #: the paper's large builds are verified by the benches (bench/verify_table3.py, bench/compile_scale.py)

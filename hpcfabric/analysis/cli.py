@@ -143,7 +143,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 def add_analyze_parser(sub: Any) -> None:
     """Register ``analyze`` and its subcommands on the main parser's subparsers."""
-    from hpcfabric.addressing import MODES
+    from hpcfabric.rules.addressing import MODES
 
     top = sub.add_parser("analyze", help="paper analyses: rule counts (Fig. 4/6), power (Fig. 11), on/off links, scale checks",
                          description="paper analyses; see docs/analysis.md")  # fmt: skip

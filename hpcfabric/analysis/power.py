@@ -175,7 +175,7 @@ def switch_entries(
     """
     from hpcfabric.analysis.rules import _spread
     from hpcfabric.analysis.scale import count_rules
-    from hpcfabric.addressing import plan_addresses
+    from hpcfabric.rules.addressing import plan_addresses
 
     plan = plan_addresses(fabric, mode)
     classes = _classes(fabric, mode)

@@ -4,7 +4,7 @@
 counts and the results of **structural checks**, never the tables, so memory
 stays bounded; with ``jobs > 1`` the switches are compiled by forked worker
 processes that share the fabric, the address plan and the precomputed
-:class:`~hpcfabric.compiler.Context` copy-on-write and return only counts.
+:class:`~hpcfabric.rules.compiler.Context` copy-on-write and return only counts.
 
 Structural checks, on every compiled switch (complete, not sampled):
 
@@ -16,7 +16,7 @@ Structural checks, on every compiled switch (complete, not sampled):
 * compact addressing on Flattened Butterfly, fat-tree and folded Clos: entries
   = ports in use (the lower bound); Dragonfly: Eq. 1 >= entries >= ports in use.
 
-:func:`verify_at_scale` adds the forwarding check: :func:`hpcfabric.verify.verify`
+:func:`verify_at_scale` adds the forwarding check: :func:`hpcfabric.verify.allpairs.verify`
 with ``sample=N`` walks every source to N random destinations (plus the
 invalid-address probes) through the full compiled tables. Its ``coverage``
 field states both parts.
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Iterable, Sequence
 
-from hpcfabric.addressing import AddressPlan, plan_addresses
+from hpcfabric.rules.addressing import AddressPlan, plan_addresses
 from hpcfabric.analysis.progress import bar
 from hpcfabric.errors import ConfigError
-from hpcfabric.flows import OFPP_CONTROLLER, OFPP_IN_PORT, TABLE_ROUTE, Output
+from hpcfabric.rules.flows import OFPP_CONTROLLER, OFPP_IN_PORT, TABLE_ROUTE, Output
 from hpcfabric.topology.model import Fabric, gc_paused
 
 #: Kinds whose compact tables must hold exactly one entry per port in use.
@@ -97,7 +97,7 @@ class RuleCounts:
         if mode == "per-group":
             out["eq1_met"] = all(c.rules == c.eq1 for c in self.access)
         if f.kind == "dragonfly":
-            from hpcfabric.compiler import dragonfly_band
+            from hpcfabric.rules.compiler import dragonfly_band
 
             out["paper_band"] = list(dragonfly_band(f))
         out["structural_ok"] = not self.problems()
@@ -148,7 +148,7 @@ def _group_sizes(fabric: Fabric) -> tuple[int, dict[int, int]]:
 
 
 def _check_switch(fabric: Fabric, name: str, flows: Sequence[Any]) -> tuple[int, int]:
-    from hpcfabric.pipeline import check_overlaps
+    from hpcfabric.verify.pipeline import check_overlaps
 
     overlaps = len(check_overlaps(flows))
     ports = fabric.ports(name)
@@ -164,7 +164,7 @@ def _check_switch(fabric: Fabric, name: str, flows: Sequence[Any]) -> tuple[int,
 
 
 def _compile_range(indices: Sequence[int]) -> list[tuple[int, SwitchCount]]:
-    from hpcfabric.compiler import compile_switch
+    from hpcfabric.rules.compiler import compile_switch
 
     ctx, checks = _WORK["ctx"], _WORK["checks"]
     fabric = ctx.fabric
@@ -207,7 +207,7 @@ def count_rules(
     progress : bool
         Show a progress bar on stderr.
     """
-    from hpcfabric.compiler import Context
+    from hpcfabric.rules.compiler import Context
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}", field="--jobs")
@@ -269,8 +269,8 @@ def verify_at_scale(
     parts pass) and ``coverage`` stating what was checked exhaustively and
     what by sampling.
     """
-    from hpcfabric.compiler import compile_fabric
-    from hpcfabric.verify import verify
+    from hpcfabric.rules.compiler import compile_fabric
+    from hpcfabric.verify.allpairs import verify
 
     plan = plan_addresses(fabric, mode)
     counts = count_rules(fabric, plan, jobs=jobs, progress=progress)

@@ -14,16 +14,16 @@ What it does (all decisions live in the pure modules it calls):
 
 * start: load and compile the config (errors: log, exit 2, never listen);
 * switch connects: unknown dpid -> warning, nothing installed; known ->
-  dump its flows, :func:`hpcfabric.reconcile.diff` against the desired table,
+  dump its flows, :func:`hpcfabric.openflow.reconcile.diff` against the desired table,
   send only the difference in one ONF bundle (or plain flow-mods), barrier,
   confirmed. Never a delete-all, so reconnects do not disturb traffic;
 * LLDP out of every non-host port every ``lldp_interval``;
-  :class:`hpcfabric.discovery.DiscoveryState` judges the wiring, miswired
+  :class:`hpcfabric.controller.discovery.DiscoveryState` judges the wiring, miswired
   ports get ``OFPPC_NO_FWD`` until healed;
-* PAUSE/PFC packet-ins on fabric ports -> :class:`hpcfabric.pause.PauseState`
+* PAUSE/PFC packet-ins on fabric ports -> :class:`hpcfabric.protocols.pause.PauseState`
   -> one ``OFPFC_MODIFY_STRICT`` of the port's PORT_STATE entry + barrier per flip
   (``pause_reaction = switch``: the switch reacts itself, PAUSEs are only counted);
-* 802.1Qau CNM packet-ins on fabric ports (``cnm = on``) -> :func:`hpcfabric.cnm.on_cnm`
+* 802.1Qau CNM packet-ins on fabric ports (``cnm = on``) -> :func:`hpcfabric.protocols.cnm.on_cnm`
   -> the same flips, held for a time derived from the feedback;
 * a JSON status file, rewritten atomically on change (<= 10/s) and every second.
 """
@@ -48,15 +48,15 @@ from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_c
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from hpcfabric import ofwire
-from hpcfabric.compiler import port_state_flow
-from hpcfabric.fastfailover import group_id
+from hpcfabric.openflow import ofwire
+from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.failover.groups import group_id
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller import ofmsg
-from hpcfabric.discovery import DiscoveryState, MalformedLLDP, build_lldp, parse_lldp, quarantine_changes
+from hpcfabric.controller.discovery import DiscoveryState, MalformedLLDP, build_lldp, parse_lldp, quarantine_changes
 from hpcfabric.errors import HpcfabricError
-from hpcfabric.metrics import ReactionHistogram
-from hpcfabric.flows import (
+from hpcfabric.controller.metrics import ReactionHistogram
+from hpcfabric.rules.flows import (
     ETH_TYPE_CNM,
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
@@ -65,8 +65,8 @@ from hpcfabric.flows import (
     FlowSpec,
     cookie_class,
 )
-from hpcfabric.pause import Flip, MalformedFrame, PauseState, parse_mac_control
-from hpcfabric.reconcile import diff, is_learned
+from hpcfabric.protocols.pause import Flip, MalformedFrame, PauseState, parse_mac_control
+from hpcfabric.openflow.reconcile import diff, is_learned
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -293,7 +293,7 @@ class HaState:
 
 @dataclass
 class FailoverState:
-    """Ports whose link is down (port status) and what was done about it (see :mod:`hpcfabric.failover`)."""
+    """Ports whose link is down (port status) and what was done about it (see :mod:`hpcfabric.failover.reroute`)."""
 
     down: set[tuple[str, int]] = field(default_factory=set)
     events: int = 0
@@ -1038,8 +1038,8 @@ class HpcfabricController(app_manager.OSKenApp):
 
     def _on_cnm(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
         """An 802.1Qau CNM copied from a fabric port: the same flip as a PAUSE, held
-        ``cnm_max_hold_ms * qFb / 63`` (:func:`hpcfabric.cnm.on_cnm`, docs/routing.md)."""
-        from hpcfabric.cnm import on_cnm, parse_cnm
+        ``cnm_max_hold_ms * qFb / 63`` (:func:`hpcfabric.protocols.cnm.on_cnm`, docs/routing.md)."""
+        from hpcfabric.protocols.cnm import on_cnm, parse_cnm
 
         c = self.counters
         c["cnm_frames"] += 1
@@ -1326,7 +1326,7 @@ class HpcfabricController(app_manager.OSKenApp):
             dead = self._dead_switches(time.monotonic())
             before = {name: self.desired(name) for name in self.switches}
             if self.failover.down or dead:
-                from hpcfabric.failover import reroute
+                from hpcfabric.failover.reroute import reroute
 
                 self._rerouted = reroute(self.config, set(self.failover.down), dead)
                 self._dead = dead
@@ -1726,7 +1726,7 @@ class HpcfabricController(app_manager.OSKenApp):
                     self.discovery.adopt_quarantine(st.name, port)
         self.failover.down = {k for k in self.failover.down if k[0] in self.switches}
         if self.failover.down or self._dead:
-            from hpcfabric.failover import reroute
+            from hpcfabric.failover.reroute import reroute
 
             self._dead &= set(self.switches)
             self._rerouted = reroute(new, set(self.failover.down), self._dead) if new.recompute else {}
@@ -1804,8 +1804,8 @@ class HpcfabricController(app_manager.OSKenApp):
     # ---------------------------------------------------------------- polls
     def _poll_loop(self) -> None:
         """Flow stats of the DMP and guard entries, meter stats: for the metrics and the status file."""
-        from hpcfabric.flows import COOKIE_APP_MASK, COOKIE_CLASS_SHIFT, ETH_TYPE_DMP, RuleClass, make_cookie
-        from hpcfabric.guards import GUARD_DROP, GUARD_HOST_PUNT, guard_kind
+        from hpcfabric.rules.flows import COOKIE_APP_MASK, COOKIE_CLASS_SHIFT, ETH_TYPE_DMP, RuleClass, make_cookie
+        from hpcfabric.rules.guards import GUARD_DROP, GUARD_HOST_PUNT, guard_kind
 
         class_mask = COOKIE_APP_MASK | (0xFF << COOKIE_CLASS_SHIFT)
         while self.is_active:
@@ -1858,13 +1858,13 @@ class HpcfabricController(app_manager.OSKenApp):
         import eventlet.wsgi
         from prometheus_client import make_wsgi_app
 
-        from hpcfabric.metrics import make_registry
+        from hpcfabric.controller.metrics import make_registry
 
         host, port = listen
         family = socket_family(host)
         sock = eventlet.listen((host, port), family=family)
         app = make_wsgi_app(make_registry(self))
-        quiet = logging.getLogger("hpcfabric.metrics.http")
+        quiet = logging.getLogger("hpcfabric.controller.metrics.http")
         quiet.setLevel(logging.WARNING)
         t = hub.spawn(eventlet.wsgi.server, sock, app, log=quiet, log_output=False)
         self._own_threads.append(t)
@@ -1904,7 +1904,7 @@ def _load_config_off_loop(path: str) -> ControllerConfig:
 
 def _failover_groups(config: ControllerConfig) -> dict[str, dict[int, Any]]:
     """switch -> {group id: ((watch_port, actions), ...)}: the form ``_sync_groups`` compares and encodes."""
-    from hpcfabric.failover import failover_groups
+    from hpcfabric.failover.reroute import failover_groups
 
     out: dict[str, dict[int, Any]] = {}
     for sw, groups in failover_groups(config).items():
@@ -1919,7 +1919,7 @@ def _install_timeout(changes: int) -> float:
 
 
 class _FastFlowStats:
-    """Body class for os-ken's OFPFlowStatsReply: entries decoded by :mod:`hpcfabric.ofwire` (~10x faster)."""
+    """Body class for os-ken's OFPFlowStatsReply: entries decoded by :mod:`hpcfabric.openflow.ofwire` (~10x faster)."""
 
     @staticmethod
     def parser(buf: Any, offset: int) -> ofwire.FlowStatsEntry:
@@ -1927,7 +1927,7 @@ class _FastFlowStats:
 
 
 def install_fast_flow_stats() -> None:
-    """Make os-ken hand flow-stats entries over as :class:`hpcfabric.ofwire.FlowStatsEntry`.
+    """Make os-ken hand flow-stats entries over as :class:`hpcfabric.openflow.ofwire.FlowStatsEntry`.
 
     os-ken's object parser costs ~40 us per entry, which dominates the
     re-sync of large tables after a restart. This replaces the entry class of

@@ -1,7 +1,7 @@
 """FlowSpec <-> os-ken OpenFlow 1.3 objects.
 
-* :func:`to_flow_mod`: a :class:`~hpcfabric.flows.FlowSpec` as an ``OFPFlowMod``
-  (same field choices as :mod:`hpcfabric.ofwire`, so both serialise to the
+* :func:`to_flow_mod`: a :class:`~hpcfabric.rules.flows.FlowSpec` as an ``OFPFlowMod``
+  (same field choices as :mod:`hpcfabric.openflow.ofwire`, so both serialise to the
   same bytes);
 * :func:`from_flow_stats` / :func:`from_flow_mod`: what a switch reports back
   (``OFPFlowStats``) or a parsed ``OFPFlowMod`` as a FlowSpec, for
@@ -16,8 +16,8 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from hpcfabric.addressing import format_mac
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import format_mac
+from hpcfabric.rules.flows import (
     MAC_EXACT,
     VLAN_VID_EXACT,
     OFPP_CONTROLLER,
@@ -35,7 +35,7 @@ from hpcfabric.flows import (
     cookie_class,
     is_our_group,
 )
-from hpcfabric.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
+from hpcfabric.openflow.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
 
 _ALL64 = (1 << 64) - 1
 _MAC_FIELDS = ("eth_src", "eth_dst")
@@ -120,7 +120,7 @@ def to_instructions(flow: FlowSpec) -> list[Any]:
 
 
 def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
-    """``OFPFlowMod`` for ``flow`` (see :func:`hpcfabric.ofwire.flow_mod_body` for the command semantics)."""
+    """``OFPFlowMod`` for ``flow`` (see :func:`hpcfabric.openflow.ofwire.flow_mod_body` for the command semantics)."""
     if command == OFPFC_ADD:
         cookie, mask, out_port, out_group = flow.cookie, 0, 0, 0
     elif command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
@@ -233,7 +233,7 @@ def _spec(table: int, priority: int, cookie: int, match: Any, instructions: list
         elif isinstance(inst, parser.OFPInstructionWriteMetadata):
             metadata = (inst.metadata, inst.metadata_mask)
         elif isinstance(inst, parser.OFPInstructionMeter) and cookie_class(cookie) is not None:
-            meter = inst.meter_id  # our flows only: a meter is part of our guard entries (hpcfabric.guards)
+            meter = inst.meter_id  # our flows only: a meter is part of our guard entries (hpcfabric.rules.guards)
         else:
             raise Unrepresentable(f"instruction {type(inst).__name__} (type {getattr(inst, 'type', '?')})")
     return FlowSpec(table, priority, from_match(match), actions, cookie, goto, metadata, meter)

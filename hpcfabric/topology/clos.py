@@ -69,14 +69,14 @@ from math import ceil
 from typing import TYPE_CHECKING, Any
 
 from hpcfabric.errors import CompileError, TopologyError
-from hpcfabric.addressing import bits_for
-from hpcfabric.routing import ROUTERS, Router
+from hpcfabric.rules.addressing import bits_for
+from hpcfabric.rules.routing import ROUTERS, Router
 from hpcfabric.topology.generators import _need_int
 from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hpcfabric.compiler import Context
-    from hpcfabric.flows import FlowSpec
+    from hpcfabric.rules.compiler import Context
+    from hpcfabric.rules.flows import FlowSpec
 
 KIND = "folded_clos"
 MAX_STAGES = 6
@@ -426,7 +426,7 @@ def folded_clos_compact_flows(ctx: "Context", sw: Switch, conditional: bool = Fa
     go to PORT_STATE; the next uplink is the alternative while it is paused);
     down entries stay unconditional (one path down), as on a fat-tree.
     """
-    from hpcfabric.compiler import (
+    from hpcfabric.rules.compiler import (
         METADATA_MASK,
         PRIO_LPM_BASE,
         PRIO_UP,
@@ -436,7 +436,7 @@ def folded_clos_compact_flows(ctx: "Context", sw: Switch, conditional: bool = Fa
         _lpm_flows,
         _route_entry,
     )
-    from hpcfabric.flows import FlowSpec, Match, Output, RuleClass, make_cookie
+    from hpcfabric.rules.flows import FlowSpec, Match, Output, RuleClass, make_cookie
 
     layout, cache = ctx.layout, ctx.cache
     router: FoldedClosRouter = ctx.router  # type: ignore[assignment]

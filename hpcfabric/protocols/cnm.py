@@ -23,13 +23,13 @@ The CN EtherType is shared by the CN-TAG and the CNM; after it we accept the
 PDU directly, or a 2-octet flow id followed by the EtherType again (a CNM
 that carries a CN-TAG). Anything else -- short frame, another EtherType, a
 version other than 0, an encapsulated MSDU longer than 64 octets or than the
-frame, multicast addresses -- raises :class:`~hpcfabric.pause.MalformedFrame`.
+frame, multicast addresses -- raises :class:`~hpcfabric.protocols.pause.MalformedFrame`.
 
 Mapping (docs/routing.md): a CNM that a switch receives on fabric port P says
 that the queue it came from -- downstream of P -- is congested; like a PAUSE
 received on P it switches off the default rules that send out of P (the same
-:class:`~hpcfabric.pause.Flip`, through the same
-:class:`~hpcfabric.pause.PauseState`). The hold is derived from the quantized
+:class:`~hpcfabric.protocols.pause.Flip`, through the same
+:class:`~hpcfabric.protocols.pause.PauseState`). The hold is derived from the quantized
 feedback: ``max_hold * qFb / 63`` (Minkenberg et al. keep a congestion entry
 for their 250 ms AR timer after the last notification; the most severe
 feedback, 63, holds that long, milder feedback proportionally less). Every
@@ -45,7 +45,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from hpcfabric.pause import Flip, MalformedFrame, PauseFrame, PauseState, QUANTUM_BITS
+from hpcfabric.protocols.pause import Flip, MalformedFrame, PauseFrame, PauseState, QUANTUM_BITS
 
 ETH_TYPE_CN = 0x22E9  # CN-TAG and CNM
 VLAN_TPIDS = (0x8100, 0x88A8)
@@ -87,7 +87,7 @@ class CongestionNotification:
 def parse_cnm(frame: bytes) -> CongestionNotification:
     """Parse an Ethernet frame (from the destination MAC on, no FCS) as an 802.1Qau CNM.
 
-    Raises :class:`~hpcfabric.pause.MalformedFrame` for anything else.
+    Raises :class:`~hpcfabric.protocols.pause.MalformedFrame` for anything else.
     """
     frame = bytes(frame)
     if len(frame) < 14:
@@ -181,7 +181,7 @@ def hold_seconds(qfb: int, max_hold: float = MAX_HOLD) -> float:
 def cnm_to_pause_frame(
     cnm: CongestionNotification, link_speed_bps: float, *, max_hold: float = MAX_HOLD
 ) -> PauseFrame | None:
-    """The PAUSE equivalent of ``cnm`` for :meth:`PauseState.on_frame <hpcfabric.pause.PauseState.on_frame>`:
+    """The PAUSE equivalent of ``cnm`` for :meth:`PauseState.on_frame <hpcfabric.protocols.pause.PauseState.on_frame>`:
     the hold in pause quanta at ``link_speed_bps`` (possibly more than a real PAUSE's
     16 bits: this frame never goes on a wire). None for feedback 0 (nothing to do)."""
     seconds = hold_seconds(cnm.qfb, max_hold)
@@ -195,7 +195,7 @@ def on_cnm(
     state: PauseState, switch: str, port: int, cnm: CongestionNotification, now: float, *, max_hold: float = MAX_HOLD
 ) -> list[Flip]:
     """Apply a CNM received on ``port`` of ``switch`` to ``state``: the flips to apply
-    (the same :class:`~hpcfabric.pause.Flip` values a PAUSE yields). A CNM never
+    (the same :class:`~hpcfabric.protocols.pause.Flip` values a PAUSE yields). A CNM never
     shortens a running hold and never resumes a port."""
     frame = cnm_to_pause_frame(cnm, state.link_speed_bps, max_hold=max_hold)
     if frame is None:

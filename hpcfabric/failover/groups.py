@@ -11,13 +11,13 @@
 The switch uses the first bucket whose watch port is live, so when the link
 behind ``p`` goes down its traffic takes the detour within the switch's own
 port-liveness reaction, before the controller has seen the port status;
-recomputation (:func:`hpcfabric.failover.reroute`) then replaces the tables
+recomputation (:func:`hpcfabric.failover.reroute.reroute`) then replaces the tables
 and restores them when the link comes back (bucket 1 is live again at once).
 
 Which ports are protected is **not assumed per topology but proved with the
 reference pipeline**: for a switch S and a fabric port p (peer N), every data
 frame S sends out p in the compiled tables -- from every ingress port, to
-every host and to every invalid probe address (:func:`hpcfabric.verify.probe_addresses`)
+every host and to every invalid probe address (:func:`hpcfabric.verify.allpairs.probe_addresses`)
 -- is collected. Another fabric port q (peer M) is a safe detour when, with
 the link S-N down, each of those frames sent out q is walked switch by switch
 from M through the unchanged tables and
@@ -45,7 +45,7 @@ hence fast_failover needs ``recompute = on``).
 
 Conditional routing: protected outputs are replaced in ROUTE, PORT_STATE and
 ALTERNATIVE alike. The unpaused PORT_STATE entry of a protected port becomes
-``metadata=p -> group:HF|p`` (:func:`hpcfabric.compiler.port_state_flow` with
+``metadata=p -> group:HF|p`` (:func:`hpcfabric.rules.compiler.port_state_flow` with
 ``group``); its paused version is unchanged (``goto`` ALTERNATIVE), so a
 PAUSE flip is still one MODIFY_STRICT and un-pausing restores the group. A
 paused port whose link goes down keeps sending its ALTERNATIVE fallbacks
@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.errors import CompileError
-from hpcfabric.flows import (
+from hpcfabric.rules.flows import (
     GROUP_TAG,
     TABLE_ALTERNATIVE,
     TABLE_PORT_STATE,
@@ -70,7 +70,7 @@ from hpcfabric.flows import (
     GroupSpec,
     Output,
 )
-from hpcfabric.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
 
 #: refuse fabrics whose analysis needs more pipeline lookups than this (switch ports x destinations)
 ANALYSIS_LIMIT = 3_000_000
@@ -121,7 +121,7 @@ def fast_failover_groups(
     max_alternatives: int = MAX_ALTERNATIVES,
     limit: int = ANALYSIS_LIMIT,
 ) -> FastFailover:
-    """Protect every fabric port of ``compiled`` (a :class:`~hpcfabric.compiler.CompiledFabric`) that has a
+    """Protect every fabric port of ``compiled`` (a :class:`~hpcfabric.rules.compiler.CompiledFabric`) that has a
     proved detour (module docstring).
 
     ``tables`` (default: the compiled ones) are the tables to transform, e.g. the controller's desired tables
@@ -129,7 +129,7 @@ def fast_failover_groups(
     rewrite``). Raises :class:`~hpcfabric.errors.CompileError` if the analysis would exceed ``limit``
     pipeline lookups (very large fabrics).
     """
-    from hpcfabric.verify import probe_addresses
+    from hpcfabric.verify.allpairs import probe_addresses
 
     fabric, plan = compiled.fabric, compiled.plan
     flows = {n: tuple(f) for n, f in (tables or {n: t.flows for n, t in compiled.tables.items()}).items()}
@@ -279,33 +279,6 @@ def _detour_ok(pipes: _Memo, fabric: Any, start: str, in_port: int, frame: Frame
             return peer.node == expect and out.vlan_pcp is None
         sw, fr = peer.node, replace(out, in_port=peer.port, metadata=0)
     return False
-
-
-def resolve_groups(flows: Iterable[FlowSpec], groups: Iterable[GroupSpec], down: Iterable[int]) -> tuple[FlowSpec, ...]:
-    """``flows`` as one switch executes them while its ports ``down`` are down: every ``Group`` replaced by
-    its first live bucket's actions (nothing if none is live), outputs to down ports removed. Used by the
-    vectorised verifier (:func:`hpcfabric.verify.verify` with ``groups``/``down``), which needs plain tables;
-    :class:`~hpcfabric.pipeline.Pipeline` executes groups directly. (A bucket output to the frame's ingress
-    port, dropped by a real switch, is kept here: :func:`fast_failover_groups` never builds such detours.)"""
-    table = {g.group_id: g for g in groups}
-    down = frozenset(down)
-    out = []
-    for f in flows:
-        if not any(isinstance(a, Group) or (isinstance(a, Output) and a.port in down) for a in f.actions):
-            out.append(f)
-            continue
-        acts: list[Any] = []
-        for a in f.actions:
-            if isinstance(a, Group):
-                g = table.get(a.group_id)
-                if g is None:
-                    raise PipelineError(f"flow uses group {a.group_id:#x}, which is not installed")
-                bucket = g.live_bucket(down)
-                acts.extend(bucket.actions if bucket is not None else ())
-            elif not (isinstance(a, Output) and a.port in down):
-                acts.append(a)
-        out.append(replace(f, actions=tuple(acts)))
-    return tuple(out)
 
 
 def link_ends(link: Any) -> set[tuple[str, int]]:

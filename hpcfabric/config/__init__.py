@@ -33,7 +33,7 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [guards]                    ; source_check, punt_meters (on|off), fabric_punt_pps, host_punt_pps, punt_burst
     [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
-    [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.fastfailover)
+    [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups)
 
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
 ignored here. Everything is checked at load time -- the topology is loaded,
@@ -53,14 +53,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from hpcfabric.addressing import MODES, AddressPlan, format_mac, parse_mac, plan_addresses
+from hpcfabric.rules.addressing import MODES, AddressPlan, format_mac, parse_mac, plan_addresses
 from hpcfabric.errors import AddressingError, CompileError, ConfigError, HpcfabricError
-from hpcfabric.flows import PAUSE_REACTIONS, FlowSpec
-from hpcfabric.mac_rewrite import rewrite_flows
+from hpcfabric.rules.flows import PAUSE_REACTIONS, FlowSpec
+from hpcfabric.rules.mac_rewrite import rewrite_flows
 from hpcfabric.topology.model import Fabric
 
 ROUTINGS = ("minimal", "valiant", "conditional")
-#: ``[hpcfabric] cos``: on/off or a scheme name (:data:`hpcfabric.compiler.COS_SCHEMES`)
+#: ``[hpcfabric] cos``: on/off or a scheme name (:data:`hpcfabric.rules.compiler.COS_SCHEMES`)
 COS_CHOICES = ("on", "off", "none", "top", "hop")
 HOST_MAC_MODES = ("dmp", "rewrite")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -150,7 +150,7 @@ class ControllerConfig:
     bundles: str
     fabric: Fabric = field(repr=False)
     plan: AddressPlan | None = field(default=None, repr=False)
-    compiled: Any = field(default=None, repr=False)  # hpcfabric.compiler.CompiledFabric
+    compiled: Any = field(default=None, repr=False)  # hpcfabric.rules.compiler.CompiledFabric
     desired: Mapping[str, tuple[FlowSpec, ...]] = field(default_factory=dict, repr=False)
     reload_poll: float = 1.0
     source_check: bool = False
@@ -174,15 +174,15 @@ class ControllerConfig:
     #: ``[hpcfabric] cos`` as given (None: the compiler's default for the policy); the result is compiled.cos
     cos: str | None = None
     cos_levels: int | None = None
-    #: fast-failover groups per switch (:class:`hpcfabric.flows.GroupSpec`), empty unless fast_failover
+    #: fast-failover groups per switch (:class:`hpcfabric.rules.flows.GroupSpec`), empty unless fast_failover
     groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def meters(self) -> tuple[Any, ...]:
-        """The punt meters (:class:`hpcfabric.guards.Meter`) every switch needs, () without punt_meters."""
+        """The punt meters (:class:`hpcfabric.rules.guards.Meter`) every switch needs, () without punt_meters."""
         if not self.punt_meters:
             return ()
-        from hpcfabric.guards import meters
+        from hpcfabric.rules.guards import meters
 
         return meters(self.fabric_punt_pps, self.host_punt_pps, self.punt_burst)
 
@@ -585,7 +585,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     if not compile:
         return cfg
     # -- rules ------------------------------------------------------------
-    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.rules.compiler import compile_fabric
 
     cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cos, cos)
     try:
@@ -599,12 +599,12 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     if host_mac == "rewrite":
         tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
     if source_check or punt_meters:
-        from hpcfabric.guards import guard_flows
+        from hpcfabric.rules.guards import guard_flows
 
         tables = guard_flows(fabric, plan, tables, source_check=source_check, punt_meters=punt_meters, cos=tagged)
     groups: dict[str, tuple[Any, ...]] = {}
     if fast_failover:
-        from hpcfabric.fastfailover import fast_failover_groups
+        from hpcfabric.failover.groups import fast_failover_groups
 
         try:
             ff = fast_failover_groups(compiled, tables, source_macs=dict(real_macs))

@@ -20,7 +20,7 @@ table of every switch on the *surviving* graph:
   reroute is in force the fabric runs minimal routing on the surviving graph
   and PAUSE flips have nothing to switch (they resume when everything is back).
 
-Fast-failover groups are the first line (:mod:`hpcfabric.fastfailover`): where the
+Fast-failover groups are the first line (:mod:`hpcfabric.failover.groups`): where the
 topology offers a proved detour the switch itself moves the traffic when the port
 goes down; this recomputation follows and replaces the tables (the rerouted tables
 use plain outputs: the groups stay installed, unused, until the compiled tables return).
@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable
 
-from hpcfabric.fastfailover import fast_failover_groups  # noqa: F401  (public: the groups' transform)
-from hpcfabric.flows import TABLE_INGRESS, TABLE_ROUTE, FlowSpec, Output, RuleClass, SetField, sort_flows
+from hpcfabric.failover.groups import fast_failover_groups  # noqa: F401  (public: the groups' transform)
+from hpcfabric.rules.flows import TABLE_INGRESS, TABLE_ROUTE, FlowSpec, Output, RuleClass, SetField, sort_flows
 
 #: above this many (switch, destination) pairs the previous next hops are not looked up (speed)
 PREFER_LIMIT = 200_000
@@ -53,8 +53,8 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
             ) -> dict[str, tuple[FlowSpec, ...]]:
     """Per switch, the table to install while the ports ``down`` (switch, port) and the switches
     ``dead_switches`` are out of service. ``config`` is a compiled :class:`~hpcfabric.config.ControllerConfig`."""
-    from hpcfabric.compiler import Context, Route, access_prefix, host_routes, route_flows
-    from hpcfabric.pipeline import Frame, Pipeline
+    from hpcfabric.rules.compiler import Context, Route, access_prefix, host_routes, route_flows
+    from hpcfabric.verify.pipeline import Frame, Pipeline
 
     fabric, plan = config.fabric, config.plan
     gone = dead_links(fabric, down, dead_switches)
@@ -125,7 +125,7 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
         rflows = route_flows(ctx, routes, compact=True)
         if getattr(getattr(config, "compiled", None), "cos", None) is not None:
             # classes of service: INGRESS (kept) tags every frame, so deliveries pop the tag as compiled
-            from hpcfabric.compiler import _pop_before_hosts
+            from hpcfabric.rules.compiler import _pop_before_hosts
 
             rflows = _pop_before_hosts(list(rflows), set(fabric.host_ports(sw.name)), {})
         if real:  # host_mac = rewrite: deliveries set the host's real MAC back
@@ -147,7 +147,7 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
 
 
 def failover_groups(config: Any) -> dict[str, tuple[Any, ...]]:
-    """The fast-failover groups (:class:`~hpcfabric.flows.GroupSpec`) per switch of a loaded config
-    (computed at load time by :func:`hpcfabric.fastfailover.fast_failover_groups`; empty unless
+    """The fast-failover groups (:class:`~hpcfabric.rules.flows.GroupSpec`) per switch of a loaded config
+    (computed at load time by :func:`hpcfabric.failover.groups.fast_failover_groups`; empty unless
     ``[failover] fast_failover = on``)."""
     return dict(getattr(config, "groups", None) or {})

@@ -6,7 +6,7 @@ Every host ``s`` sends a data frame (``eth_type`` 0x0800, untagged, ``eth_src``
 = its planned MAC, ``in_port`` = its switch port) to every other host ``d``
 (``eth_dst`` = the planned MAC of ``d``); self-pairs are excluded, so an
 all-pairs run checks ``H*(H-1)`` pairs. The frame walks switch to switch
-through ``compiled.tables`` exactly as :mod:`hpcfabric.pipeline` (the scalar
+through ``compiled.tables`` exactly as :mod:`hpcfabric.verify.pipeline` (the scalar
 OpenFlow reference) would forward it; an egress port leads, via
 ``Fabric.peer``, to the next switch (and its ingress port) or to a host.
 Outcomes per pair:
@@ -37,7 +37,7 @@ looped, punted or flooded.
 How it is fast
 --------------
 Forwarding of a data frame at a switch depends only on the ingress port, the
-VLAN PCP it arrives with (classes of service, :mod:`hpcfabric.compiler`) and
+VLAN PCP it arrives with (classes of service, :mod:`hpcfabric.rules.compiler`) and
 the destination address (rules matching ``eth_src`` are resolved statically
 on host ports, where the source is known). So:
 
@@ -85,11 +85,11 @@ Paused ports: ``verify(compiled, paused=[(switch, port), ...])`` flips those
 PORT_STATE entries first (:func:`apply_paused`), as the controller does on a
 PAUSE; with switch-local PAUSE reaction (``compiled.pause_reaction ==
 "switch"``) a port is paused by adding the override its PAUSE makes the
-switch learn (:func:`hpcfabric.compiler.learned_override_flow`). The
+switch learn (:func:`hpcfabric.rules.compiler.learned_override_flow`). The
 vectorised engine models ``resubmit`` chains by inlining them per entry
-(:func:`hpcfabric.pipeline.inline_resubmits`; the scalar reference runs them
+(:func:`hpcfabric.verify.pipeline.inline_resubmits`; the scalar reference runs them
 literally). The channel dependency graph over every single paused port is
-:mod:`hpcfabric.cdg`.
+:mod:`hpcfabric.verify.cdg`.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hpcfabric.addressing import MAC_BITS, USABLE_BITS, format_mac, from_mac, to_mac
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import MAC_BITS, USABLE_BITS, format_mac, from_mac, to_mac
+from hpcfabric.rules.flows import (
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
@@ -115,7 +115,7 @@ from hpcfabric.flows import (
     SetField,
     vlan_vid_matches,
 )
-from hpcfabric.pipeline import Frame, Pipeline, PipelineError, Unflattenable, check_overlaps, describe_flow, inline_resubmits
+from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError, Unflattenable, check_overlaps, describe_flow, inline_resubmits
 
 __all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused", "apply_down"]
 
@@ -603,7 +603,7 @@ def _flow_attrs(f: FlowSpec) -> tuple[int, ...]:
 
 def data_flows(flows: Sequence[FlowSpec]) -> Sequence[FlowSpec]:
     """``flows`` with resubmit chains (switch-local PAUSE reaction) inlined into
-    plain entries (:func:`hpcfabric.pipeline.inline_resubmits`)."""
+    plain entries (:func:`hpcfabric.verify.pipeline.inline_resubmits`)."""
     try:
         return inline_resubmits(flows)
     except Unflattenable as why:
@@ -1266,15 +1266,15 @@ class _Tally:
 
 def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any, list[tuple[str, int]]]:
     """``compiled`` with the PORT_STATE entry of every (switch, port) in ``paused``
-    flipped to its paused version (:func:`hpcfabric.compiler.port_state_flow`),
+    flipped to its paused version (:func:`hpcfabric.rules.compiler.port_state_flow`),
     or, switch-local reaction, the learned override of the port added
-    (:func:`hpcfabric.compiler.learned_override_flow`), and the flips applied. Ports without a PORT_STATE entry (minimal routing,
+    (:func:`hpcfabric.rules.compiler.learned_override_flow`), and the flips applied. Ports without a PORT_STATE entry (minimal routing,
     host ports) are left alone, as the controller leaves them; an unknown
     switch or port raises ValueError."""
     from dataclasses import replace as _replace
 
-    from hpcfabric.compiler import learned_override_flow, port_state_flow
-    from hpcfabric.flows import GROUP_TAG
+    from hpcfabric.rules.compiler import learned_override_flow, port_state_flow
+    from hpcfabric.rules.flows import GROUP_TAG
 
     switch_local = getattr(compiled, "pause_reaction", "controller") == "switch"
     by_switch: dict[str, set[int]] = {}
@@ -1307,10 +1307,10 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
 def apply_down(compiled: Any, groups: Mapping[str, Iterable[Any]] | None, down: Iterable[tuple[str, int]]) -> Any:
     """``compiled`` as the switches execute it while the ports ``down`` (switch, port) are down: outputs to
     them lose the frame and every fast-failover group (``groups``: switch -> GroupSpecs) takes its first live
-    bucket (:func:`hpcfabric.fastfailover.resolve_groups`), so both engines see plain tables."""
+    bucket (:func:`hpcfabric.verify.pipeline.resolve_groups`), so both engines see plain tables."""
     from dataclasses import replace as _replace
 
-    from hpcfabric.fastfailover import resolve_groups
+    from hpcfabric.verify.pipeline import resolve_groups
 
     by_switch: dict[str, set[int]] = {}
     for sw, port in down:
@@ -1336,7 +1336,7 @@ def verify(
     down: Iterable[tuple[str, int]] = (),
     per_port: bool | None = None,
 ) -> Report:
-    """Verify forwarding of ``compiled`` (a :class:`~hpcfabric.compiler.CompiledFabric`).
+    """Verify forwarding of ``compiled`` (a :class:`~hpcfabric.rules.compiler.CompiledFabric`).
 
     Parameters
     ----------
@@ -1349,10 +1349,10 @@ def verify(
     engine : {'auto', 'fast', 'scalar'}
         'auto' uses the vectorised engine and falls back to the scalar
         reference walk when the rules rewrite frames; 'fast' raises instead
-        of falling back (:class:`~hpcfabric.pipeline.PipelineError`);
+        of falling back (:class:`~hpcfabric.verify.pipeline.PipelineError`);
         'scalar' always uses the reference walk (slow: small fabrics only).
     groups, down : optional
-        Fast-failover groups per switch (:mod:`hpcfabric.fastfailover`) and ports whose link is down
+        Fast-failover groups per switch (:mod:`hpcfabric.failover.groups`) and ports whose link is down
         (switch, port): resolved (:func:`apply_down`) after ``paused`` is applied.
     per_port : bool, optional
         Vectorised engine with one decision row per fabric ingress port, so that a frame a switch

@@ -4,7 +4,7 @@
 
     hpcfabric-dmp IFACE [--timeout 1.0] [--retries 3] [--dry-run] [--json]
 
-Sends a DMP request (:mod:`hpcfabric.dmp`) out of IFACE through an
+Sends a DMP request (:mod:`hpcfabric.protocols.dmp`) out of IFACE through an
 AF_PACKET socket bound to EtherType 0x88b5, waits ``--timeout`` seconds for
 the access switch's echo, resends up to ``--retries`` more times, then sets
 the interface's MAC to the one the switch wrote into the reply's source
@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from hpcfabric.dmp import (
+from hpcfabric.protocols.dmp import (
     ETH_TYPE_DMP,
     InvalidAssignment,
     build_request,

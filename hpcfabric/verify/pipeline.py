@@ -26,7 +26,7 @@ Semantics (OpenFlow 1.3.5, Sec. 5.1-5.12), restricted to what hpcfabric emits:
   callers add them to model the switch's state), and ``LearnLoad`` (the
   action of learned entries) loads bits of ``reg0``/``metadata``. ``reg0``
   starts at 0 and, like ``metadata``, never leaves the switch.
-* ``Group`` runs a fast-failover group (``groups``, :class:`~hpcfabric.flows.GroupSpec`):
+* ``Group`` runs a fast-failover group (``groups``, :class:`~hpcfabric.rules.flows.GroupSpec`):
   the actions of its first bucket whose watch port is not in ``down``; no live
   bucket drops the frame;
 * ``Output`` to a port in ``down`` (link down) loses the frame; ``Output`` (in
@@ -38,19 +38,19 @@ Matching: ``in_port``, ``eth_type`` and ``vlan_pcp`` are exact (``vlan_pcp``
 never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata``,
 ``reg0`` and ``vlan_vid`` are ``(value, mask)`` and match when ``field & mask
 == value`` (a frame's ``vlan_vid`` is 0 untagged, ``OFPVID_PRESENT`` | VID 0
-tagged: :func:`hpcfabric.flows.frame_vlan_vid`).
+tagged: :func:`hpcfabric.rules.flows.frame_vlan_vid`).
 
 This module is deliberately simple: it is the reference the fast verifier
-(:mod:`hpcfabric.verify`) is cross-checked against.
+(:mod:`hpcfabric.verify.allpairs`) is cross-checked against.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Any, Iterable
 
 from hpcfabric.errors import HpcfabricError
-from hpcfabric.flows import (
+from hpcfabric.rules.flows import (
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
@@ -535,3 +535,30 @@ def _inline(entry: FlowSpec, acts: list, fixed: tuple[int, int], reg0: int,
                 raise Unflattenable(f"resubmit to table {a.table} ends in a table lookup before other actions")
             return goto, reg0
     return None, reg0
+
+
+def resolve_groups(flows: Iterable[FlowSpec], groups: Iterable[GroupSpec], down: Iterable[int]) -> tuple[FlowSpec, ...]:
+    """``flows`` as one switch executes them while its ports ``down`` are down: every ``Group`` replaced by
+    its first live bucket's actions (nothing if none is live), outputs to down ports removed. Used by the
+    vectorised verifier (:func:`hpcfabric.verify.allpairs.verify` with ``groups``/``down``), which needs plain tables;
+    :class:`Pipeline` executes groups directly. (A bucket output to the frame's ingress
+    port, dropped by a real switch, is kept here: :func:`fast_failover_groups` never builds such detours.)"""
+    table = {g.group_id: g for g in groups}
+    down = frozenset(down)
+    out = []
+    for f in flows:
+        if not any(isinstance(a, Group) or (isinstance(a, Output) and a.port in down) for a in f.actions):
+            out.append(f)
+            continue
+        acts: list[Any] = []
+        for a in f.actions:
+            if isinstance(a, Group):
+                g = table.get(a.group_id)
+                if g is None:
+                    raise PipelineError(f"flow uses group {a.group_id:#x}, which is not installed")
+                bucket = g.live_bucket(down)
+                acts.extend(bucket.actions if bucket is not None else ())
+            elif not (isinstance(a, Output) and a.port in down):
+                acts.append(a)
+        out.append(replace(f, actions=tuple(acts)))
+    return tuple(out)

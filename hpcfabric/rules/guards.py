@@ -1,4 +1,4 @@
-"""Ingress guards against hostile or broken hosts (pure table transforms, like :mod:`hpcfabric.mac_rewrite`).
+"""Ingress guards against hostile or broken hosts (pure table transforms, like :mod:`hpcfabric.rules.mac_rewrite`).
 
 Two independent guards, both on access switches, both in table INGRESS:
 
@@ -45,8 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from hpcfabric.addressing import AddressPlan
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import AddressPlan
+from hpcfabric.rules.flows import (
     MAC_EXACT,
     OFPP_CONTROLLER,
     TABLE_INGRESS,

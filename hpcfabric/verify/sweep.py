@@ -2,7 +2,7 @@
 
 Result: the same verdicts and counts as, per fabric port with a PORT_STATE entry,
 ``verify(compiled, paused=[port])`` (host pairs) and the scenario's own channel
-dependency graph (:mod:`hpcfabric.cdg`), plus the union graph over all scenarios
+dependency graph (:mod:`hpcfabric.verify.cdg`), plus the union graph over all scenarios
 (the deadlock criterion). ``tests/test_sweep.py`` checks the equality against
 that brute force on the small shipped fabrics and on broken rule sets.
 
@@ -18,7 +18,7 @@ Why it is cheap
    meets). A group failing either check is split into one column per host.
    Equal decisions at every row mean equal walks: same outcome, same channels.
    Sources are classes too (hosts of one switch whose first rows decide alike,
-   as in :mod:`hpcfabric.cdg`). Pair counts are class sizes multiplied out,
+   as in :mod:`hpcfabric.verify.cdg`). Pair counts are class sizes multiplied out,
    self-pairs subtracted.
 2. **Affected pairs only.** Pausing port ``x`` of switch ``s`` flips one
    PORT_STATE entry (a ``metadata`` match, no ``eth_dst``), so only rows of
@@ -48,9 +48,9 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from hpcfabric.cdg import _cos_label, _Sweep, channel_name, pausable_ports
-from hpcfabric.compiler import port_state_flow
-from hpcfabric.verify import (
+from hpcfabric.verify.cdg import _cos_label, _Sweep, channel_name, pausable_ports
+from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.verify.allpairs import (
     DELIVER,
     LOOP,
     _Dst,
@@ -185,7 +185,7 @@ def structural_splits(eng: _Engine, groups: dict[str, np.ndarray]) -> set[str]:
 
 
 class _RepSweep(_Sweep):
-    """:class:`hpcfabric.cdg._Sweep` over destination classes (one representative
+    """:class:`hpcfabric.verify.cdg._Sweep` over destination classes (one representative
     host each), with the pairs' unpaused walks recorded per visited switch."""
 
     def __init__(
@@ -582,7 +582,7 @@ def sweep_single_paused(
     port with a PORT_STATE entry). ``keep``: per-scenario results in
     ``per_scenario`` (keyed 'SW:PORT', None for the unpaused fabric).
     ``destinations``: access switches whose hosts are the only destinations
-    walked (every source still sends to them; see :mod:`hpcfabric.symmetry`)."""
+    walked (every source still sends to them; see :mod:`hpcfabric.verify.symmetry`)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     port_list = pausable_ports(compiled) if ports == "single" else list(ports)  # type: ignore[arg-type]
@@ -845,9 +845,9 @@ def brute_force_single_paused(
     """Reference for tests: per scenario (None = unpaused, 'SW:PORT'), the verifier's
     undelivered counts per kind, the scenario's own CDG edges as channel-name pairs
     and whether that graph has a cycle. Independent of :func:`sweep_single_paused`:
-    :func:`hpcfabric.verify.verify` on the flipped tables and :class:`hpcfabric.cdg._Sweep`
+    :func:`hpcfabric.verify.allpairs.verify` on the flipped tables and :class:`hpcfabric.verify.cdg._Sweep`
     walking every host pair."""
-    from hpcfabric.verify import verify
+    from hpcfabric.verify.allpairs import verify
 
     out: dict[str | None, dict[str, Any]] = {}
     todo = pausable_ports(compiled) if ports is None else ports

@@ -1,14 +1,14 @@
 """Up*/down* proof for fat-trees and folded Clos: delivery and deadlock freedom under
 *any* set of paused ports, from a check of each switch's rules on its own.
 
-The paused-port sweep (:mod:`hpcfabric.sweep`) walks every host pair per scenario;
-symmetries (:mod:`hpcfabric.symmetry`) cut that down for Dragonflies and
+The paused-port sweep (:mod:`hpcfabric.verify.sweep`) walks every host pair per scenario;
+symmetries (:mod:`hpcfabric.verify.symmetry`) cut that down for Dragonflies and
 Flattened Butterflies, but a 4-stage folded Clos with the paper's truncated
 wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
 properties. :func:`check_up_down` checks, at every switch ``s`` separately,
 for every ingress port class, every arrival VLAN PCP a frame can carry, and
-every destination class (the exact classes of :mod:`hpcfabric.symmetry`:
+every destination class (the exact classes of :mod:`hpcfabric.verify.symmetry`:
 destinations no entry of ``s`` tells apart), unpaused **and** with every
 PORT_STATE entry flipped to "paused":
 
@@ -18,7 +18,7 @@ PORT_STATE entry flipped to "paused":
   destination host's port; if it is in ``cone(s)``, the frame leaves on exactly
   one port, a link down to a switch whose cone holds it; otherwise on exactly
   one uplink (a link to a higher level);
-* **no return** (addresses nobody owns, :func:`hpcfabric.verify.probe_addresses`):
+* **no return** (addresses nobody owns, :func:`hpcfabric.verify.allpairs.probe_addresses`):
   dropped, or one fabric output; never to a host; never up after arriving
   from above;
 * no punt, no flood, no pipeline error for any data frame.
@@ -42,7 +42,7 @@ down* (no return), so they are dropped within 2(L-1) links.
 
 The check is sound, not complete: a rule set can fail it and still work
 (e.g. a detour through a lower level). The per-switch decisions come from
-the same vectorised engine as the verifier (:mod:`hpcfabric.verify`), and
+the same vectorised engine as the verifier (:mod:`hpcfabric.verify.allpairs`), and
 ``tests/test_updown.py`` cross-checks the verdict against the brute-force
 sweep on the small shipped fabrics and on broken rule sets.
 """
@@ -55,11 +55,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcfabric.cdg import pausable_ports
-from hpcfabric.compiler import UP_DOWN_KINDS, updown_level
+from hpcfabric.verify.cdg import pausable_ports
+from hpcfabric.rules.compiler import UP_DOWN_KINDS, updown_level
 from hpcfabric.errors import VerificationError
-from hpcfabric.symmetry import _classes, _decide, _pcp_values, _port_classes, forward_data_flows, paused_data_flows
-from hpcfabric.verify import UNTAGGED, _Dst, _Row, probe_addresses
+from hpcfabric.verify.symmetry import _classes, _decide, _pcp_values, _port_classes, forward_data_flows, paused_data_flows
+from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _Row, probe_addresses
 
 __all__ = ["UpDownReport", "check_up_down"]
 
@@ -403,7 +403,7 @@ class _ProbeGraph:
             out.append(f"unowned {probes[k][1]}: reaches {name(state)}, which delivers it to a host, punts, floods "
                        f"or errs")
         keep = np.isin(src, seen)
-        from hpcfabric.sweep import _core_graph
+        from hpcfabric.verify.sweep import _core_graph
 
         core = _core_graph(src[keep], dst[keep])
         if core.number_of_edges():

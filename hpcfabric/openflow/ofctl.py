@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hpcfabric.addressing import format_mac
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import format_mac
+from hpcfabric.rules.flows import (
     MAC_EXACT,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,

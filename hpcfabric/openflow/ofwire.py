@@ -4,7 +4,7 @@ The controller installs tens of thousands of flow entries; encoding them with
 os-ken's message classes costs 100-250 us each. This module writes the same
 bytes directly (``tests/test_controller_unit.py`` checks them byte for byte
 against os-ken's serialisation) and caches every encoded flow-mod body: the
-same :class:`~hpcfabric.flows.FlowSpec` recurs on many switches, and
+same :class:`~hpcfabric.rules.flows.FlowSpec` recurs on many switches, and
 re-sending it only costs patching a new xid into the header.
 
 Encoded here: FLOW_MOD (with meter instructions and group actions),
@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-from hpcfabric.flows import (
+from hpcfabric.rules.flows import (
     COOKIE_APP,
     COOKIE_APP_MASK,
     COOKIE_APP_SHIFT,

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from statistics import mean
 from typing import Any, Iterable, Mapping
 
-from hpcfabric.addressing import USABLE_BITS, AddressPlan, Layout, mask_to_mac, to_mac
-from hpcfabric.compaction import DROP, compact_prefixes
+from hpcfabric.rules.addressing import USABLE_BITS, AddressPlan, Layout, mask_to_mac, to_mac
+from hpcfabric.rules.compaction import DROP, compact_prefixes
 from hpcfabric.errors import CompileError
-from hpcfabric.flows import (
+from hpcfabric.rules.flows import (
     ETH_TYPE_CNM,
     ETH_TYPE_DMP,
     ETH_TYPE_LLDP,
@@ -69,7 +69,7 @@ from hpcfabric.flows import (
     make_cookie,
     sort_flows,
 )
-from hpcfabric.routing import DragonflyRouter, ExplicitRouter, router_for
+from hpcfabric.rules.routing import DragonflyRouter, ExplicitRouter, router_for
 from hpcfabric.topology.model import Fabric, Switch, gc_paused
 
 PRIO_DMP = 2000
@@ -257,7 +257,7 @@ class Context:
             self.group_prefix = {g: _prefix(self.layout, [("group", g)]) for g in self.groups}
 
 
-# -- public helpers for code that builds ROUTE tables of its own (hpcfabric.failover) --------
+# -- public helpers for code that builds ROUTE tables of its own (hpcfabric.failover.reroute) --------
 
 
 def host_routes(ctx: Context, sw: Switch) -> list[Route]:
@@ -553,7 +553,7 @@ def port_state_flow(port: int, paused: bool, group: int | None = None, *, reacti
     Both states share table, priority and match, so a flip is one
     OFPFC_MODIFY_STRICT flow-mod however many default rules use the port.
     ``group``: the port is protected by that fast-failover group
-    (:mod:`hpcfabric.fastfailover`); the unpaused entry outputs through it
+    (:mod:`hpcfabric.failover.groups`); the unpaused entry outputs through it
     (controller reaction only: fast failover and the switch-local reaction
     are not combined, the config refuses it).
     With ``reaction="switch"`` the unpaused entry asks the switch-local state
@@ -802,7 +802,7 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
     a frame arriving with PCP k < levels-1 leaves INGRESS with PCP k+1
     (saturating at levels-1). The tag is popped before delivery to a host
     (:func:`_pop_before_hosts`). The steps also match ``vlan_vid`` =
-    :data:`~hpcfabric.flows.VLAN_TAGGED` (any tag): switches check OXM
+    :data:`~hpcfabric.rules.flows.VLAN_TAGGED` (any tag): switches check OXM
     prerequisites, and a ``vlan_pcp`` match or ``set_field vlan_pcp`` without a
     preceding ``push_vlan`` needs a match that guarantees the tag.
     """
@@ -835,7 +835,7 @@ def _cos_flows(fabric: Fabric, sw: Switch, scheme: str, levels: int) -> list[Flo
 
 def _cnm_snoop_flows(fabric: Fabric, sw: Switch, scheme: str | None, levels: int) -> list[FlowSpec]:
     """Table INGRESS entries copying 802.1Qau CNMs to the controller while they keep
-    being forwarded to their reaction point (:mod:`hpcfabric.cnm`).
+    being forwarded to their reaction point (:mod:`hpcfabric.protocols.cnm`).
 
     Untagged fabrics: one entry per fabric port, at the punt priority. With
     classes of service, CNMs from fabric ports must take the same PCP step as
@@ -876,8 +876,8 @@ def _pop_before_hosts(
 
     Switches check OXM prerequisites: ``pop_vlan`` needs a match that guarantees a
     tag, so such an entry becomes two at the same priority: ``vlan_vid`` =
-    :data:`~hpcfabric.flows.VLAN_TAGGED` with the pops (every data frame leaves
-    INGRESS tagged with CoS), and ``vlan_vid`` = :data:`~hpcfabric.flows.VLAN_UNTAGGED`
+    :data:`~hpcfabric.rules.flows.VLAN_TAGGED` with the pops (every data frame leaves
+    INGRESS tagged with CoS), and ``vlan_vid`` = :data:`~hpcfabric.rules.flows.VLAN_UNTAGGED`
     with the original actions. The untagged twin keeps what the entry did for
     untagged frames (none of our switches sends one onto a fabric link): without
     it such a frame would fall through to a shorter prefix and could be routed
@@ -930,7 +930,7 @@ def cos_levels_needed(fabric: Fabric, routing: str, scheme: str) -> int:
 def default_cos(fabric: Fabric, routing: str) -> tuple[str, int]:
     """(scheme, levels) that ``cos=True`` selects: the fewest classes for which the
     channel dependency graph of the shipped fabrics is acyclic over every single
-    paused port (:mod:`hpcfabric.cdg`; measurements and the cycles found with one
+    paused port (:mod:`hpcfabric.verify.cdg`; measurements and the cycles found with one
     class less in docs/routing.md)."""
     kind = fabric.kind
     if kind == "dragonfly":  # +1 per global link: l-g-l needs 2, g-l-g-l 3
@@ -1098,7 +1098,7 @@ def compile_fabric(
         longest path can use (:func:`cos_levels_needed`).
     cnm_snoop : bool
         Copy 802.1Qau congestion notifications arriving on fabric ports to the
-        controller (and keep forwarding them), for :func:`hpcfabric.cnm.on_cnm`.
+        controller (and keep forwarding them), for :func:`hpcfabric.protocols.cnm.on_cnm`.
     pause_reaction : {'controller', 'switch'}
         Who switches a paused port's default rules off: the controller (it
         flips the PORT_STATE entry on a punted PAUSE) or the switch itself

@@ -161,7 +161,7 @@ def is_our_group(group_id: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """Apply OpenFlow group ``group_id`` (hpcfabric uses fast-failover groups, see :mod:`hpcfabric.failover`)."""
+    """Apply OpenFlow group ``group_id`` (hpcfabric uses fast-failover groups, see :mod:`hpcfabric.failover.reroute`)."""
 
     group_id: int
 
@@ -261,7 +261,7 @@ class FlowSpec:
 
     With no actions and no ``goto`` the entry drops the frame. ``meter``
     (optional) runs the frame through that OpenFlow meter first (punt rate
-    limits, :mod:`hpcfabric.guards`).
+    limits, :mod:`hpcfabric.rules.guards`).
     """
 
     table: int

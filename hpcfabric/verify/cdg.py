@@ -10,10 +10,10 @@ deadlock (Dally and Seitz). Deadlock freedom therefore needs an acyclic CDG.
 What is built
 -------------
 Dependencies come from walking every host pair through the compiled tables
-(the fast engine of :mod:`hpcfabric.verify`, one decision row per ingress
+(the fast engine of :mod:`hpcfabric.verify.allpairs`, one decision row per ingress
 port and arrival PCP, so a row *is* the channel the frame arrived on), for
 every *scenario*: no port paused, and each fabric port paused alone (its
-PORT_STATE entry flipped with :func:`hpcfabric.compiler.port_state_flow`, as
+PORT_STATE entry flipped with :func:`hpcfabric.rules.compiler.port_state_flow`, as
 the controller does on a PAUSE). Conditional routing mixes scenarios over
 time (a port pauses, resumes, another pauses while frames of the first
 scenario are still in the queues), so the check that matters is on the
@@ -37,8 +37,8 @@ from typing import Any, Iterable, Sequence
 import networkx as nx
 import numpy as np
 
-from hpcfabric.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, RuleClass
-from hpcfabric.verify import (
+from hpcfabric.rules.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, RuleClass
+from hpcfabric.verify.allpairs import (
     DELIVER,
     SINK,
     UNTAGGED,
@@ -451,7 +451,7 @@ def minimum_cos_levels(
 ) -> tuple[int | None, dict[int, CdgReport]]:
     """Smallest ``cos_levels`` for which the union CDG under ``scheme`` is acyclic
     (None if none up to ``max_levels``), and the report of every level tried."""
-    from hpcfabric.compiler import compile_fabric
+    from hpcfabric.rules.compiler import compile_fabric
 
     reports: dict[int, CdgReport] = {}
     for levels in range(1, max_levels + 1):

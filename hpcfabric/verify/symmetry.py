@@ -10,7 +10,7 @@ entry met, and all of that again with the PORT_STATE entries flipped to
 ``σ(p)``. Then the walk of host pair ``(a, d)`` with port ``x`` paused maps hop
 by hop, channel by channel, to the walk of ``(σa, σd)`` with ``σ(x)`` paused.
 
-Consequences used by :func:`hpcfabric.sweep.symmetric_sweep`:
+Consequences used by :func:`hpcfabric.verify.sweep.symmetric_sweep`:
 
 * **Delivery.** If every orbit of access switches under the symmetries has a
   representative in ``D0``, every pair in every single-paused-port scenario is
@@ -28,7 +28,7 @@ Why checking the rules is exact, not sampled: at switch ``s`` the pipeline
 depends on the destination only through the ``eth_dst`` matches of its entries;
 destinations that meet the same entries (``s``'s *destination classes*, see
 :func:`_classes`) decide alike. Hosts of one access switch ``t`` are alike at
-every switch but ``t`` (checked by :func:`hpcfabric.sweep.structural_splits`),
+every switch but ``t`` (checked by :func:`hpcfabric.verify.sweep.structural_splits`),
 so the destinations are one representative per access switch plus ``s``'s own
 hosts. Classes that every row of ``s`` decides alike (unpaused and paused) are
 merged into behaviour classes; the check pairs the behaviour classes of ``s``
@@ -53,9 +53,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from hpcfabric.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, PushVlan, RuleClass, SetField
+from hpcfabric.rules.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, PushVlan, RuleClass, SetField
 from hpcfabric.topology.model import Fabric
-from hpcfabric.verify import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
+from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
 
 __all__ = [
     "Automorphism",
@@ -346,7 +346,7 @@ def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
     """Ports whose ``in_port`` entries are equal but for the port share a class."""
-    from hpcfabric.cdg import entry_key
+    from hpcfabric.verify.cdg import entry_key
 
     ports = sorted(fabric.ports(switch))
     if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions):
@@ -368,7 +368,7 @@ _PS_FLOWS: dict[int, tuple[Any, Any]] = {}  # port -> (unpaused, paused) PORT_ST
 
 def _flipped(flows: Sequence[Any]) -> list[Any]:
     """``flows`` with every PORT_STATE entry in its paused form."""
-    from hpcfabric.compiler import port_state_flow
+    from hpcfabric.rules.compiler import port_state_flow
 
     out = []
     for f in flows:
@@ -624,7 +624,7 @@ class SymmetricSweepReport:
 
     symmetry: SymmetryReport
     representatives: tuple[str, ...]  # access switches whose hosts were walked to
-    sweep: Any  # hpcfabric.sweep.SweepReport over those destinations
+    sweep: Any  # hpcfabric.verify.sweep.SweepReport over those destinations
     quotient_channels: int
     quotient_dependencies: int
     quotient_acyclic: bool | None  # None: no symmetry kept (the sweep's own union verdict applies)
@@ -667,15 +667,15 @@ def symmetric_sweep(
     *,
     progress: Callable[[str, int, int, float], None] | None = None,
 ) -> SymmetricSweepReport:
-    """:func:`hpcfabric.sweep.sweep_single_paused` over every port with a PORT_STATE
+    """:func:`hpcfabric.verify.sweep.sweep_single_paused` over every port with a PORT_STATE
     entry, destinations reduced to one access switch per orbit of the symmetries
     :func:`check_symmetries` keeps; the union dependency graph is checked on its
     quotient by those symmetries. (Every port, never a sample: the images of a
     sample's scenarios are other scenarios, which a sample need not hold.)"""
     import networkx as nx
 
-    from hpcfabric.sweep import _host_groups, structural_splits, sweep_single_paused
-    from hpcfabric.verify import _Engine
+    from hpcfabric.verify.sweep import _host_groups, structural_splits, sweep_single_paused
+    from hpcfabric.verify.allpairs import _Engine
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}

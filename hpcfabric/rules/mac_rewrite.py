@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Mapping
 
-from hpcfabric.addressing import AddressPlan
-from hpcfabric.flows import (
+from hpcfabric.rules.addressing import AddressPlan
+from hpcfabric.rules.flows import (
     MAC_EXACT,
     TABLE_INGRESS,
     PushVlan,

@@ -1,0 +1,1 @@
+"""Proven repairs: fast-failover groups and rerouting around failed links."""

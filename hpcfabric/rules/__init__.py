@@ -1,0 +1,1 @@
+"""Flow rules: addressing, routing, compaction and the compiler (pure FlowSpec values)."""

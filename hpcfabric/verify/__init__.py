@@ -1,0 +1,1 @@
+"""Proofs over compiled tables: the reference pipeline, the vectorised engine, all-pairs, CDG, sweeps."""
