@@ -394,10 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # eventlet's deprecation banner
-            from os_ken.lib import hub
-
-        hub.patch(thread=False)  # before os-ken's controller modules are imported
-        from hpcfabric.controller import run
+            from hpcfabric.controller.launch import run  # the framework (os-ken) comes in here
 
         return run(config, listen_port=args.listen_port, status_file=args.status_file)
 

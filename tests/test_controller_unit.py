@@ -28,11 +28,12 @@ with warnings.catch_warnings():
 from hpcfabric.openflow import ofwire
 from hpcfabric.rules.compiler import port_state_flow
 from hpcfabric.config import load_config
-from hpcfabric.controller.discovery import build_lldp, parse_lldp
+from hpcfabric.protocols.lldp import build_lldp, parse_lldp
 from hpcfabric.rules.flows import FlowSpec, Match, Output, PopVlan, PushVlan, SetField, make_cookie, RuleClass
 from hpcfabric.protocols.pause import build_pause, build_pfc
 
 import hpcfabric.controller as ctl
+from hpcfabric.controller import launch
 from hpcfabric.controller import ofmsg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,14 +296,14 @@ class FakeDatapath:
 
 def make_app(conf: str, tmp_path: Path | None = None):
     cfg = load_config(ROOT / "configs" / conf)
-    ctl._PRELOADED = cfg
-    ctl._OVERRIDES.clear()
+    launch.PRELOADED = cfg
+    launch.OVERRIDES.clear()
     if tmp_path is not None:
-        ctl._OVERRIDES["status_file"] = str(tmp_path / "status.json")
+        launch.OVERRIDES["status_file"] = str(tmp_path / "status.json")
     try:
         app = ctl.HpcfabricController()
     finally:
-        ctl._PRELOADED = None
+        launch.PRELOADED = None
     return app
 
 
@@ -334,7 +335,7 @@ def test_pause_on_fabric_port_flips_with_one_flow_mod():
     assert dp.messages() == []
     # the barrier reply completes the flip and records the reaction time
     app._barrier_reply(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=msgs[1].xid)))
-    assert len(app.reaction_ms) == 1 and app.reaction_ms[0] >= 0
+    assert len(app.pausing.reaction_ms) == 1 and app.pausing.reaction_ms[0] >= 0
     # XON: back to output
     app._packet_in(packet_in(dp, 3, build_pause(SRC, 0)))
     (fm, _) = dp.messages()
@@ -374,7 +375,7 @@ def test_expiry_flips_back():
     dp.messages()
     deadline = app.pause.next_deadline()
     for flip in app.pause.expire(deadline + 1e-6):
-        app._apply_flip(flip, deadline)
+        app.pausing.apply_flip(flip, deadline)
     (fm, _) = dp.messages()
     assert ofmsg.from_flow_mod(fm) == port_state_flow(2, False)
 
@@ -398,12 +399,12 @@ def test_lldp_miswire_sets_and_clears_no_fwd():
     app = make_app("dragonfly-a2-p1-h1.conf")
     dp1, dp2, dp5 = attach(app, 1), attach(app, 2), attach(app, 5)
     # g0s1:2 (expects g1s1:2) arrives at g0s0:2 (expects g2s0:2): both miswired
-    app._packet_in(packet_in(dp1, 2, build_lldp(2, 2, SRC, nonce=app.nonce)))
+    app._packet_in(packet_in(dp1, 2, build_lldp(2, 2, SRC, nonce=app.wiring.nonce)))
     mods = [m for m in dp1.messages() + dp2.messages() if isinstance(m, PortMod)]
     assert sorted((m.port_no, m.config, m.mask) for m in mods) == [(2, O.OFPPC_NO_FWD, O.OFPPC_NO_FWD)] * 2
     assert app.switches["g0s0"].no_fwd == {2} and app.switches["g0s1"].no_fwd == {2}
     # the LLDP round probes quarantined ports: lift NO_FWD, barrier, packet-out, set it again
-    app._send_lldp(app.switches["g0s0"])
+    app.wiring.send_lldp(app.switches["g0s0"])
     hub.sleep(0)  # the probe runs in its own green thread
     msgs = dp1.messages()
     assert [(type(m).__name__, getattr(m, "port_no", None)) for m in msgs[-2:]] == [("PortMod", 2), ("BarrierRequest", None)]
@@ -418,7 +419,7 @@ def test_lldp_miswire_sets_and_clears_no_fwd():
     assert kinds == [("PacketOut", None, None), ("PortMod", 2, O.OFPPC_NO_FWD)]
     assert app.switches["g0s0"].probing == set()
     # healed: the expected neighbour g2s0:2 is heard on g0s0:2
-    app._packet_in(packet_in(dp1, 2, build_lldp(5, 2, SRC, nonce=app.nonce)))
+    app._packet_in(packet_in(dp1, 2, build_lldp(5, 2, SRC, nonce=app.wiring.nonce)))
     mods = [m for m in dp1.messages() if isinstance(m, PortMod)]
     assert [(m.port_no, m.config) for m in mods] == [(2, 0)]
     assert app.switches["g0s0"].no_fwd == set() and app.switches["g0s1"].no_fwd == {2}
@@ -431,11 +432,11 @@ def test_lldp_is_sent_on_fabric_and_unused_ports_only():
     dp = attach(app, 1)
     dp.ports[9] = SimpleNamespace(port_no=9, hw_addr="02:00:00:00:01:09", config=0)  # unused
     dp.ports[O.OFPP_LOCAL] = SimpleNamespace(port_no=O.OFPP_LOCAL, hw_addr="02:00:00:00:01:ff", config=0)
-    app._send_lldp(app.switches["g0s0"])
+    app.wiring.send_lldp(app.switches["g0s0"])
     outs = [m for m in dp.messages() if isinstance(m, PacketOut)]
     assert [m.ports for m in outs] == [[2], [3], [9]]
     info = parse_lldp(outs[0].data)
-    assert (info.dpid, info.port, info.nonce) == (1, 2, app.nonce)
+    assert (info.dpid, info.port, info.nonce) == (1, 2, app.wiring.nonce)
 
 
 STATUS_KEYS = {
@@ -450,7 +451,7 @@ PAUSE_KEYS = {"flips", "paused_ports", "reaction_ms", "frames", "malformed", "ho
 def test_status_file_keys(tmp_path):
     app = make_app("dragonfly-a2-p1-h1.conf", tmp_path)
     attach(app, 1)
-    app._write_status()
+    app.reporter.write()
     data = json.loads((tmp_path / "status.json").read_text())
     assert STATUS_KEYS <= set(data)
     assert PER_SWITCH_KEYS <= set(data["per_switch"]["g0s0"]) and PAUSE_KEYS <= set(data["pause"])
@@ -463,9 +464,9 @@ def test_status_file_keys(tmp_path):
 def test_unknown_switch_gets_nothing():
     app = make_app("dragonfly-a2-p1-h1.conf")
     dp = FakeDatapath(0x77)
-    app._connected(dp)
+    app.sessions.connected(dp)
     assert dp.sent == [] and app.status()["unknown_dpids"] == ["0000000000000077"]
-    app._disconnected(dp)
+    app.sessions.disconnected(dp)
     assert app.status()["unknown_dpids"] == []
 
 
@@ -499,7 +500,7 @@ def test_ofwire_undecodable_entry_keeps_raw_match_for_deletion():
 
 
 def test_fast_flow_stats_hook_feeds_the_app():
-    ctl.install_fast_flow_stats()
+    launch.install_fast_flow_stats()
     try:
         flows = load_config(ROOT / "configs" / "dragonfly-a2-p1-h1.conf").desired["g0s0"]
         body = b"".join(_stats_entry(f) for f in flows)
@@ -519,9 +520,9 @@ def test_listen_address_in_use_is_detected():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(ctl.ListenError, match="in use"):
-            ctl.check_listen_address("127.0.0.1", port)
-    ctl.check_listen_address("127.0.0.1", port)  # free again
+        with pytest.raises(launch.ListenError, match="in use"):
+            launch.check_listen_address("127.0.0.1", port)
+    launch.check_listen_address("127.0.0.1", port)  # free again
 
 
 def test_rejected_flip_is_not_a_reaction():
@@ -542,3 +543,22 @@ def test_direct_handlers_are_registered_with_the_ofp_brick():
     for name, ev_cls in ctl.HpcfabricController.DIRECT_HANDLERS:
         caller = getattr(ctl.HpcfabricController, name).callers[ev_cls]
         assert caller.ev_source is None  # set_ev_handler: no observer subscription, no double delivery
+
+
+def test_only_the_framework_seam_imports_os_ken():
+    """hpcfabric.controller.framework is the one place that names os-ken (and its eventlet hub)."""
+    import ast
+
+    seam = ROOT / "hpcfabric" / "controller" / "framework.py"
+    users = set()
+    for path in (ROOT / "hpcfabric").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n.split(".")[0] in ("os_ken", "ryu", "eventlet") for n in names):
+                users.add(path)
+    assert users == {seam}

@@ -7,14 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.controller.discovery import (
-    LLDP_DST,
-    DiscoveryState,
-    MalformedLLDP,
-    build_lldp,
-    parse_lldp,
-    quarantine_changes,
-)
+from hpcfabric.controller.discovery import DiscoveryState, quarantine_changes
+from hpcfabric.protocols.lldp import LLDP_DST, MalformedLLDP, build_lldp, parse_lldp
 from hpcfabric.topology.loader import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent

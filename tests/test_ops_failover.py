@@ -116,7 +116,7 @@ def test_switch_gone_is_routed_around(tmp_path):
     settle()
     gone = sws["g1s0"]
     gone.alive = False
-    app._disconnected(gone)
+    app.sessions.disconnected(gone)
     hub.sleep(0.4)
     settle(200)
     assert app.status()["failover"]["switches_gone"] == ["g1s0"]
@@ -173,9 +173,9 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
     # PAUSE flip and back: the unpaused entry goes through the group again
     port = next(p for p in cfg.fabric.fabric_ports("g0s0") if group_id(p) in sw0.groups)
     key = port_state_flow(port, True).key()
-    app._apply_flip(Flip("g0s0", port, True, time.monotonic(), "pause"), time.monotonic())
+    app.pausing.apply_flip(Flip("g0s0", port, True, time.monotonic(), "pause"), time.monotonic())
     assert sw0.flows[key] == canonical(port_state_flow(port, True))
-    app._apply_flip(Flip("g0s0", port, False, time.monotonic(), "xon"), time.monotonic())
+    app.pausing.apply_flip(Flip("g0s0", port, False, time.monotonic(), "xon"), time.monotonic())
     assert sw0.flows[key] == canonical(port_state_flow(port, False, group_id(port)))
     assert canonical(port_state_flow(port, False, group_id(port))) in {canonical(f) for f in cfg.desired["g0s0"]}
     # link down: the recomputed (plain) tables; up: the grouped tables again

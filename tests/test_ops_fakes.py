@@ -24,6 +24,7 @@ with warnings.catch_warnings():
     from os_ken.ofproto.ofproto_protocol import ProtocolDesc
 
 import hpcfabric.controller as ctl
+from hpcfabric.controller import launch
 from hpcfabric.openflow import ofwire
 from hpcfabric.config import load_config
 from hpcfabric.controller import ofmsg
@@ -38,14 +39,14 @@ MP_FLOW, MP_GROUP_DESC, MP_METER, MP_METER_CONFIG = 1, 7, 9, 10
 
 def make_app(config_path: str | Path, status: Path | None = None):
     cfg = load_config(config_path)
-    ctl._PRELOADED = cfg
-    ctl._OVERRIDES.clear()
+    launch.PRELOADED = cfg
+    launch.OVERRIDES.clear()
     if status is not None:
-        ctl._OVERRIDES["status_file"] = str(status)
+        launch.OVERRIDES["status_file"] = str(status)
     try:
         return ctl.HpcfabricController()
     finally:
-        ctl._PRELOADED = None
+        launch.PRELOADED = None
 
 
 def ev(**kw: Any) -> SimpleNamespace:
@@ -92,7 +93,7 @@ class FakeSwitch:
 
     # -- helpers for tests ----------------------------------------------------------------------
     def connect(self) -> None:
-        self.app._connected(self)
+        self.app.sessions.connected(self)
 
     def table(self) -> set[FlowSpec]:
         return set(self.flows.values())

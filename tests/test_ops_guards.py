@@ -23,7 +23,7 @@ import pytest
 from test_ops_fakes import ROOT, FakeSwitch, make_app, settle
 
 from hpcfabric.config import load_config
-from hpcfabric.controller.discovery import build_lldp, parse_lldp
+from hpcfabric.protocols.lldp import build_lldp, parse_lldp
 from hpcfabric.rules.flows import (
     ETH_TYPE_CNM,
     ETH_TYPE_DMP,
@@ -197,7 +197,7 @@ def test_pause_pfc_cnm_from_host_ports_never_flip(tmp_path):
 
 def _lldp_variants(rng: random.Random, app, dpids: list[int]) -> bytes:
     frame = bytearray(build_lldp(rng.choice(dpids + [0x77, 2**63]), rng.randint(1, 6), SRC,
-                                 nonce=app.nonce if rng.random() < 0.5 else rng.randbytes(8)))
+                                 nonce=app.wiring.nonce if rng.random() < 0.5 else rng.randbytes(8)))
     for _ in range(rng.randint(0, 4)):
         frame[rng.randrange(14, len(frame))] = rng.randrange(256)
     if rng.random() < 0.3:
@@ -267,7 +267,7 @@ def _is_garbage(kind: str, frame: bytes, port: int | None, known: bool, app, sw_
             return True
         if info.dpid is None or info.port is None:
             return True
-        return known and peer is not None and peer.is_host and info.nonce != app.nonce
+        return known and peer is not None and peer.is_host and info.nonce != app.wiring.nonce
     if eth_type == ETH_TYPE_PAUSE:
         if not known or peer is None or peer.is_host:
             return True
@@ -288,7 +288,7 @@ def _is_garbage(kind: str, frame: bytes, port: int | None, known: bool, app, sw_
 
 def _lldp_untrusted(frame: bytes, app) -> bool:
     try:
-        return parse_lldp(frame).nonce != app.nonce
+        return parse_lldp(frame).nonce != app.wiring.nonce
     except Exception:  # noqa: BLE001
         return True
 

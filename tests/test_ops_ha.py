@@ -59,7 +59,7 @@ def test_lease_roles_takeover_and_fencing(tmp_path):
     # a dies (no more renewals): after lease_timeout b takes over with generation 2 and reconciles to nothing
     time.sleep(0.6)
     assert b.ha.tick() == "master" and b.ha.generation == 2 and b.ha.takeovers == 1
-    b._role_changed("master")
+    b.ha_agent.changed("master")
     settle()
     assert all(s.confirmed for s in b.switches.values())
     assert all(sw.role == O.OFPCR_ROLE_MASTER for sw in sb.values())
@@ -68,7 +68,7 @@ def test_lease_roles_takeover_and_fencing(tmp_path):
     # the old master wakes up: it sees the new holder and demotes itself; its stale claims are refused anyway
     assert a.ha.tick() == "slave"
     sw = sa["g0s0"]
-    xid = a._xids(sw, 1)
+    xid = a.channel.xids(sw, 1)
     errors = a.counters["switch_errors"]
     from hpcfabric.openflow import ofwire
 
@@ -98,7 +98,7 @@ def test_slave_ignores_packet_ins_and_sends_no_lldp(tmp_path):
     settle()
     sw = sws["g0s0"]
     sw.packet_in(3, build_pause(bytes.fromhex("020000aabbcc"), 0xFFFF))
-    b._send_lldp(b.switches["g0s0"]) if b.ha.master else None
+    b.wiring.send_lldp(b.switches["g0s0"]) if b.ha.master else None
     assert sw.flow_mods() == 0 and sw.count("packet_out") == 0 and b.pause.paused_ports() == []
     assert b.status()["dropped"]["not_master"] == 1
 

@@ -61,10 +61,10 @@ def test_metric_values_from_the_app(tmp_path):
     app.reload("test")
     (tmp_path / "m.conf").write_text(path.read_text() + "routing = bogus\n")
     app.reload("test")
-    t = hub.spawn(app._poll_loop)
+    t = hub.spawn(app.poller.loop)
     hub.sleep(0.35)
     hub.kill(t)
-    app._discovery_report(time.monotonic())
+    app.wiring.report(time.monotonic())
     text = render(app).decode()
     assert sample(text, "hpcfabric_switches_confirmed") == 6
     assert sample(text, "hpcfabric_switch_rules_installed", switch="g0s0") == len(app.desired("g0s0"))

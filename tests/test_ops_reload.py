@@ -63,7 +63,7 @@ def test_invalid_reload_changes_nothing(tmp_path):
     assert app.config is cfg
     assert {n: sw.table() for n, sw in sws.items()} == before
     assert {n: len(sw.log) for n, sw in sws.items()} == logs  # not a single message
-    app._write_status()
+    app.reporter.write()
     st = json.loads((tmp_path / "status.json").read_text())
     assert st["reload"]["failed"] == 3 and st["reload"]["ok"] == 0
     last = st["reload"]["last"]
@@ -74,8 +74,8 @@ def test_invalid_reload_changes_nothing(tmp_path):
     conf.write_text(f"[hpcfabric]\ntopology = {topo}\nrouting = conditional\n")
     assert app.reload() is True
     topo.write_text("kind: dragonfly\na: 2\np: 1\nh: [\n")
-    assert app.reload() is False and app.reloads["failed"] == 4
-    assert str(topo) in app.reloads["last"]["error"]
+    assert app.reload() is False and app.reloader.reloads["failed"] == 4
+    assert str(topo) in app.reloader.reloads["last"]["error"]
 
 
 def test_reload_sends_only_the_differences(tmp_path):
@@ -87,14 +87,14 @@ def test_reload_sends_only_the_differences(tmp_path):
     assert app.reload() is True
     settle()
     assert {n: len(sw.log) for n, sw in sws.items()} == logs
-    assert app.reloads["last"]["resynced"] == []
+    assert app.reloader.reloads["last"]["resynced"] == []
     # guards on: each switch gets its guard entries (adds) and meters, nothing else
     old = {n: app.desired(n) for n in sws}
     conf.write_text(conf.read_text() + "[guards]\nsource_check = on\npunt_meters = on\n")
     base = {n: sw.flow_mods() for n, sw in sws.items()}
     assert app.reload() is True
     settle()
-    assert sorted(app.reloads["last"]["resynced"]) == sorted(sws)
+    assert sorted(app.reloader.reloads["last"]["resynced"]) == sorted(sws)
     for n, sw in sws.items():
         d = diff(app.desired(n), old[n])
         assert sw.flow_mods() - base[n] == d.changes > 0, n
@@ -119,7 +119,7 @@ def test_reload_sends_only_the_differences(tmp_path):
     for n, sw in sws.items():
         assert sw.flow_mods() - base[n] == diff(app.desired(n), old[n]).changes
     assert_tables_match(app, sws)
-    assert app.reloads["ok"] == 4 and app.reloads["failed"] == 0
+    assert app.reloader.reloads["ok"] == 4 and app.reloader.reloads["failed"] == 0
 
 
 def test_topology_change_adds_and_retires_switches(tmp_path):
@@ -148,13 +148,13 @@ def test_topology_change_adds_and_retires_switches(tmp_path):
     topo.write_text(text2)
     assert app.reload() is True
     settle()
-    last = app.reloads["last"]
+    last = app.reloader.reloads["last"]
     assert last["retired"] == ["s2"] and last["added"] == ["s9"]
     assert ours(sws["s2"].table()) == set()  # our flows deleted from the retired switch
     assert "0000000000000002" in app.unknown_dpids() and "0000000000000009" not in app.unknown_dpids()
     assert app.switches["s9"].confirmed
     assert ours(stranger.table()) == {canonical(f) for f in app.desired("s9")}
-    app._disconnected(sws["s2"])
+    app.sessions.disconnected(sws["s2"])
     assert "0000000000000002" not in app.unknown_dpids()
 
 
@@ -163,7 +163,7 @@ def test_restart_keys_are_kept_and_reported(tmp_path):
     app = make_app(conf)
     conf.write_text(conf.read_text() + "[openflow]\nlisten_port = 7777\n")
     assert app.reload() is True
-    assert app.config.listen_port == 6653 and app.reloads["pending_restart"] == ["listen_port"]
+    assert app.config.listen_port == 6653 and app.reloader.reloads["pending_restart"] == ["listen_port"]
 
 
 def test_paused_entries_are_adopted_not_rewritten(tmp_path):

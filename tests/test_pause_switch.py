@@ -38,6 +38,7 @@ from hpcfabric.topology.loader import load_topology
 from hpcfabric.verify.allpairs import verify
 
 import hpcfabric.controller as ctl
+from hpcfabric.controller import launch
 from hpcfabric.controller import ofmsg
 from test_controller_unit import DP, FakeDatapath, osken_bytes, packet_in, parse
 
@@ -198,12 +199,12 @@ def test_config_keys(tmp_path):
 
 
 def make_app(tmp_path: Path, extra: str):
-    ctl._PRELOADED = load_config(_conf(tmp_path, "link_speed_gbps = 10\n" + extra))
-    ctl._OVERRIDES.clear()
+    launch.PRELOADED = load_config(_conf(tmp_path, "link_speed_gbps = 10\n" + extra))
+    launch.OVERRIDES.clear()
     try:
         return ctl.HpcfabricController()
     finally:
-        ctl._PRELOADED = None
+        launch.PRELOADED = None
 
 
 def attach(app, dpid: int) -> FakeDatapath:
@@ -247,7 +248,7 @@ def test_cnm_on_a_fabric_port_flips_it_for_a_feedback_derived_hold(tmp_path, rea
     # expiry writes the mode's unpaused entry back
     deadline = app.pause.next_deadline()
     for flip in app.pause.expire(deadline + 1e-6):
-        app._apply_flip(flip, deadline)
+        app.pausing.apply_flip(flip, deadline)
     fm, _ = dp.messages()
     assert ofmsg.from_flow_mod(fm) == port_state_flow(2, False, reaction=reaction)
     st = app.status()
@@ -274,11 +275,11 @@ def test_cnm_from_host_unknown_port_malformed_or_minimal_changes_nothing(tmp_pat
     app._packet_in(packet_in(dp, 3, tagged))
     assert [type(m).__name__ for m in dp.messages()] == ["OFPFlowMod", "BarrierRequest"]
     minimal = load_config(_conf(tmp_path, "cnm = on\n", routing="minimal"))
-    ctl._PRELOADED = minimal
+    launch.PRELOADED = minimal
     try:
         app2 = ctl.HpcfabricController()
     finally:
-        ctl._PRELOADED = None
+        launch.PRELOADED = None
     dp2 = attach(app2, 1)
     app2._packet_in(packet_in(dp2, 3, good))
     assert dp2.messages() == [] and app2.status()["cnm"]["minimal"] == 1

@@ -6,16 +6,20 @@ histogram (:class:`ReactionHistogram`) as flips complete. Every metric is
 named ``hpcfabric_*``; :data:`METRICS` lists them with their help text
 (the docs table is checked against it).
 
-The controller object only needs the attributes it already has
-(``switches``, ``counters``, ``pause``, ``port_flips``, ``served``,
-``meter_drops``, ``reloads``, ``ha``, ``failover``, ``status()``-like
-discovery report via ``_last_report``), so the collector is unit-tested
-with the real app and a fake datapath.
+The collector reads the app and its collaborators' public state
+(``switches``, ``counters``, ``pause``, ``pausing``, ``poller``, ``reloader``,
+``ha``, ``failover``, the discovery report ``wiring.last_report``), so it is
+unit-tested with the real app and fake switches. :class:`MetricsServer`
+serves it over HTTP in a green thread.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
 from typing import Any, Iterator
+
+from hpcfabric.controller.framework import serve_wsgi
 
 #: name -> (type, help). Counter names are given without the ``_total`` suffix prometheus_client adds.
 METRICS: dict[str, tuple[str, str]] = {
@@ -150,7 +154,7 @@ class FabricCollector:
         yield exp
         yield inst
         yield syncs
-        rep = app._last_report or {}
+        rep = app.wiring.last_report or {}
         yield gauge("hpcfabric_unknown_switches", len(app.unknown_dpids()))
         yield gauge("hpcfabric_links_expected", rep.get("links_expected", len(app.fabric.links)))
         yield gauge("hpcfabric_links_discovered", rep.get("links_discovered", 0))
@@ -164,13 +168,13 @@ class FabricCollector:
         now = _time.monotonic()
         paused = gauge("hpcfabric_port_paused", labels=["switch", "port"])
         flips = counter("hpcfabric_port_pause_flips", labels=["switch", "port"])
-        ports = set(app.port_flips) | set(app.pause.until)
+        ports = set(app.pausing.port_flips) | set(app.pause.until)
         for sw, port in sorted(ports):
             paused.add_metric([sw, str(port)], 1 if app.pause.is_paused(sw, port, now) else 0)
-            flips.add_metric([sw, str(port)], app.port_flips.get((sw, port), 0))
+            flips.add_metric([sw, str(port)], app.pausing.port_flips.get((sw, port), 0))
         yield paused
         yield flips
-        hist = app.reaction_hist
+        hist = app.pausing.hist
         yield HistogramMetricFamily(
             "hpcfabric_pause_reaction_seconds", h["hpcfabric_pause_reaction_seconds"][1],
             buckets=hist.cumulative(), sum_value=hist.sum,
@@ -178,13 +182,13 @@ class FabricCollector:
         for name, kind in (("hpcfabric_dmp_requests_served", "dmp"), ("hpcfabric_spoofed_frames_dropped", "spoofed"),
                            ("hpcfabric_host_punts", "host_punts")):
             m = counter(name, labels=["switch", "port"])
-            for sw, kinds in sorted(app.served.items()):
+            for sw, kinds in sorted(app.poller.served.items()):
                 for port, n in sorted(kinds.get(kind, {}).items()):
                     m.add_metric([sw, str(port)], n)
             yield m
         m = counter("hpcfabric_meter_dropped_packets", labels=["switch", "meter"])
         names = {mt.meter_id: mt.name for mt in app.config.meters}
-        for sw, drops in sorted(app.meter_drops.items()):
+        for sw, drops in sorted(app.poller.meter_drops.items()):
             for mid, n in sorted(drops.items()):
                 m.add_metric([sw, names.get(mid, str(mid))], n)
         yield m
@@ -201,10 +205,10 @@ class FabricCollector:
             m.add_metric([reason], c[key])
         yield m
         m = counter("hpcfabric_reloads", labels=["result"])
-        m.add_metric(["ok"], app.reloads["ok"])
-        m.add_metric(["failed"], app.reloads["failed"])
+        m.add_metric(["ok"], app.reloader.reloads["ok"])
+        m.add_metric(["failed"], app.reloader.reloads["failed"])
         yield m
-        last = app.reloads.get("last") or {}
+        last = app.reloader.reloads.get("last") or {}
         yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
         yield counter("hpcfabric_flow_mods_sent", c["rules_sent"])
         yield counter("hpcfabric_flip_flow_mods", c["flip_flow_mods"])
@@ -237,3 +241,37 @@ def render(app: Any) -> bytes:
     from prometheus_client import generate_latest
 
     return generate_latest(make_registry(app))
+
+
+class MetricsServer:
+    """``[metrics] listen = HOST:PORT``: the app's metrics over HTTP (``/metrics``) in a green thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sock: Any = None
+
+    def start(self) -> Any:
+        """Listen and serve; returns the server's green thread (None without ``[metrics] listen``)."""
+        listen = self.app.config.metrics_listen
+        if listen is None:
+            return None
+        from prometheus_client import make_wsgi_app
+
+        host, port = listen
+        quiet = logging.getLogger("hpcfabric.controller.metrics.http")
+        quiet.setLevel(logging.WARNING)
+        self.sock, thread = serve_wsgi(host, port, socket_family(host), make_wsgi_app(make_registry(self.app)), quiet)
+        logging.getLogger("hpcfabric.controller").info("metrics: http://%s:%d/metrics", host, port)
+        return thread
+
+    def stop(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:  # pragma: no cover
+                pass
+            self.sock = None
+
+
+def socket_family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,4 +1,4 @@
-"""FlowSpec <-> os-ken OpenFlow 1.3 objects.
+"""FlowSpec <-> the framework's (os-ken's) OpenFlow 1.3 objects.
 
 * :func:`to_flow_mod`: a :class:`~hpcfabric.rules.flows.FlowSpec` as an ``OFPFlowMod``
   (same field choices as :mod:`hpcfabric.openflow.ofwire`, so both serialise to the
@@ -12,9 +12,6 @@
 from __future__ import annotations
 
 from typing import Any
-
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from hpcfabric.rules.addressing import format_mac
 from hpcfabric.rules.flows import (
@@ -35,6 +32,8 @@ from hpcfabric.rules.flows import (
     cookie_class,
     is_our_group,
 )
+from hpcfabric.controller.framework import ofproto as ofp
+from hpcfabric.controller.framework import ofproto_parser as parser
 from hpcfabric.openflow.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
 
 _ALL64 = (1 << 64) - 1

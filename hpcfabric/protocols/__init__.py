@@ -1,1 +1,1 @@
-"""Ethernet control-frame codecs (pure): PAUSE/PFC, 802.1Qau CNM, DMP."""
+"""Ethernet control-frame codecs (pure): PAUSE/PFC, 802.1Qau CNM, DMP, LLDP."""

@@ -1,0 +1,182 @@
+"""High availability: the shared lease file, this instance's OpenFlow role, and what a role change does.
+
+:class:`HaState` is the lease (a JSON file under ``flock``; time passed in as
+``now``); :class:`HaAgent` renews it every ``lease_timeout / 5`` and, when the
+role changes, starts a new session on every connected switch (a new master
+claims MASTER with its generation and reconciles; a slave stops writing).
+See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any, Callable
+
+from hpcfabric.config import ControllerConfig
+from hpcfabric.controller.framework import hub
+
+LOG = logging.getLogger("hpcfabric.controller")
+
+
+class HaState:
+    """High availability: this instance's OpenFlow role and the shared lease (see docs/operations.md).
+
+    ``role = equal``: no role requests (one controller, the default).
+    ``auto``: the holder of an unexpired lease in ``lease_file`` is master, the
+    others slaves; a slave takes the lease over once it has expired
+    (``lease_timeout`` without renewal) with generation + 1, and claims
+    MASTER on every switch with that generation id -- the switches reject
+    stale claims (fencing). ``master`` / ``slave``: fixed roles (the
+    master still uses the lease's generation when there is one).
+    """
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.mode = config.ha_role
+        self.lease_file = config.ha_lease_file
+        self.timeout = config.ha_lease_timeout
+        self.instance = config.ha_instance or f"{socket.gethostname()}:{os.getpid()}"
+        self.generation = 0
+        self.role = "equal" if self.mode == "equal" else "slave"
+        self.takeovers = 0
+        self.changed_at = time.time()
+        self.holder: str | None = None
+
+    @property
+    def master(self) -> bool:
+        """May this instance write to the switches?"""
+        return self.role in ("equal", "master")
+
+    def _locked(self, update: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+        import fcntl
+
+        fd = os.open(self.lease_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = b""
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                raw += chunk
+            try:
+                lease = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+                if not isinstance(lease, dict):
+                    lease = {}
+            except (ValueError, UnicodeDecodeError):
+                lease = {}
+            new = update(dict(lease))
+            if new is not None and new != lease:
+                data = json.dumps(new).encode()
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                os.write(fd, data)
+                lease = new
+            return lease
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def tick(self, now: float | None = None) -> str | None:
+        """Renew or take the lease; returns the new role if it changed (None otherwise)."""
+        if self.mode == "equal":
+            return None
+        now = time.time() if now is None else now
+        want_master = self.mode in ("auto", "master")
+        if not self.lease_file:  # fixed master without a lease: the generation is the start time (ms)
+            if self.role != "master" and want_master:
+                self.generation = int(now * 1000)
+                return self.set_role("master")
+            return None
+        me = self.instance
+
+        def update(lease: dict[str, Any]) -> dict[str, Any] | None:
+            holder, expires, gen = lease.get("holder"), float(lease.get("expires") or 0), int(lease.get("generation") or 0)
+            mine = holder == me and gen == self.generation and self.role == "master"
+            if mine or (want_master and (holder is None or expires <= now or self.mode == "master" and holder != me)):
+                if not mine:
+                    gen += 1
+                return {"holder": me, "generation": gen, "expires": now + self.timeout, "pid": os.getpid()}
+            return None
+
+        lease = self._locked(update)
+        self.holder = lease.get("holder")
+        gen = int(lease.get("generation") or 0)
+        if self.holder == me and lease.get("expires", 0) > now:
+            if self.role != "master" or gen != self.generation:
+                self.generation = gen
+                self.takeovers += self.role == "slave"
+                return self.set_role("master")
+            return None
+        self.generation = gen
+        if self.role != "slave":
+            return self.set_role("slave")
+        return None
+
+    def set_role(self, role: str) -> str:
+        self.role = role
+        self.changed_at = time.time()
+        return role
+
+    def release(self) -> None:
+        """On a clean stop: let the lease expire now, so a peer takes over without waiting."""
+        if self.mode == "equal" or not self.lease_file or self.role != "master":
+            return
+        me, gen = self.instance, self.generation
+
+        def update(lease: dict[str, Any]) -> dict[str, Any] | None:
+            if lease.get("holder") == me and int(lease.get("generation") or 0) == gen:
+                return {**lease, "expires": 0}
+            return None
+
+        try:
+            self._locked(update)
+        except OSError:  # pragma: no cover
+            pass
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "role": self.role, "generation": self.generation, "instance": self.instance,
+                "lease_holder": self.holder, "takeovers": self.takeovers, "since": self.changed_at}
+
+
+class HaAgent:
+    """Keeps the lease of the app ``app`` (``app.ha``) and applies role changes to its switches."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def loop(self) -> None:
+        app = self.app
+        ha = app.ha
+        if ha.mode == "equal":
+            return
+        last_ok = time.monotonic()
+        while app.is_active:
+            try:
+                change = ha.tick()
+                last_ok = time.monotonic()
+            except OSError as err:
+                change = None
+                app.counters["lease_errors"] += 1
+                LOG.error("HA lease file %s: %s", ha.lease_file, err)
+                if ha.role == "master" and time.monotonic() - last_ok > ha.timeout:
+                    ha.set_role("slave")  # we cannot renew: the lease is gone by now, so are we
+                    change = "slave"
+            if change:
+                self.changed(change)
+            hub.sleep(max(0.05, ha.timeout / 5))
+
+    def changed(self, role: str) -> None:
+        """The role changed: a new session on every connected switch (claim, then reconcile if master)."""
+        app = self.app
+        LOG.warning("HA: this instance (%s) is now %s (generation %d)", app.ha.instance, role.upper(), app.ha.generation)
+        for st in app.switches.values():
+            if st.connected and st.dp is not None:
+                st.gen += 1
+                st.confirmed = False if role != "master" else st.confirmed
+                hub.spawn(app.sessions.session, st, st.dp, st.gen)
+        if role != "master":
+            app.pausing.forget()
+        app.mark()

@@ -1,0 +1,279 @@
+"""One switch's reconciliation: meters and groups, flow dump, diff, the changes in a bundle or as flow-mods.
+
+:meth:`Installer.sync` installs the punt meters and fast-failover groups the
+flows need (only if they differ), dumps the switch's flows, diffs them
+against the desired table (:func:`hpcfabric.openflow.reconcile.diff`) and
+sends only the difference -- deletions first -- in one ONF bundle (or plain
+flow-mods where the switch has no bundles), closed by a barrier. Never a
+delete-all, so reconnects do not disturb traffic. Errors of the sent xids
+fail the sync (the session retries); flips that raced with it are re-asserted.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import Any
+
+from hpcfabric.controller.ofmsg import Unrepresentable, from_action, from_flow_stats
+from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError, err_text, install_timeout
+from hpcfabric.openflow import ofwire
+from hpcfabric.openflow.reconcile import diff, is_learned
+from hpcfabric.rules.flows import FlowSpec, cookie_class
+
+LOG = logging.getLogger("hpcfabric.controller")
+
+
+class Installer:
+    """Reconciles switches of the app ``app`` (its ``channel``, ``cache``, ``tables``, ``config``, ``pausing``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bundle_id = 0
+
+    def sync(self, sw: Any, dp: Any, gen: int) -> None:
+        app = self.app
+        ch = app.channel
+        t0 = time.monotonic()
+        ranges: list[tuple[int, int]] = []
+        sw.syncing = True
+        sw.flipped_during_sync.clear()
+        try:
+            if not sw.retired:
+                self.sync_meters(sw, dp)
+                self.sync_groups(sw, dp)
+            installed, opaque = self.dump_flows(dp, sw)
+            opaque = [s for s in opaque if not is_learned(s.cookie)]  # switch-local PAUSE state, not ours to sync
+            if not sw.retired:
+                app.pausing.adopt(sw.name, installed)
+            desired = () if sw.retired else app.desired(sw.name)
+            d = diff(desired, installed)
+            ours_opaque = [s for s in opaque if cookie_class(s.cookie) is not None]
+            if ours_opaque:
+                LOG.warning("switch %s: %d flow(s) with our cookie that hpcfabric cannot express: deleting them",
+                            sw.name, len(ours_opaque))
+            changes = d.changes + len(ours_opaque)
+            method = "none"
+            if changes:
+                bundles = app.config.bundles
+                if bundles == "on" or (bundles == "auto" and sw.bundles is not False):
+                    method = "bundle" if self.install_bundle(sw, dp, d, ours_opaque, ranges) else "flowmods"
+                if method != "bundle":
+                    method = "flowmods"
+                    self.install_flowmods(dp, d, ours_opaque, ranges)
+            xid = ch.xids(dp, 1)
+            ranges.append((xid, 1))
+            ch.wait(dp, xid, ofwire.barrier(xid), timeout=install_timeout(changes))
+            errs = ch.take_errors(dp.id, ranges)
+            if errs:
+                raise SyncError(f"{len(errs)} error(s) from the switch, first: {err_text(errs[0])}")
+            if sw.gen != gen:
+                raise Disconnected("superseded")
+            if sw.retired:
+                LOG.warning("switch dpid %016x (was %s) is no longer in the topology: %d flows of ours deleted",
+                            sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
+            # flips that raced with the sync: re-assert the current PORT_STATE entries
+            for port in sorted(sw.flipped_during_sync):
+                flow = app.tables.port_state_flow(sw.name, port, app.pause.is_paused(sw.name, port, time.monotonic()))
+                x = ch.xids(dp, 1)
+                ch.send(dp, app.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
+            sw.confirmed = not sw.retired
+            sw.rules_installed = len(desired)
+            sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), len(d.delete) + len(ours_opaque), len(d.keep)
+            sw.foreign = len(d.foreign) + len(opaque) - len(ours_opaque)
+            sw.conflicts = len(d.conflicts)
+            sw.method = method
+            sw.sync_seconds = time.monotonic() - t0
+            sw.confirmed_at = time.time()
+            sw.syncs += 1
+            sw.error = None
+            app.counters["rules_sent"] += changes
+            LOG.info(
+                "switch %s (dpid %016x) confirmed: %d rules (added %d, modified %d, deleted %d, kept %d) in %.3f s via %s",
+                sw.name, sw.dpid, sw.rules_installed, sw.added, sw.modified, sw.deleted, sw.kept, sw.sync_seconds,
+                method,
+            )
+            if sw.foreign:
+                LOG.warning("switch %s holds %d foreign flow(s) (not ours, left alone)", sw.name, sw.foreign)
+            if d.conflicts:
+                LOG.warning("switch %s: %d foreign flow(s) sat on keys we need and were replaced", sw.name, len(d.conflicts))
+        finally:
+            sw.syncing = False
+            app.mark()
+
+    def dump_flows(self, dp: Any, sw: Any) -> tuple[list[FlowSpec], list[Any]]:
+        """The switch's flows: those a FlowSpec expresses, and the others (opaque, e.g. foreign)."""
+        p, o = dp.ofproto_parser, dp.ofproto
+        req = p.OFPFlowStatsRequest(dp, 0, o.OFPTT_ALL, o.OFPP_ANY, o.OFPG_ANY, 0, 0, p.OFPMatch())
+        dp.set_xid(req)
+        req.serialize()
+        t0 = time.monotonic()
+        w = self.app.channel.wait(dp, req.xid, bytes(req.buf))
+        if w.error is not None:
+            raise SyncError(f"flow stats request rejected: {w.error}")
+        t1 = time.monotonic()
+        specs, opaque = [], []
+        for stats in w.parts:
+            if isinstance(stats, ofwire.FlowStatsEntry):  # decoded by ofwire (see launch.install_fast_flow_stats)
+                if stats.spec is None:
+                    opaque.append(stats)
+                else:
+                    specs.append(stats.spec)
+                continue
+            try:
+                specs.append(from_flow_stats(stats))
+            except Unrepresentable:
+                opaque.append(stats)
+        sw.dump_seconds = time.monotonic() - t0
+        LOG.debug("switch %s: %d flow stats in %.3f s, converted in %.3f s", sw.name, len(w.parts), t1 - t0,
+                  time.monotonic() - t1)
+        return specs, opaque
+
+    def change_messages(self, dp: Any, d: Any, opaque: list[Any], xid0: int) -> list[bytes]:
+        """Encoded flow-mods, deletions first, with consecutive xids from ``xid0``."""
+        out = []
+        x = xid0
+        enc = self.app.cache.encode
+        for f in d.delete:
+            out.append(enc(f, x, ofwire.OFPFC_DELETE_STRICT))
+            x = (x + 1) & MAX_XID
+        for s in opaque:
+            if isinstance(s, ofwire.FlowStatsEntry):
+                body = ofwire.flow_mod_raw_match(s.table, s.priority, s.match_raw)
+                out.append(ofwire.header(ofwire.OFPT_FLOW_MOD, 8 + len(body), x) + body)
+                x = (x + 1) & MAX_XID
+                continue
+            p, o = dp.ofproto_parser, dp.ofproto
+            fm = p.OFPFlowMod(
+                dp, cookie=ofwire.OUR_COOKIE, cookie_mask=ofwire.COOKIE_APP_MASK, table_id=s.table_id,
+                command=o.OFPFC_DELETE_STRICT, priority=s.priority, out_port=o.OFPP_ANY, out_group=o.OFPG_ANY,
+                match=s.match,
+            )
+            fm.set_xid(x)
+            fm.serialize()
+            out.append(bytes(fm.buf))
+            x = (x + 1) & MAX_XID
+        for f in d.add:
+            out.append(enc(f, x))
+            x = (x + 1) & MAX_XID
+        for f in d.modify:  # ADD replaces the entry with the same table/priority/match
+            out.append(enc(f, x))
+            x = (x + 1) & MAX_XID
+        return out
+
+    def install_flowmods(self, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> None:
+        ch = self.app.channel
+        n = len(d.delete) + len(opaque) + len(d.add) + len(d.modify)
+        xid0 = ch.xids(dp, n)
+        ranges.append((xid0, n))
+        ch.send_chunks(dp, self.change_messages(dp, d, opaque, xid0))
+
+    def install_bundle(self, sw: Any, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> bool:
+        """Install the changes atomically in one ONF bundle; False if the switch has no bundles."""
+        ch = self.app.channel
+        self.bundle_id = (self.bundle_id + 1) & MAX_XID
+        bid = self.bundle_id
+        xid = ch.xids(dp, 1)
+        w = ch.wait(dp, xid, ofwire.bundle_ctrl(xid, bid, ofwire.ONF_BCT_OPEN_REQUEST))
+        ch.pop_error(dp.id, xid)
+        if w.error is not None:
+            if self.app.config.bundles == "on":
+                raise SyncError(f"bundle open rejected: {err_text(w.error)}")
+            LOG.info("switch %s does not take ONF bundles (%s); using plain flow-mods", sw.name, err_text(w.error))
+            sw.bundles = False
+            return False
+        sw.bundles = True
+        n = len(d.delete) + len(opaque) + len(d.add) + len(d.modify)
+        xid0 = ch.xids(dp, n)
+        span = [(xid0, n)]
+        msgs = self.change_messages(dp, d, opaque, xid0)
+        x = xid0
+        wrapped = []
+        for m in msgs:
+            wrapped.append(ofwire.bundle_add(x, bid, m))
+            x = (x + 1) & MAX_XID
+        ch.send_chunks(dp, wrapped)
+        # adds are validated one by one: a barrier tells us all verdicts are in
+        bx = ch.xids(dp, 1)
+        ch.wait(dp, bx, ofwire.barrier(bx), timeout=install_timeout(n))
+        errs = ch.take_errors(dp.id, span)
+        if errs:
+            cx = ch.xids(dp, 1)
+            ch.wait(dp, cx, ofwire.bundle_ctrl(cx, bid, ofwire.ONF_BCT_DISCARD_REQUEST))
+            ch.take_errors(dp.id, [(cx, 1)])
+            raise SyncError(f"bundle discarded: {len(errs)} rejected message(s), first: {err_text(errs[0])}")
+        cx = ch.xids(dp, 1)
+        w = ch.wait(dp, cx, ofwire.bundle_ctrl(cx, bid, ofwire.ONF_BCT_COMMIT_REQUEST), timeout=install_timeout(n))
+        if w.error is not None:
+            errs = ch.take_errors(dp.id, span + [(cx, 1)])
+            more = f" ({len(errs)} error(s), first {err_text(errs[0])})" if errs else ""
+            raise SyncError(f"bundle commit failed: {err_text(w.error)}{more}")
+        ch.pop_error(dp.id, cx)
+        return True
+
+    # ---------------------------------------------------------- meters/groups
+    def sync_meters(self, sw: Any, dp: Any) -> None:
+        """Install or correct the punt meters (before the flows that use them); nothing if they are right."""
+        app = self.app
+        ch = app.channel
+        wanted = {m.meter_id: (m.rate, m.burst) for m in app.config.meters}
+        if not wanted or sw.installed_meters == wanted:
+            return
+        p, o = dp.ofproto_parser, dp.ofproto
+        have: dict[int, tuple[int, int]] = {}
+        for st in ch.multipart(dp, p.OFPMeterConfigStatsRequest(dp, 0, o.OFPM_ALL)):
+            if st.meter_id in wanted and st.bands and st.flags & o.OFPMF_PKTPS:
+                band = st.bands[0]
+                have[st.meter_id] = (band.rate, band.burst_size if st.flags & o.OFPMF_BURST else 0)
+        msgs = []
+        for mid, (rate, burst) in sorted(wanted.items()):
+            if have.get(mid) == (rate, burst):
+                continue
+            cmd = ofwire.OFPMC_MODIFY if mid in have else ofwire.OFPMC_ADD
+            msgs.append(ofwire.meter_mod(ch.xids(dp, 1), mid, rate, burst, cmd))
+        self._send_mods(dp, msgs, "meter-mod rejected ({}): does the switch support meters? "
+                        "else set [guards] punt_meters = off")
+        if msgs:
+            app.counters["meter_mods"] += len(msgs)
+            LOG.info("switch %s: %d punt meter(s) installed/updated", sw.name, len(msgs))
+        sw.installed_meters = wanted
+
+    def sync_groups(self, sw: Any, dp: Any) -> None:
+        """Install or correct the fast-failover groups the desired flows use (before the flows)."""
+        app = self.app
+        ch = app.channel
+        wanted = app.tables.groups.get(sw.name) or {}
+        if not wanted or sw.installed_groups == wanted:
+            return
+        p = dp.ofproto_parser
+        have: dict[int, Any] = {}
+        for st in ch.multipart(dp, p.OFPGroupDescStatsRequest(dp, 0)):
+            if st.group_id in wanted:
+                have[st.group_id] = tuple(
+                    (b.watch_port, tuple(from_action(a) for a in b.actions)) for b in st.buckets
+                )
+        msgs = []
+        for gid, buckets in sorted(wanted.items()):
+            if have.get(gid) == buckets:
+                continue
+            cmd = ofwire.OFPGC_MODIFY if gid in have else ofwire.OFPGC_ADD
+            msgs.append(ofwire.group_mod(ch.xids(dp, 1), gid, buckets, cmd))
+        self._send_mods(dp, msgs, "group-mod rejected ({}): does the switch support fast-failover "
+                        "groups? else set [failover] fast_failover = off")
+        if msgs:
+            app.counters["group_mods"] += len(msgs)
+            LOG.info("switch %s: %d fast-failover group(s) installed/updated", sw.name, len(msgs))
+        sw.installed_groups = dict(wanted)
+
+    def _send_mods(self, dp: Any, msgs: list[bytes], error: str) -> None:
+        """Send meter/group mods (consecutive xids) and a barrier; a rejected one raises SyncError(``error``)."""
+        if not msgs:
+            return
+        ch = self.app.channel
+        xid0 = struct.unpack_from("!I", msgs[0], 4)[0]
+        bx = ch.xids(dp, 1)
+        ch.wait(dp, bx, b"".join(msgs) + ofwire.barrier(bx))
+        errs = ch.take_errors(dp.id, [(xid0, len(msgs))])
+        if errs:
+            raise SyncError(error.format(err_text(errs[0])))

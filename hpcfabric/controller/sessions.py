@@ -1,0 +1,173 @@
+"""Switch sessions: connect and disconnect, the role claim, and the sync loop around one reconciliation.
+
+:class:`Sessions` decides what a (re)connected datapath is: a managed switch
+(a new session: claim our HA role, then reconcile while master, retrying with
+backoff), a switch another instance manages, or an unknown dpid (nothing
+installed). Every session carries the switch's generation: a reconnect, a
+reload, a reroute or a role change bumps it and the old session stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from hpcfabric.controller.channel import Disconnected, SyncError, err_text
+from hpcfabric.controller.framework import hub
+from hpcfabric.openflow import ofwire
+from hpcfabric.openflow.ofwire import OFPPC_NO_FWD
+
+LOG = logging.getLogger("hpcfabric.controller")
+
+
+class Sessions:
+    """Connections and sessions of the app ``app`` (its switch maps, ``channel``, ``installer``, ``ha``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    # ---------------------------------------------------------- connections
+    def connected(self, dp: Any) -> None:
+        app = self.app
+        now = time.monotonic()
+        sw = app.by_dpid.get(dp.id)
+        if sw is None and dp.id in app.config.dpid_to_switch:  # another instance manages it ([ha] switches)
+            app.unmanaged[dp.id] = dp
+            LOG.info("switch %s (dpid %016x) connected; managed by another instance", app.config.dpid_to_switch[dp.id],
+                     dp.id)
+            return
+        if sw is None:
+            info = app.unknown.setdefault(dp.id, {"first_seen": time.time()})
+            info["connected"] = True
+            info["dp"] = dp
+            info["address"] = "%s:%s" % tuple(dp.address[:2]) if dp.address else None
+            app.discovery.switch_up(dp.id, now)
+            LOG.warning("unknown switch dpid %016x from %s connected: not in %s, nothing installed", dp.id,
+                        info["address"], app.fabric.name)
+            app.mark(rediscover=True)
+            return
+        if sw.dp is not None and sw.dp is not dp:
+            LOG.info("switch %s (dpid %016x) reconnected; replacing the old connection", sw.name, sw.dpid)
+            self.fail(sw.dpid)
+        sw.dp = dp
+        sw.connected = True
+        sw.confirmed = False
+        sw.connected_at = now
+        sw.error = None
+        sw.gen += 1
+        sw.no_fwd = {p for p, d in (dp.ports or {}).items() if d.config & OFPPC_NO_FWD}
+        for port in sw.no_fwd:
+            app.discovery.adopt_quarantine(sw.name, port)
+        app.discovery.switch_up(dp.id, now)
+        sw.installed_meters = None
+        sw.installed_groups = None
+        sw.role_gen = None
+        was_dead = sw.name in app.failover.dead
+        sw.disconnected_at = None
+        if was_dead:
+            app.failover.schedule()
+        LOG.info("switch %s (dpid %016x) connected from %s", sw.name, sw.dpid, dp.address[0] if dp.address else "?")
+        hub.spawn(self.session, sw, dp, sw.gen)
+        app.mark(rediscover=True)
+
+    def disconnected(self, dp: Any) -> None:
+        app = self.app
+        if app.unmanaged.get(dp.id) is dp:
+            del app.unmanaged[dp.id]
+            return
+        old = app.retired.get(dp.id)
+        if old is not None and old.dp is dp:
+            del app.retired[dp.id]
+            old.gen += 1
+            self.fail(dp.id)
+        sw = app.by_dpid.get(dp.id)
+        if sw is None:
+            if dp.id in app.unknown:
+                app.unknown[dp.id]["connected"] = False
+                app.unknown[dp.id].pop("dp", None)
+                app.discovery.unknown.discard(dp.id)
+                app.mark(rediscover=True)
+            return
+        if sw.dp is not dp:
+            return  # an old connection of a switch that has reconnected
+        sw.dp = None
+        sw.connected = False
+        sw.confirmed = False
+        sw.gen += 1
+        sw.disconnected_at = time.monotonic()
+        if app.config.recompute:  # gone for longer than lldp_timeout: routed around (reconnecting restores)
+            app.failover.switch_lost()
+        app.discovery.switch_down(dp.id)
+        self.fail(dp.id)
+        LOG.warning("switch %s (dpid %016x) disconnected", sw.name, sw.dpid)
+        app.mark(rediscover=True)
+
+    def fail(self, dpid: int) -> None:
+        """A connection of ``dpid`` is gone: its waiters fail, its flips in flight are forgotten."""
+        self.app.channel.fail(dpid)
+        self.app.pausing.forget(dpid)
+
+    # ------------------------------------------------------------- sessions
+    def resync(self, sw: Any) -> None:
+        """The switch's desired table changed: a new session (the running one stops) reconciles it."""
+        sw.gen += 1
+        sw.confirmed = False
+        hub.spawn(self.session, sw, sw.dp, sw.gen)
+
+    def session(self, sw: Any, dp: Any, gen: int) -> None:
+        """A (re)connected switch, or one whose table or role changed: claim our role, then reconcile if master."""
+        try:
+            if not self.claim_role(sw, dp, gen):
+                return
+        except Disconnected:
+            return
+        except SyncError as err:
+            sw.error = str(err)
+            self.app.counters["role_failures"] += 1
+            LOG.error("switch %s: role request failed: %s", sw.name, err)
+            self.app.mark()
+            return
+        self.sync_loop(sw, dp, gen)
+
+    def claim_role(self, sw: Any, dp: Any, gen: int) -> bool:
+        """Send our role (HA) and wait for the reply; True if we may write to this switch."""
+        ha = self.app.ha
+        if ha.mode == "equal":
+            return True
+        ch = self.app.channel
+        role = ofwire.OFPCR_ROLE_MASTER if ha.role == "master" else ofwire.OFPCR_ROLE_SLAVE
+        generation = ha.generation
+        xid = ch.xids(dp, 1)
+        w = ch.wait(dp, xid, ofwire.role_request(xid, role, generation), timeout=10.0)
+        ch.pop_error(dp.id, xid)
+        if w.error is not None:
+            raise SyncError(f"role {'MASTER' if role == ofwire.OFPCR_ROLE_MASTER else 'SLAVE'} generation "
+                            f"{generation} rejected: {err_text(w.error)}")
+        if sw.gen != gen:
+            raise Disconnected("superseded")
+        if role == ofwire.OFPCR_ROLE_MASTER and ha.role == "master" and ha.generation == generation:
+            sw.role_gen = generation
+            return True
+        sw.role_gen = None
+        return False
+
+    def sync_loop(self, sw: Any, dp: Any, gen: int) -> None:
+        """Reconcile until confirmed (retrying with backoff), superseded, disconnected or no longer master."""
+        app = self.app
+        attempt = 0
+        while app.is_active and sw.gen == gen:
+            if not app.ha.master:
+                return
+            try:
+                app.installer.sync(sw, dp, gen)
+                return
+            except Disconnected:
+                return
+            except Exception as err:  # any failure: report, retry with backoff
+                attempt += 1
+                sw.error = str(err)
+                app.counters["sync_failures"] += 1
+                LOG.error("switch %s: sync failed (attempt %d): %s", sw.name, attempt, err)
+                app.mark()
+                hub.sleep(min(30.0, 2.0**attempt))

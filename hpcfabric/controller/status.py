@@ -1,0 +1,172 @@
+"""The status of a running controller: one JSON dict, written atomically to the status file.
+
+:class:`StatusReporter` builds the dict from the app and its collaborators
+(:meth:`StatusReporter.status`) and rewrites the file when something changed
+(the app's ``mark`` sets :attr:`StatusReporter.dirty`; at most 10 writes per
+second, and never more than ~10% of the time on huge fabrics) and every
+second anyway. See docs/controller.md for the keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from hpcfabric.config import ControllerConfig
+from hpcfabric.controller.framework import hub
+
+LOG = logging.getLogger("hpcfabric.controller")
+
+STATUS_MIN_GAP = 0.1  # at most 10 status writes per second
+STATUS_LIST_CAP = 1000  # longer link lists are cut (their *_count keys hold the totals)
+
+
+class StatusReporter:
+    """The status dict and file of the app ``app``; ``path_override`` (``--status-file``) beats the config's."""
+
+    def __init__(self, app: Any, path_override: str | None = None) -> None:
+        self.app = app
+        self.path_override = path_override
+        self.path: str | None = None
+        self.dirty = False  # polled by the loop: marking never wakes a green thread
+        self.cost = 0.0
+        self.configure(app.config)
+
+    def configure(self, config: ControllerConfig) -> None:
+        self.path = self.path_override if self.path_override is not None else config.status_file
+
+    def status(self, running: bool = True) -> dict[str, Any]:
+        app = self.app
+        config = app.config
+        now = time.monotonic()
+        rep = app.wiring.report(now)
+        sws = app.switches.values()
+        samples = list(app.pausing.reaction_ms)
+        c = app.counters
+        unknown = app.unknown_dpids()
+        served = {k: sum(sum(v.get(k, {}).values()) for v in app.poller.served.values())
+                  for k in ("dmp", "spoofed", "host_punts")}
+        return {
+            "time": time.time(),
+            "running": running,
+            "pid": os.getpid(),
+            "started": app.started,
+            "config": config.path,
+            "fabric": app.fabric.name,
+            "routing": config.routing,
+            "addressing": config.addressing,
+            "switches_expected": len(app.switches),
+            "switches_connected": sum(1 for s in sws if s.connected),
+            "switches_confirmed": sum(1 for s in sws if s.confirmed),
+            "unknown_dpids": unknown,
+            "rules_expected": sum(s.rules_expected for s in sws),
+            "rules_installed": sum(s.rules_installed for s in sws if s.confirmed),
+            "per_switch": {s.name: s.as_dict() for s in sws},
+            "links_expected": rep["links_expected"],
+            "links_discovered": rep["links_discovered"],
+            "missing_links": rep["missing_links"][:STATUS_LIST_CAP],
+            "missing_links_count": len(rep["missing_links"]),
+            "extra_links": rep["extra_links"][:STATUS_LIST_CAP],
+            "extra_links_count": len(rep["extra_links"]),
+            "miswired": rep["miswired"][:STATUS_LIST_CAP],
+            "miswired_count": len(rep["miswired"]),
+            "quarantined": rep["quarantined"],
+            "lldp": {
+                "sent": c["lldp_sent"],
+                "received": c["lldp_received"],
+                "malformed": c["lldp_malformed"],
+                "foreign": c["lldp_foreign"],
+                "probes": c["lldp_probes"],
+            },
+            "pause": {
+                "enabled": config.routing == "conditional",
+                "reaction": config.pause_reaction,
+                "switch_local_frames": c["pause_switch_local"],
+                "switch_local_ports": {f"{s}:{p}": n for (s, p), n in sorted(app.pausing.port_pauses.items())},
+                "flips": c["flips"],
+                "expiries": c["expiries"],
+                "flow_mods": c["flip_flow_mods"],
+                "paused_ports": [f"{s}:{p}" for s, p in app.pause.paused_ports()],
+                "reaction_ms": [round(x, 4) for x in samples],
+                "frames": c["pause_frames"],
+                "malformed": c["pause_malformed"],
+                "host_port_frames": c["pause_host_port"],
+                "unknown_port_frames": c["pause_unknown_port"],
+                "errors": c["flip_errors"],
+            },
+            "cnm": {
+                "enabled": config.cnm,
+                "frames": c["cnm_frames"],
+                "used": c["cnm_used"],
+                "flips": c["cnm_flips"],
+                "malformed": c["cnm_malformed"],
+                "host_port_frames": c["cnm_host_port"],
+                "unknown_port_frames": c["cnm_unknown_port"],
+                "no_feedback": c["cnm_no_feedback"],
+                "minimal": c["cnm_minimal"],
+            },
+            "errors": {"switch_errors": c["switch_errors"], "sync_failures": c["sync_failures"],
+                       "packet_in_errors": c["packet_in_errors"], "role_failures": c["role_failures"]},
+            "flowmod_cache": {"entries": len(app.cache), "hits": app.cache.hits, "misses": app.cache.misses},
+            "packet_ins": {k: c[f"packet_in_{k}"] for k in ("pause", "lldp", "cnm", "dmp", "other", "short")},
+            "dropped": {
+                "short": c["short_frames"], "no_in_port": c["no_in_port"], "pause_malformed": c["pause_malformed"],
+                "pause_host_port": c["pause_host_port"], "pause_unknown_port": c["pause_unknown_port"],
+                "pause_unknown_switch": c["pause_unknown_switch"], "pause_minimal": c["pause_minimal"],
+                "lldp_malformed": c["lldp_malformed"], "lldp_foreign": c["lldp_foreign"],
+                "lldp_host_untrusted": c["lldp_host_untrusted"], "cnm_malformed": c["cnm_malformed"],
+                "cnm_host_port": c["cnm_host_port"], "cnm_unknown_port": c["cnm_unknown_port"],
+                "cnm_no_feedback": c["cnm_no_feedback"], "cnm_minimal": c["cnm_minimal"], "dmp": c["dmp_packet_ins"],
+                "other": c["other_packet_ins"], "not_master": c["not_master_packet_ins"],
+            },
+            "guards": {
+                "source_check": config.source_check,
+                "punt_meters": config.punt_meters,
+                "dmp_served": served["dmp"],
+                "spoofed_dropped": served["spoofed"],
+                "host_punts": served["host_punts"],
+                "meter_drops": {sw: {str(k): v for k, v in d.items()} for sw, d in sorted(app.poller.meter_drops.items())},
+            },
+            "reload": {k: v for k, v in app.reloader.reloads.items()},
+            "ha": app.ha.as_dict(),
+            "failover": app.failover.as_dict(),
+            "metrics": f"{config.metrics_listen[0]}:{config.metrics_listen[1]}" if config.metrics_listen else None,
+        }
+
+    def write(self, running: bool = True) -> None:
+        """Rewrite the status file atomically (without one: keep the discovery report and its log going)."""
+        if not self.path:
+            if running:
+                self.app.wiring.report(time.monotonic())  # keeps discovery logging alive
+            return
+        data = json.dumps(self.status(running), separators=(",", ":"))
+        tmp = f"{self.path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(data)
+        os.replace(tmp, self.path)
+
+    def loop(self) -> None:
+        app = self.app
+        last = 0.0
+        while app.is_active:
+            min_gap = max(STATUS_MIN_GAP, 10 * self.cost)  # big fabrics: <= ~10% of the time
+            hub.sleep(min_gap)
+            if not self.dirty and time.monotonic() - last < 1.0:
+                continue
+            # green threads are cooperative: never serialise the status while a flip is in flight
+            for _ in range(50):
+                if not app.pausing.pending:
+                    break
+                hub.sleep(0.001)
+            self.dirty = False
+            t = time.monotonic()
+            try:
+                self.write()
+                self.cost = time.monotonic() - t
+            except Exception as err:  # pragma: no cover - disk full etc.
+                LOG.error("cannot write status file %s: %s", self.path, err)
+                hub.sleep(1.0)
+            last = time.monotonic()

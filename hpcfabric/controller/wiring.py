@@ -1,0 +1,246 @@
+"""The wiring check: LLDP rounds, LLDP packet-ins, quarantine enforcement and the discovery report.
+
+:class:`Wiring` sends LLDP (:mod:`hpcfabric.protocols.lldp`, carrying this
+session's nonce) out of every non-host port each ``lldp_interval``, feeds
+what comes back to the pure :class:`hpcfabric.controller.discovery.DiscoveryState`,
+and sets or clears ``OFPPC_NO_FWD`` on the ports it quarantines. Quarantined
+ports drop packet-outs too, so they are probed (NO_FWD lifted for about one
+round trip). The discovery report is recomputed at most every 0.5 s and its
+problems are logged once, when they appear and when they resolve.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import struct
+import time
+from typing import Any
+
+from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError
+from hpcfabric.controller.discovery import quarantine_changes
+from hpcfabric.controller.framework import hub
+from hpcfabric.openflow import ofwire
+from hpcfabric.openflow.ofwire import OFPPC_NO_FWD
+from hpcfabric.protocols.lldp import MalformedLLDP, build_lldp, parse_lldp
+
+LOG = logging.getLogger("hpcfabric.controller")
+
+LLDP_TTL = 120
+
+
+def _hw(desc: Any) -> bytes:
+    return bytes.fromhex(desc.hw_addr.replace(":", ""))
+
+
+class Wiring:
+    """LLDP and quarantine for the app ``app`` (its ``discovery`` state, ``switches``, ``channel``, ``counters``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.nonce = secrets.token_bytes(8)  # tells our LLDP frames from forged or stale ones
+        self.frames: dict[tuple[int, int, str], bytes] = {}
+        self.last_report: dict[str, Any] = {}
+        self.report_at = -1.0
+        self.report_cost = 0.0
+        self.logged: set[str] = set()
+
+    # ------------------------------------------------------------ rounds
+    def ports(self, sw: Any) -> list[int]:
+        """Every port but host ports and reserved ones (unused ports too: extra cables show up)."""
+        dp = sw.dp
+        if dp is None or not dp.ports:
+            return []
+        hosts = set(self.app.fabric.host_ports(sw.name))
+        return [p for p in sorted(dp.ports) if p < 0xFFFFFF00 and p not in hosts]
+
+    def frame(self, dpid: int, port: int, hw_addr: str) -> bytes:
+        key = (dpid, port, hw_addr)
+        frame = self.frames.get(key)
+        if frame is None:
+            frame = build_lldp(dpid, port, bytes.fromhex(hw_addr.replace(":", "")), LLDP_TTL, self.nonce)
+            self.frames[key] = frame
+        return frame
+
+    def send_lldp(self, sw: Any) -> None:
+        """One LLDP round on ``sw``: packet-outs now, probes of quarantined ports in a green thread."""
+        app = self.app
+        dp = sw.dp
+        parts = []
+        probes = []
+        for port in self.ports(sw):
+            desc = dp.ports.get(port)
+            if desc is None:
+                continue
+            if port in sw.no_fwd:
+                probes.append(port)
+                continue
+            frame = self.frame(sw.dpid, port, desc.hw_addr)
+            parts.append(ofwire.packet_out(app.channel.xids(dp, 1), [port], frame))
+            app.counters["lldp_sent"] += 1
+        if parts:
+            app.channel.send_chunks(dp, parts)
+        if probes:
+            hub.spawn(self.probe, sw, dp, probes)
+
+    def probe(self, sw: Any, dp: Any, ports: list[int]) -> None:
+        """LLDP out of quarantined ports, which drop packet-outs too.
+
+        NO_FWD is lifted, a barrier round trip lets the switch apply that
+        (OVS re-reads port config between message batches), then the LLDP and
+        the NO_FWD again go out back to back: the port forwards for about one
+        controller round trip per LLDP interval. Without the probes two
+        quarantined ends of a cable could never see each other again (swapped
+        cables put back).
+        """
+        app = self.app
+        ch = app.channel
+        for port in ports:
+            desc = (dp.ports or {}).get(port)
+            if desc is None or sw.dp is not dp or port not in sw.no_fwd:
+                continue
+            hw = _hw(desc)
+            x = ch.xids(dp, 2)
+            sw.probing.add(port)  # port-status echoes of our own port-mods are not news
+            try:
+                try:
+                    ch.wait(dp, (x + 1) & MAX_XID, ofwire.port_mod(x, port, hw, 0, OFPPC_NO_FWD)
+                            + ofwire.barrier((x + 1) & MAX_XID), timeout=2.0)
+                except Disconnected:
+                    return
+                except SyncError:
+                    pass
+                frame = self.frame(sw.dpid, port, desc.hw_addr)
+                data = ofwire.packet_out(ch.xids(dp, 1), [port], frame)
+                if (sw.name, port) in app.discovery.quarantine():
+                    data += ofwire.port_mod(ch.xids(dp, 1), port, hw, OFPPC_NO_FWD, OFPPC_NO_FWD)
+                else:
+                    sw.no_fwd.discard(port)  # healed meanwhile: leave it forwarding
+                    LOG.info("discovery: %s port %d healed: NO_FWD cleared", sw.name, port)
+                app.counters["lldp_sent"] += 1
+                app.counters["lldp_probes"] += 1
+                if not dp.send(data):
+                    return
+            finally:
+                sw.probing.discard(port)
+
+    def loop(self) -> None:
+        app = self.app
+        while app.is_active:
+            t = time.monotonic()
+            for sw in list(app.switches.values()) if app.ha.master else ():
+                if sw.dp is not None and sw.connected:
+                    try:
+                        self.send_lldp(sw)
+                    except Disconnected:
+                        pass
+                    except Exception:  # pragma: no cover - keep discovering
+                        LOG.exception("LLDP round on %s failed", sw.name)
+            hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
+
+    # ------------------------------------------------------------ events
+    def on_lldp(self, msg: Any, data: bytes, in_port: int, now: float) -> None:
+        app = self.app
+        c = app.counters
+        try:
+            info = parse_lldp(data)
+        except (MalformedLLDP, ValueError, IndexError, struct.error):
+            c["lldp_malformed"] += 1
+            return
+        if info.dpid is None or info.port is None:
+            c["lldp_foreign"] += 1  # somebody else's LLDP (a host, a legacy switch)
+            return
+        dpid = msg.datapath.id
+        sw = app.by_dpid.get(dpid)
+        trusted = info.nonce == self.nonce
+        if not trusted and sw is not None:
+            peer = app.fabric.peer(sw.name, in_port)
+            if peer is not None and peer.is_host:
+                # a host can forge any LLDP; only ours (a switch cabled to a host port) tells something there
+                c["lldp_host_untrusted"] += 1
+                return
+        c["lldp_received"] += 1
+        app.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
+        self.enforce()
+        app.mark()
+
+    def enforce(self) -> None:
+        """Port-mods that bring every switch's NO_FWD ports in line with the quarantine (master only)."""
+        app = self.app
+        if not app.ha.master:
+            return
+        wanted = app.discovery.quarantine()
+        for sw in app.switches.values():
+            dp = sw.dp
+            if dp is None:
+                continue
+            mine = {(n, p) for (n, p) in wanted if n == sw.name and p not in sw.probing}
+            current = {(sw.name, p) for p in sw.no_fwd if p not in sw.probing}
+            add, remove = quarantine_changes(mine, current)
+            for (_, port), config in [(a, OFPPC_NO_FWD) for a in add] + [(r, 0) for r in remove]:
+                desc = (dp.ports or {}).get(port)
+                if desc is None:
+                    continue
+                if not dp.send(ofwire.port_mod(app.channel.xids(dp, 1), port, _hw(desc), config, OFPPC_NO_FWD)):
+                    break  # that switch is going away; the others still get theirs
+                if config:
+                    sw.no_fwd.add(port)
+                    LOG.warning("discovery: %s port %d is miswired: set NO_FWD (quarantined)", sw.name, port)
+                else:
+                    sw.no_fwd.discard(port)
+                    LOG.info("discovery: %s port %d healed: NO_FWD cleared", sw.name, port)
+
+    def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
+        """A port went down or away (forget its cable) or changed its config (track NO_FWD, re-enforce)."""
+        app = self.app
+        o = dp.ofproto
+        if deleted or desc.state & o.OFPPS_LINK_DOWN:
+            app.discovery.port_down(dp.id, desc.port_no)
+        sw = app.by_dpid.get(dp.id)
+        if sw is not None and not deleted and desc.port_no not in sw.probing:
+            if desc.config & OFPPC_NO_FWD:
+                sw.no_fwd.add(desc.port_no)
+            else:
+                sw.no_fwd.discard(desc.port_no)
+            if sw.dp is dp:
+                self.enforce()  # e.g. a re-created port comes back without NO_FWD
+
+    # ------------------------------------------------------------ report
+    def stale(self) -> None:
+        """The next status recomputes the discovery report."""
+        self.report_at = -1.0
+
+    def report(self, now: float) -> dict[str, Any]:
+        """The discovery report as a dict: at most every 0.5 s, and never more than ~10% of the time on huge fabrics."""
+        if now - self.report_at >= max(0.5, 10 * self.report_cost) or not self.last_report:
+            t = time.monotonic()
+            rep = self.app.discovery.report(now)
+            self.last_report = rep.as_dict()
+            self.report_at = now
+            self.log_problems(self.last_report)
+            self.report_cost = time.monotonic() - t
+        return self.last_report
+
+    def log_problems(self, rep: dict[str, Any]) -> None:
+        problems = set()
+        for m in rep["missing_links"]:
+            if m.get("switch_down"):
+                continue  # the disconnected switch is the problem; its links would only add noise
+            problems.add(f"link {m['a']}:{m['a_port']} - {m['b']}:{m['b_port']} missing")
+        for m in rep["miswired"]:
+            problems.add(f"{m['switch']} port {m['port']} miswired: expected {m['expected']}, sees {m['actual']}")
+        for e in rep["extra_links"]:
+            problems.add(f"unexpected link {e['a']} - {e['b']}")
+        for d in rep["unknown_dpids"]:
+            problems.add(f"unknown dpid {d}")
+        for p in sorted(problems - self.logged):
+            LOG.warning("discovery: %s", p)
+        for p in sorted(self.logged - problems):
+            LOG.info("discovery: resolved: %s", p)
+        self.logged = problems
+
+    def unknown_dpids(self) -> list[str]:
+        """Connected dpids the topology does not know, and those LLDP has seen (as of the last report)."""
+        rep = self.last_report or {}
+        return sorted({f"{d:016x}" for d, i in self.app.unknown.items() if i.get("connected")}
+                      | set(rep.get("unknown_dpids", ())))
