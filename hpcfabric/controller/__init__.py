@@ -49,7 +49,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from hpcfabric.openflow import ofwire
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.failover.groups import group_id
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller import ofmsg
