@@ -66,7 +66,7 @@ def floor_rtt(n: int = 200, gap_s: float = 0.02) -> list[float]:
     import struct
 
     from hpcfabric.openflow import ofwire
-    from hpcfabric.rules.compiler import port_state_flow
+    from hpcfabric.rules.port_state import port_state_flow
 
     bridge = f"hfq{os.getpid() % 1000:03d}br"
     ls = socket.socket()

@@ -144,7 +144,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _rules_report(compiled: Any) -> dict[str, Any]:
-    from hpcfabric.rules.compiler import dragonfly_band, eq1
+    from hpcfabric.rules.destinations import eq1
+    from hpcfabric.rules.fabrics.dragonfly import dragonfly_band
 
     fabric = compiled.fabric
     stats = compiled.stats()
@@ -266,7 +267,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.up_down and args.symmetric:
         raise ConfigError("--up-down and --symmetric are two different methods; give one", source="<arguments>")
     if args.up_down:
-        from hpcfabric.rules.compiler import UP_DOWN_KINDS
+        from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS
 
         if fabric.kind not in UP_DOWN_KINDS:
             raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
@@ -319,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def policy(p: argparse.ArgumentParser) -> None:
-        from hpcfabric.rules.compiler import COS_SCHEMES, ROUTINGS
+        from hpcfabric.rules.compiler import ROUTINGS
+        from hpcfabric.rules.cos import COS_SCHEMES
 
         p.add_argument("--routing", choices=ROUTINGS, default=None,
                        help="routing policy (default minimal; docs/routing.md)")

@@ -48,7 +48,8 @@ for _p in (str(HERE), str(ROOT)):
 import fabric_net as fn  # noqa: E402  (mininet/fabric_net.py, imported by path)
 
 from hpcfabric.rules.addressing import AddressPlan, format_mac, plan_addresses  # noqa: E402
-from hpcfabric.rules.compiler import compile_fabric, port_state_flow  # noqa: E402
+from hpcfabric.rules.compiler import compile_fabric  # noqa: E402
+from hpcfabric.rules.port_state import port_state_flow  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE  # noqa: E402
 from hpcfabric.protocols.pause import QUANTUM_BITS  # noqa: E402

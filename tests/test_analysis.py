@@ -9,7 +9,8 @@ import json
 import pytest
 
 from hpcfabric.analysis import power, rules
-from hpcfabric.analysis.power import OnOffModel, PowerParams, calibrate, closed_form_builds, onoff_fabric, savings
+from hpcfabric.analysis.onoff import OnOffModel, onoff_fabric
+from hpcfabric.analysis.power import PowerParams, calibrate, closed_form_builds, savings
 from hpcfabric.cli import main
 from hpcfabric.errors import ConfigError
 from hpcfabric.topology import dragonfly_fabric, fat_tree_fabric

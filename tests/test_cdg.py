@@ -19,7 +19,8 @@ from test_policies import CASES, TOPOLOGIES, applicable, compiled, fabric, sweep
 
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.verify.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
-from hpcfabric.rules.compiler import compile_fabric, default_cos
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.cos import default_cos
 from hpcfabric.topology import flattened_butterfly_fabric
 from hpcfabric.verify.allpairs import verify
 

@@ -13,7 +13,9 @@ from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.errors import TopologyError
 from hpcfabric.rules.routing import ROUTERS, router_for
 from hpcfabric.topology import fat_tree_fabric
-from hpcfabric.topology.clos import FoldedClosRouter, folded_clos_fabric, folded_clos_shape, split_masks
+from hpcfabric.rules.fabrics.updown import split_masks
+from hpcfabric.rules.routing import FoldedClosRouter
+from hpcfabric.topology.clos import folded_clos_fabric, folded_clos_shape
 from hpcfabric.topology.loader import load_topology, parse_topology
 from hpcfabric.verify.allpairs import verify, walk_pair
 

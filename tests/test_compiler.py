@@ -6,7 +6,9 @@ import pytest
 
 from hpcfabric.rules.addressing import MODES, plan_addresses
 from hpcfabric.rules.compaction import DROP, compact_prefixes, lookup
-from hpcfabric.rules.compiler import compile_fabric, dragonfly_band, eq1
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.destinations import eq1
+from hpcfabric.rules.fabrics.dragonfly import dragonfly_band
 from hpcfabric.rules.flows import (
     ETH_TYPE_DMP,
     OFPP_IN_PORT,

@@ -26,7 +26,7 @@ with warnings.catch_warnings():
     from os_ken.lib import hub
 
 from hpcfabric.openflow import ofwire
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.config import load_config
 from hpcfabric.protocols.lldp import build_lldp, parse_lldp
 from hpcfabric.rules.flows import FlowSpec, Match, Output, PopVlan, PushVlan, SetField, make_cookie, RuleClass

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from hpcfabric.rules.addressing import plan_addresses
-from hpcfabric.rules.compiler import compile_fabric, port_state_flow
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.errors import CompileError
 from hpcfabric.failover.groups import fast_failover_groups, group_id, link_ends
 from hpcfabric.verify.pipeline import resolve_groups

@@ -141,7 +141,7 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
 
     from os_ken.lib import hub
 
-    from hpcfabric.rules.compiler import port_state_flow
+    from hpcfabric.rules.port_state import port_state_flow
     from hpcfabric.failover.groups import group_id
     from hpcfabric.rules.flows import Group
     from hpcfabric.protocols.pause import Flip

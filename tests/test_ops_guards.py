@@ -121,7 +121,8 @@ def test_rewrite_mode_real_mac_passes_the_guard(tmp_path):
 def test_dmp_is_answered_only_on_host_ports(name):
     cfg = load_config(CONFIGS / name, compile=name != "dragonfly-table3.conf")
     if not cfg.desired:  # table3: compile just a few switches' worth through the generator of the rules
-        from hpcfabric.rules.compiler import Context, compile_switch
+        from hpcfabric.rules.compiler import compile_switch
+        from hpcfabric.rules.context import Context
 
         ctx = Context(cfg.fabric, cfg.plan, cfg.routing)
         tables = {sw.name: compile_switch(ctx, sw).flows for sw in cfg.fabric.switches[:40]}

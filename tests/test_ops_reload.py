@@ -167,7 +167,7 @@ def test_restart_keys_are_kept_and_reported(tmp_path):
 
 
 def test_paused_entries_are_adopted_not_rewritten(tmp_path):
-    from hpcfabric.rules.compiler import port_state_flow
+    from hpcfabric.rules.port_state import port_state_flow
 
     conf = write_conf(tmp_path, TOPO / "dragonfly-a2-p1-h1.yaml", "routing = conditional\n")
     app = make_app(conf)

@@ -26,7 +26,8 @@ from hpcfabric.openflow import ofwire
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.protocols.cnm import build_cnm
-from hpcfabric.rules.compiler import compile_fabric, learned_override_flow, port_state_flow
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.port_state import learned_override_flow, port_state_flow
 from hpcfabric.config import load_config
 from hpcfabric.errors import CompileError, ConfigError
 from hpcfabric.rules.flows import ETH_TYPE_PAUSE, TABLE_PAUSE_LEARN, FlowSpec, Match, RuleClass, make_cookie

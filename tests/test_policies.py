@@ -23,12 +23,10 @@ import pytest
 
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.rules.compiler import (
-    PRIO_VALIANT_ALWAYS,
-    compile_fabric,
-    default_cos,
-    port_state_flow,
-)
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.cos import default_cos
+from hpcfabric.rules.port_state import port_state_flow
+from hpcfabric.rules.tables import PRIO_VALIANT_ALWAYS
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.flows import (
     ETH_TYPE_DMP,

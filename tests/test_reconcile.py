@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.config import load_config
 from hpcfabric.rules.flows import FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.openflow.reconcile import canonical, diff, is_ours

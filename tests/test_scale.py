@@ -16,7 +16,10 @@ import pytest
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.analysis.scale import RuleCounts, SwitchCount, count_rules, verify_at_scale
 from hpcfabric.rules.compaction import DROP, compact_prefixes
-from hpcfabric.rules.compiler import Context, Route, _dragonfly_remote_routes, compile_fabric
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.context import Context
+from hpcfabric.rules.fabrics.dragonfly import dragonfly_remote_routes
+from hpcfabric.rules.tables import Route
 from hpcfabric.errors import ConfigError, TopologyError
 from hpcfabric.rules.flows import RuleClass
 from hpcfabric.rules.routing import DragonflyRouter
@@ -89,13 +92,13 @@ def test_ortc_matches_reference_on_random_tables():
 
 
 def test_ortc_matches_reference_on_dragonfly_tables():
-    from hpcfabric.rules.compiler import _per_group_routes
+    from hpcfabric.rules.destinations import per_group_routes
 
     for fabric in (dragonfly_fabric(6, 3, 3, arrangement="palmtree"), dragonfly_fabric(8, 4, 4)):
         plan = plan_addresses(fabric, "compact")
         ctx = Context(fabric, plan)
         for sw in fabric.switches[::5]:
-            hops = [(r.bits, r.length, r.port) for r in _per_group_routes(ctx, sw)]
+            hops = [(r.bits, r.length, r.port) for r in per_group_routes(ctx, sw)]
             assert compact_prefixes(hops, plan.layout.used_bits) == reference_ortc(hops, plan.layout.used_bits)
 
 
@@ -113,7 +116,7 @@ def test_dragonfly_remote_routes_equal_router(arrangement):
     router = ctx.router
     assert type(router) is DragonflyRouter
     for sw in fabric.switches:
-        fast = _dragonfly_remote_routes(ctx, router, sw)
+        fast = dragonfly_remote_routes(ctx, router, sw)
         slow = [
             Route(*ctx.group_prefix[g], router.to_group(sw, g, spread=g), RuleClass.ROUTE, True)
             for g in ctx.groups

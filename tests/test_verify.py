@@ -21,7 +21,8 @@ import networkx as nx
 import pytest
 
 from hpcfabric.rules.addressing import MODES, plan_addresses
-from hpcfabric.rules.compiler import compile_fabric, port_state_flow
+from hpcfabric.rules.compiler import compile_fabric
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.rules.flows import (
     ETH_TYPE_LLDP,
     MAC_EXACT,

@@ -111,7 +111,7 @@ def cmd_power(args: argparse.Namespace) -> int:
 
 
 def cmd_onoff(args: argparse.Namespace) -> int:
-    from hpcfabric.analysis.power import OnOffModel, onoff_fabric
+    from hpcfabric.analysis.onoff import OnOffModel, onoff_fabric
     from hpcfabric.topology.loader import load_topology
 
     for name in ("utilisation", "cpu"):

@@ -38,14 +38,7 @@ our compiler emits for that addressing mode on each switch (aggregation and
 core switches included), measured by compiling (one switch per symmetry
 class, every switch for the Dragonfly's compact tables).
 
-Andújar et al. (2022), on/off links with low-power idle
-------------------------------------------------------
-Eqs. 1-7 with the Table 2 constants (``w_sport`` 0.1, ``w_ports`` 0.816,
-``Omega_port`` 5 W, ``Omega_nodes`` 300 W, ``w_snodes`` 0.5), fed by the
-fraction of time each port is on (``U_port``) and each node busy (``U_cpu``):
-:class:`OnOffModel`. Eq. 4 is implemented as the sum it defines
-(``Omega_nodes * sum(w_snodes + (1 - w_snodes) U_cpu)``); the paper's
-simplified last line drops the ``N_nodes`` factor of the first term.
+The Andújar et al. on/off-link model: :mod:`hpcfabric.analysis.onoff`.
 """
 
 from __future__ import annotations
@@ -54,7 +47,7 @@ import csv
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hpcfabric.errors import ConfigError
 from hpcfabric.topology.model import Fabric
@@ -173,8 +166,7 @@ def switch_entries(
     there is none) and gives each switch its class's count; a class whose
     sample disagrees is compiled in full.
     """
-    from hpcfabric.analysis.rules import _spread
-    from hpcfabric.analysis.scale import count_rules
+    from hpcfabric.analysis.scale import count_rules, spread
     from hpcfabric.rules.addressing import plan_addresses
 
     plan = plan_addresses(fabric, mode)
@@ -183,13 +175,13 @@ def switch_entries(
     if classes is None:
         rc = count_rules(fabric, plan, jobs=jobs, progress=progress, desc=f"{fabric.name} {mode}")
         return [c.rules for c in rc.counts], f"all {n} switches compiled"
-    pick = {i: members for members in classes for i in _spread(members, per_class)}
+    pick = {i: members for members in classes for i in spread(members, per_class)}
     rc = count_rules(fabric, plan, switches=sorted(pick), jobs=1, checks=False)
     got = {i: c.rules for i, c in zip(sorted(pick), rc.counts)}
     entries = [0] * n
     compiled = len(pick)
     for members in classes:
-        sample = [got[i] for i in _spread(members, per_class)]
+        sample = [got[i] for i in spread(members, per_class)]
         if len(set(sample)) > 1:  # not a symmetry class after all: compile them all
             full = count_rules(fabric, plan, switches=members, jobs=jobs, checks=False)
             for i, c in zip(members, full.counts):
@@ -386,9 +378,9 @@ def write_csv(results: Sequence[Breakdown], path: str | os.PathLike[str]) -> Non
 
 def plot_fig11(results: Sequence[Breakdown], path: str | os.PathLike[str]) -> None:
     """Fig. 11: stacked bars (table, ports, buffers, CPU) per topology x organisation, MW."""
-    from hpcfabric.analysis.rules import _plt, _save
+    from hpcfabric.analysis.plotting import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     fabrics = list(dict.fromkeys(b.fabric for b in results))
     orgs = [o for o in ORGANISATIONS if any(b.organisation == o for b in results)]
     colors = {"table": "tab:red", "ports": "tab:blue", "buffers": "tab:orange", "cpu": "tab:grey"}
@@ -417,7 +409,7 @@ def plot_fig11(results: Sequence[Breakdown], path: str | os.PathLike[str]) -> No
     axz.set_title("without TCAM-flat")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, Path(path))
+    save_figure(fig, Path(path))
     plt.close(fig)
 
 
@@ -473,115 +465,3 @@ def run(
         paths.append(outdir / "fig11-power.png")
         plot_fig11(results, paths[2])
     return results, split, paths
-
-
-# ---------------------------------------------------------------------------
-# Andújar et al. (2022): on/off links
-
-
-@dataclass(frozen=True)
-class OnOffModel:
-    """Eqs. 1-7 of Andújar et al. with their Table 2 constants as defaults."""
-
-    w_sport: float = 0.1  # fraction of a port's power while asleep
-    w_ports: float = 0.816  # share of switch power that depends on ports
-    omega_port: float = 5.0  # switch power per port (W)
-    omega_nodes: float = 300.0  # max node power (W)
-    w_snodes: float = 0.5  # idle node fraction
-
-    def __post_init__(self) -> None:
-        for name in ("w_sport", "w_ports", "w_snodes"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ConfigError(f"must be a fraction in [0, 1], got {v}", field=name)
-        for name in ("omega_port", "omega_nodes"):
-            if getattr(self, name) < 0:
-                raise ConfigError("must be >= 0", field=name)
-
-    @staticmethod
-    def _fractions(values: Iterable[float], what: str) -> list[float]:
-        out = [float(u) for u in values]
-        for u in out:
-            if not 0.0 <= u <= 1.0:
-                raise ConfigError(f"{what} must be fractions in [0, 1], got {u}", field=what)
-        return out
-
-    def ports_fraction(self, u_ports: Sequence[float], n_ports: int | None = None) -> float:
-        """Eq. 1: ``W_ports = w_sport + (1 - w_sport) * mean(U_port)`` over the switch's
-        ``n_ports`` ports (missing ports count as always off)."""
-        u = self._fractions(u_ports, "U_port")
-        n = n_ports if n_ports is not None else len(u)
-        if n < len(u) or n < 1:
-            raise ConfigError(f"a switch of {n} ports cannot have {len(u)} utilisations", field="N_ports")
-        return self.w_sport + (1 - self.w_sport) * sum(u) / n
-
-    def switch_power(self, u_ports: Sequence[float], n_ports: int | None = None) -> float:
-        """Eq. 2: ``N_ports * Omega_port * ((1 - w_ports) + w_ports * W_ports)`` (W)."""
-        n = n_ports if n_ports is not None else len(u_ports)
-        return n * self.omega_port * ((1 - self.w_ports) + self.w_ports * self.ports_fraction(u_ports, n))
-
-    def network_power(self, switches: Iterable[Sequence[float]], n_ports: int | None = None) -> float:
-        """Eq. 3: sum of Eq. 2 over the switches (W)."""
-        return sum(self.switch_power(u, n_ports) for u in switches)
-
-    def nodes_power(self, u_cpu: Sequence[float]) -> float:
-        """Eq. 4: ``Omega_nodes * sum(w_snodes + (1 - w_snodes) U_cpu)`` (W)."""
-        u = self._fractions(u_cpu, "U_cpu")
-        return self.omega_nodes * sum(self.w_snodes + (1 - self.w_snodes) * x for x in u)
-
-    def evaluate(
-        self,
-        switches: Iterable[Sequence[float]],
-        u_cpu: Sequence[float],
-        t_exec: float,
-        n_ports: int | None = None,
-    ) -> dict[str, float]:
-        """Eqs. 3-7: network, node and cluster power (W) and energies (J) over ``t_exec`` s."""
-        if t_exec < 0:
-            raise ConfigError(f"execution time must be >= 0, got {t_exec}", field="T_exec")
-        w_net = self.network_power(switches, n_ports)
-        w_nodes = self.nodes_power(u_cpu)
-        w_cluster = w_net + w_nodes  # Eq. 5
-        return {
-            "W_net": w_net,
-            "W_nodes": w_nodes,
-            "W_cluster": w_cluster,
-            "E_net": w_net * t_exec,  # Eq. 6
-            "E_cluster": w_cluster * t_exec,  # Eq. 7
-        }
-
-
-def onoff_fabric(
-    fabric: Fabric,
-    model: OnOffModel | None = None,
-    *,
-    utilisation: float | Mapping[tuple[str, int], float] = 1.0,
-    cpu: float = 1.0,
-    t_exec: float = 1.0,
-    n_ports: int | None = None,
-) -> dict[str, Any]:
-    """The on/off model on a fabric: ``utilisation`` is one fraction for every
-    port in use, or a ``{(switch, port): U}`` mapping (ports not named: 0, off);
-    unused ports (up to ``n_ports``, default each switch's ports in use) are off."""
-    m = model or OnOffModel()
-    per_switch = []
-    for sw in fabric.switches:
-        ports = fabric.ports(sw.name)
-        if isinstance(utilisation, Mapping):
-            u = [float(utilisation.get((sw.name, p), 0.0)) for p in ports]
-        else:
-            u = [float(utilisation)] * len(ports)
-        per_switch.append((u, n_ports or len(ports)))
-    w_net = sum(m.switch_power(u, n) for u, n in per_switch)
-    res = m.evaluate([], [cpu] * len(fabric.hosts), t_exec)
-    w_cluster = w_net + res["W_nodes"]
-    return {
-        "fabric": fabric.name,
-        "switches": len(fabric.switches),
-        "nodes": len(fabric.hosts),
-        "W_net": round(w_net, 3),
-        "W_nodes": round(res["W_nodes"], 3),
-        "W_cluster": round(w_cluster, 3),
-        "E_net": round(w_net * t_exec, 3),
-        "E_cluster": round(w_cluster * t_exec, 3),
-    }

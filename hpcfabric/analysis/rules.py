@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from hpcfabric.analysis.progress import bar
-from hpcfabric.analysis.scale import count_rules
+from hpcfabric.analysis.plotting import pyplot, save_figure
+from hpcfabric.analysis.scale import count_rules, spread
 from hpcfabric.errors import ConfigError
 from hpcfabric.topology.model import Fabric
 
@@ -176,13 +177,6 @@ def _classes(fabric: Fabric, topology: str, mode: str) -> list[list[int]] | None
     return [list(range(len(fabric.switches)))]
 
 
-def _spread(members: Sequence[int], n: int) -> list[int]:
-    """``n`` deterministic, evenly spaced members (first and last included)."""
-    if len(members) <= n:
-        return list(members)
-    return sorted({members[round(j * (len(members) - 1) / (n - 1))] for j in range(n)})
-
-
 def measure(
     cfg: Config,
     fabric: Fabric,
@@ -199,9 +193,9 @@ def measure(
     chosen: list[int] | None = None
     if classes is None:  # Dragonfly compact: every switch differs, compile all if affordable
         if len(fabric.switches) > MAX_BAND_SWITCHES:
-            chosen = _spread(list(range(len(fabric.switches))), MAX_BAND_SWITCHES)
+            chosen = spread(list(range(len(fabric.switches))), MAX_BAND_SWITCHES)
     elif expected > max_entries:
-        chosen = sorted(i for members in classes for i in _spread(members, sample))
+        chosen = sorted(i for members in classes for i in spread(members, sample))
     counts = count_rules(fabric, mode, switches=chosen, jobs=jobs)
     problems = counts.problems()
     if problems:
@@ -305,19 +299,6 @@ STYLES = {"flat": ":", "per-switch": "--", "per-group": "-"}
 NAMES = {"folded-clos": "Folded-Clos", "fb-2d": "2D FB", "fb-3d": "3D FB", "fb-4d": "4D FB", "dragonfly": "Dragonfly"}
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version/date: byte-stable output
-
-
 def _series(rows: Sequence[dict[str, Any]], topo: str, mode: str) -> list[dict[str, Any]]:
     return sorted((r for r in rows if r["topology"] == topo and r["mode"] == mode), key=lambda r: r["ports"])
 
@@ -325,7 +306,7 @@ def _series(rows: Sequence[dict[str, Any]], topo: str, mode: str) -> list[dict[s
 def plot_fig4(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
     """Fig. 4: entries per access switch vs hosts, log-log; closed forms as lines,
     measured counts as markers (hollow: sampled)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for topo in TOPOLOGIES:
         for mode in ("flat", "per-switch", "per-group"):
@@ -351,14 +332,14 @@ def plot_fig4(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> N
     ax.legend(handles=handles, loc="upper left", fontsize=8)
     ax.grid(True, which="major", lw=0.3)
     fig.tight_layout()
-    _save(fig, Path(path))
+    save_figure(fig, Path(path))
     plt.close(fig)
 
 
 def plot_fig6(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
     """Fig. 6: entries after compaction vs hosts; Dragonfly as the paper's band
     (shaded) and our measured min-max band (error bars) beside it."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for topo in TOPOLOGIES:
         s = _series(rows, topo, "compact")
@@ -387,7 +368,7 @@ def plot_fig6(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> N
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(True, which="major", lw=0.3)
     fig.tight_layout()
-    _save(fig, Path(path))
+    save_figure(fig, Path(path))
     plt.close(fig)
 
 

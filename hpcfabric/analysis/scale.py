@@ -4,7 +4,7 @@
 counts and the results of **structural checks**, never the tables, so memory
 stays bounded; with ``jobs > 1`` the switches are compiled by forked worker
 processes that share the fabric, the address plan and the precomputed
-:class:`~hpcfabric.rules.compiler.Context` copy-on-write and return only counts.
+:class:`~hpcfabric.rules.context.Context` copy-on-write and return only counts.
 
 Structural checks, on every compiled switch (complete, not sampled):
 
@@ -97,7 +97,7 @@ class RuleCounts:
         if mode == "per-group":
             out["eq1_met"] = all(c.rules == c.eq1 for c in self.access)
         if f.kind == "dragonfly":
-            from hpcfabric.rules.compiler import dragonfly_band
+            from hpcfabric.rules.fabrics.dragonfly import dragonfly_band
 
             out["paper_band"] = list(dragonfly_band(f))
         out["structural_ok"] = not self.problems()
@@ -182,6 +182,13 @@ def _compile_range(indices: Sequence[int]) -> list[tuple[int, SwitchCount]]:
     return out
 
 
+def spread(members: Sequence[int], n: int) -> list[int]:
+    """``n`` deterministic, evenly spaced members (first and last included): the switches a sample compiles."""
+    if len(members) <= n:
+        return list(members)
+    return sorted({members[round(j * (len(members) - 1) / (n - 1))] for j in range(n)})
+
+
 def count_rules(
     fabric: Fabric,
     plan: AddressPlan | str,
@@ -207,7 +214,7 @@ def count_rules(
     progress : bool
         Show a progress bar on stderr.
     """
-    from hpcfabric.rules.compiler import Context
+    from hpcfabric.rules.context import Context
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive integer, got {jobs!r}", field="--jobs")

@@ -24,7 +24,7 @@ from hpcfabric.controller.metrics import ReactionHistogram
 from hpcfabric.openflow import ofwire
 from hpcfabric.protocols.cnm import on_cnm, parse_cnm
 from hpcfabric.protocols.pause import Flip, MalformedFrame, parse_mac_control
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.rules.flows import TABLE_PORT_STATE, FlowSpec
 
 LOG = logging.getLogger("hpcfabric.controller")

@@ -13,7 +13,7 @@ from typing import Any
 from hpcfabric.config import ControllerConfig
 from hpcfabric.failover.groups import group_id
 from hpcfabric.failover.reroute import failover_groups
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.rules.flows import TABLE_PORT_STATE, FlowSpec
 
 

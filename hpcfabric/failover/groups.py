@@ -45,7 +45,7 @@ hence fast_failover needs ``recompute = on``).
 
 Conditional routing: protected outputs are replaced in ROUTE, PORT_STATE and
 ALTERNATIVE alike. The unpaused PORT_STATE entry of a protected port becomes
-``metadata=p -> group:HF|p`` (:func:`hpcfabric.rules.compiler.port_state_flow` with
+``metadata=p -> group:HF|p`` (:func:`hpcfabric.rules.port_state.port_state_flow` with
 ``group``); its paused version is unchanged (``goto`` ALTERNATIVE), so a
 PAUSE flip is still one MODIFY_STRICT and un-pausing restores the group. A
 paused port whose link goes down keeps sending its ALTERNATIVE fallbacks
@@ -121,7 +121,7 @@ def fast_failover_groups(
     max_alternatives: int = MAX_ALTERNATIVES,
     limit: int = ANALYSIS_LIMIT,
 ) -> FastFailover:
-    """Protect every fabric port of ``compiled`` (a :class:`~hpcfabric.rules.compiler.CompiledFabric`) that has a
+    """Protect every fabric port of ``compiled`` (a :class:`~hpcfabric.rules.tables.CompiledFabric`) that has a
     proved detour (module docstring).
 
     ``tables`` (default: the compiled ones) are the tables to transform, e.g. the controller's desired tables

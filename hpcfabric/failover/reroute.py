@@ -53,7 +53,9 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
             ) -> dict[str, tuple[FlowSpec, ...]]:
     """Per switch, the table to install while the ports ``down`` (switch, port) and the switches
     ``dead_switches`` are out of service. ``config`` is a compiled :class:`~hpcfabric.config.ControllerConfig`."""
-    from hpcfabric.rules.compiler import Context, Route, access_prefix, host_routes, route_flows
+    from hpcfabric.rules.context import Context
+    from hpcfabric.rules.destinations import access_prefix, host_routes, route_flows
+    from hpcfabric.rules.tables import Route
     from hpcfabric.verify.pipeline import Frame, Pipeline
 
     fabric, plan = config.fabric, config.plan
@@ -125,9 +127,9 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
         rflows = route_flows(ctx, routes, compact=True)
         if getattr(getattr(config, "compiled", None), "cos", None) is not None:
             # classes of service: INGRESS (kept) tags every frame, so deliveries pop the tag as compiled
-            from hpcfabric.rules.compiler import _pop_before_hosts
+            from hpcfabric.rules.cos import pop_before_hosts
 
-            rflows = _pop_before_hosts(list(rflows), set(fabric.host_ports(sw.name)), {})
+            rflows = pop_before_hosts(list(rflows), set(fabric.host_ports(sw.name)), {})
         if real:  # host_mac = rewrite: deliveries set the host's real MAC back
             hosts = {h.port: h.name for h in fabric.hosts_on(sw.name)}
             fixed = []

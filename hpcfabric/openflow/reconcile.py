@@ -11,7 +11,7 @@ Two flows with the same key are equal when actions, cookie, goto,
 write-metadata and meter agree (after normalisation: a zero-mask field is a wildcard).
 
 Entries the switch learned itself (cookie class ``LEARNED``: switch-local PAUSE
-overrides, :func:`hpcfabric.rules.compiler.pause_learn_action`) are state, not
+overrides, :func:`hpcfabric.rules.port_state.pause_learn_action`) are state, not
 configuration: they are ignored (never deleted, not counted as foreign).
 """
 

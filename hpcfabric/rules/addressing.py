@@ -30,6 +30,7 @@ from typing import Mapping
 
 from hpcfabric.errors import AddressingError
 from hpcfabric.topology.model import Fabric, Switch, gc_paused
+from hpcfabric.topology.params import bits_for
 
 MODES = ("flat", "per-switch", "per-group", "compact")
 USABLE_BITS = 46
@@ -78,11 +79,6 @@ def parse_mac(text: str) -> int:
         return int("".join(parts), 16)
     except ValueError:
         raise AddressingError(f"malformed MAC address {text!r}; expected hex octets") from None
-
-
-def bits_for(count: int) -> int:
-    """Bits needed to number ``count`` items (at least 1)."""
-    return max(1, (count - 1).bit_length())
 
 
 @dataclass(frozen=True, slots=True)

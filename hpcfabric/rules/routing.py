@@ -13,7 +13,8 @@ statically, as the paper's per-destination hashing does.
 
 Routing per kind: Dragonfly minimal (local, global, local); Flattened
 Butterfly dimension order (the most significant differing dimension first,
-i.e. the group bits before the switch bits); fat-tree up-down; explicit
+i.e. the group bits before the switch bits); fat-tree and folded Clos
+(:mod:`hpcfabric.topology.clos`) up-down; explicit
 fabrics shortest paths (ties to the lowest port), with groups routed as a
 whole to their nearest member and then inside the group.
 """
@@ -175,10 +176,87 @@ class ExplicitRouter(Router):
         return self._best(src, dist, f"group {group}")
 
 
+class FoldedClosRouter(Router):
+    """Up-down routing on a :func:`folded_clos_fabric`.
+
+    A switch at level ``l`` sends a frame down when the destination pod lies
+    below it (level 2: the pod itself; level ``l >= 3``: the group prefix
+    ``group >> w*(l-2)`` equals the switch's; core: always), choosing among
+    parallel down links to the right child by ``spread``; otherwise up, on
+    uplink ``spread mod k/2``. Every switch reaches every pod below it and
+    every core reaches every block, so any up choice works: loop-free and
+    deadlock-free (up*/down*).
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        super().__init__(fabric)
+        prm = fabric.params
+        self.k = prm["radix"]
+        self.half = self.k // 2
+        self.stages = prm["stages"]
+        self.w = prm["group_bits"]
+        # down[switch] = {child prefix: [ports]} for levels >= 3
+        self.down: dict[str, dict[int, list[int]]] = {}
+        for sw in fabric.switches:
+            level = sw.coords[0]
+            if level < 3:
+                continue
+            ports: dict[int, list[int]] = {}
+            for port, peer in fabric.ports(sw.name).items():
+                if port > self.half and level < self.stages:
+                    continue  # uplink
+                child = fabric.switch(peer.node)
+                ports.setdefault(child.coords[1], []).append(port)  # the child's block prefix
+            self.down[sw.name] = ports
+
+    def level(self, sw: Switch) -> int:
+        return sw.coords[0]
+
+    def is_below(self, sw: Switch, group: int) -> bool:
+        """True when pod ``group`` sits below ``sw``."""
+        level = sw.coords[0]
+        if level == self.stages:
+            return True
+        if level == 1 or level == 2:
+            return group == sw.group
+        return group >> (self.w * (level - 2)) == sw.coords[1]
+
+    def child_ports(self, sw: Switch, group: int) -> list[int]:
+        """Down ports of a level >= 3 switch towards pod ``group``."""
+        level = sw.coords[0]
+        ports = self.down[sw.name].get(group >> (self.w * (level - 3)))
+        if not ports:
+            raise CompileError(f"pod group {group} is not below {sw.name}")
+        return ports
+
+    def up(self, spread: int) -> int:
+        return self.half + 1 + spread % self.half
+
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+        level = src.coords[0]
+        if not self.is_below(src, group):
+            if level == self.stages:  # pragma: no cover - cores see everything
+                raise CompileError(f"pod group {group} does not exist")
+            return self.up(spread)
+        if level <= 2:
+            raise CompileError(f"{src.name}: to_group towards its own pod")
+        ports = self.child_ports(src, group)
+        return ports[spread % len(ports)]
+
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+        level = src.coords[0]
+        if level == 2 and dst.group == src.group:
+            return 1 + dst.index
+        if level == 1 and dst.group == src.group:
+            return self.up(spread)
+        return self.to_group(src, dst.group, spread)
+
+
 ROUTERS = {
     "dragonfly": DragonflyRouter,
     "flattened_butterfly": FlattenedButterflyRouter,
     "fat_tree": FatTreeRouter,
+    "folded_clos": FoldedClosRouter,
     "explicit": ExplicitRouter,
 }
 

@@ -56,27 +56,22 @@ switches have ``group = -1`` (like fat-tree cores). ``coords`` are
 ``(level, prefix, position)``: ``prefix`` is the block's group prefix (edge
 and level-2: the pod id; core: 0).
 
-Routing (:class:`FoldedClosRouter`) is up-down: go up until the destination
-pod is below, then down; the compact tables (:func:`folded_clos_compact_flows`)
-send frames down by destination prefix and up by ``in_port`` (a static hash
-of the source), one entry per port in use on every switch.
+Routing is up-down (:class:`hpcfabric.rules.routing.FoldedClosRouter`): go up
+until the destination pod is below, then down; the compact tables
+(:func:`hpcfabric.rules.fabrics.updown.folded_clos_compact_flows`) send frames
+down by destination prefix and up by ``in_port`` (a static hash of the
+source), one entry per port in use on every switch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpcfabric.errors import CompileError, TopologyError
-from hpcfabric.rules.addressing import bits_for
-from hpcfabric.rules.routing import ROUTERS, Router
-from hpcfabric.topology.generators import _need_int
+from hpcfabric.errors import TopologyError
 from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hpcfabric.rules.compiler import Context
-    from hpcfabric.rules.flows import FlowSpec
+from hpcfabric.topology.params import bits_for, need_int
 
 KIND = "folded_clos"
 MAX_STAGES = 6
@@ -105,10 +100,10 @@ class ClosShape:
 
 def folded_clos_shape(radix: int, stages: int = 3, *, hosts: int | None = None, pods: int | None = None) -> ClosShape:
     """Validate parameters and return the counts (see :func:`folded_clos_fabric`)."""
-    k = _need_int("radix", radix, 4)
+    k = need_int("radix", radix, 4)
     if k % 2:
         raise TopologyError(f"must be even, got {k}", field="radix")
-    n = _need_int("stages", stages, 3)
+    n = need_int("stages", stages, 3)
     if n > MAX_STAGES:
         raise TopologyError(f"at most {MAX_STAGES} stages are supported, got {n}", field="stages")
     half = k // 2
@@ -117,7 +112,7 @@ def folded_clos_shape(radix: int, stages: int = 3, *, hosts: int | None = None, 
     if hosts is not None and pods is not None:
         raise TopologyError("give either hosts or pods, not both", field="hosts")
     if hosts is not None:
-        hosts = _need_int("hosts", hosts, 1)
+        hosts = need_int("hosts", hosts, 1)
         if hosts % per_pod:
             lo, hi = hosts // per_pod * per_pod, (hosts // per_pod + 1) * per_pod
             raise TopologyError(
@@ -128,7 +123,7 @@ def folded_clos_shape(radix: int, stages: int = 3, *, hosts: int | None = None, 
         pods = hosts // per_pod
     if pods is None:
         pods = max_pods
-    pods = _need_int("pods", pods, 1)
+    pods = need_int("pods", pods, 1)
     if pods > max_pods:
         raise TopologyError(
             f"{pods:,} pods exceed the {n}-stage maximum of {max_pods:,} for radix {k} "
@@ -301,183 +296,3 @@ def folded_clos_fabric(
     }
     fname = name or f"folded-clos-k{k}-n{n}-p{n_pods}"
     return Fabric(KIND, fname, tuple(switches), tuple(hosts_l), tuple(links), params)
-
-
-# ---------------------------------------------------------------------------
-# routing
-
-
-class FoldedClosRouter(Router):
-    """Up-down routing on a :func:`folded_clos_fabric`.
-
-    A switch at level ``l`` sends a frame down when the destination pod lies
-    below it (level 2: the pod itself; level ``l >= 3``: the group prefix
-    ``group >> w*(l-2)`` equals the switch's; core: always), choosing among
-    parallel down links to the right child by ``spread``; otherwise up, on
-    uplink ``spread mod k/2``. Every switch reaches every pod below it and
-    every core reaches every block, so any up choice works: loop-free and
-    deadlock-free (up*/down*).
-    """
-
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
-        prm = fabric.params
-        self.k = prm["radix"]
-        self.half = self.k // 2
-        self.stages = prm["stages"]
-        self.w = prm["group_bits"]
-        # down[switch] = {child prefix: [ports]} for levels >= 3
-        self.down: dict[str, dict[int, list[int]]] = {}
-        for sw in fabric.switches:
-            level = sw.coords[0]
-            if level < 3:
-                continue
-            ports: dict[int, list[int]] = {}
-            for port, peer in fabric.ports(sw.name).items():
-                if port > self.half and level < self.stages:
-                    continue  # uplink
-                child = fabric.switch(peer.node)
-                ports.setdefault(child.coords[1], []).append(port)  # the child's block prefix
-            self.down[sw.name] = ports
-
-    def level(self, sw: Switch) -> int:
-        return sw.coords[0]
-
-    def is_below(self, sw: Switch, group: int) -> bool:
-        """True when pod ``group`` sits below ``sw``."""
-        level = sw.coords[0]
-        if level == self.stages:
-            return True
-        if level == 1 or level == 2:
-            return group == sw.group
-        return group >> (self.w * (level - 2)) == sw.coords[1]
-
-    def child_ports(self, sw: Switch, group: int) -> list[int]:
-        """Down ports of a level >= 3 switch towards pod ``group``."""
-        level = sw.coords[0]
-        ports = self.down[sw.name].get(group >> (self.w * (level - 3)))
-        if not ports:
-            raise CompileError(f"pod group {group} is not below {sw.name}")
-        return ports
-
-    def up(self, spread: int) -> int:
-        return self.half + 1 + spread % self.half
-
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
-        level = src.coords[0]
-        if not self.is_below(src, group):
-            if level == self.stages:  # pragma: no cover - cores see everything
-                raise CompileError(f"pod group {group} does not exist")
-            return self.up(spread)
-        if level <= 2:
-            raise CompileError(f"{src.name}: to_group towards its own pod")
-        ports = self.child_ports(src, group)
-        return ports[spread % len(ports)]
-
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
-        level = src.coords[0]
-        if level == 2 and dst.group == src.group:
-            return 1 + dst.index
-        if level == 1 and dst.group == src.group:
-            return self.up(spread)
-        return self.to_group(src, dst.group, spread)
-
-
-ROUTERS.setdefault(KIND, FoldedClosRouter)
-
-
-# ---------------------------------------------------------------------------
-# compact tables (lower bound: one entry per port in use)
-
-
-def split_masks(n: int, free_bits: int) -> list[tuple[int, int, int]]:
-    """Partition the address space below a prefix into ``n`` ternary cubes on its
-    lowest bits: ``(value, mask, bits)`` per cube, ``bits`` = low bits matched.
-
-    With ``m = ceil(log2 n)``: ``2**m - n`` cubes match ``m-1`` low bits and
-    the others ``m`` bits, so the shares differ by at most a factor of two.
-    Never more cubes than ``2**free_bits``.
-    """
-    if n <= 1 or free_bits <= 0:
-        return [(0, 0, 0)]
-    m = min((n - 1).bit_length(), free_bits)
-    n = min(n, 1 << m)
-    q = (1 << m) - n  # cubes on m-1 bits
-    out = [(r, (1 << (m - 1)) - 1, m - 1) for r in range(q)]
-    for r in range(1 << m):
-        if r % (1 << (m - 1)) >= q:
-            out.append((r, (1 << m) - 1, m))
-    return out
-
-
-def folded_clos_compact_flows(ctx: "Context", sw: Switch, conditional: bool = False) -> "list[FlowSpec]":
-    """Compact table of one folded-Clos switch: rules = ports in use.
-
-    Down: edge -- each host exactly; level 2 -- each edge switch of its pod
-    by (group, switch) prefix; level >= 3 and core -- each child block by its
-    group prefix, split over parallel links to it by the destination's low
-    address bits (:func:`split_masks`). Up (below the core): ``in_port = d``
-    (down port d, i.e. the source's attachment) -> uplink ``k/2 + d``.
-    Down entries have LPM priorities (above the up entries), so a frame whose
-    destination is below never goes up, and a frame that came down (from an
-    uplink) and matches nothing is dropped: no loops, even for unowned addresses.
-
-    With ``conditional`` the up entries are default rules (metadata = uplink,
-    go to PORT_STATE; the next uplink is the alternative while it is paused);
-    down entries stay unconditional (one path down), as on a fat-tree.
-    """
-    from hpcfabric.rules.compiler import (
-        METADATA_MASK,
-        PRIO_LPM_BASE,
-        PRIO_UP,
-        TABLE_PORT_STATE,
-        Route,
-        _host_routes,
-        _lpm_flows,
-        _route_entry,
-    )
-    from hpcfabric.rules.flows import FlowSpec, Match, Output, RuleClass, make_cookie
-
-    layout, cache = ctx.layout, ctx.cache
-    router: FoldedClosRouter = ctx.router  # type: ignore[assignment]
-    half, level = router.half, sw.coords[0]
-    flows: list[FlowSpec]
-    if level == 1:
-        flows = _lpm_flows(cache, _host_routes(ctx, sw), compact=False)
-    elif level == 2:
-        down = [Route(*ctx.switch_prefix[e.name], 1 + e.index, RuleClass.ROUTE) for e in ctx.members[sw.group]]
-        flows = _lpm_flows(cache, down, compact=False)
-    else:
-        gfield = layout.field("group")
-        low_free = layout.used_bits
-        shift = router.w * (level - 3)
-        flows = []
-        for prefix, ports in sorted(router.down[sw.name].items()):
-            plen = gfield.width - shift
-            if plen < 0 or prefix >> plen:
-                raise CompileError(f"group field of {layout.describe()} too narrow for the Clos blocks")
-            cubes = split_masks(len(ports), low_free - plen)
-            for port, (val, mask, nbits) in zip(ports, cubes):
-                key = ("clos", prefix, plen, val, mask, port)
-                flow = cache.flows.get(key)
-                if flow is None:
-                    pv, pm = layout.prefix_match(prefix, plen)
-                    match = Match(eth_dst=(pv | val, pm | mask))
-                    flow = _route_entry(PRIO_LPM_BASE + plen + nbits, match, port, RuleClass.ROUTE, None)
-                    cache.flows[key] = flow
-                flows.append(flow)
-    if level < router.stages:
-        for d in range(1, half + 1):
-            out = half + d
-            key = ("up", d, out, conditional)
-            flow = cache.flows.get(key)
-            if flow is None:
-                cookie = make_cookie(RuleClass.ROUTE, out)
-                if conditional:
-                    flow = FlowSpec(1, PRIO_UP, Match(in_port=d), (), cookie, goto=TABLE_PORT_STATE,
-                                    write_metadata=(out, METADATA_MASK))
-                else:
-                    flow = FlowSpec(1, PRIO_UP, Match(in_port=d), (Output(out),), cookie)
-                cache.flows[key] = flow
-            flows.append(flow)
-    return flows

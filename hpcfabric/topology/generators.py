@@ -13,16 +13,9 @@ from math import prod
 
 from hpcfabric.errors import TopologyError
 from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
+from hpcfabric.topology.params import need_int
 
 DRAGONFLY_ARRANGEMENTS = ("auto", "palmtree", "xor")
-
-
-def _need_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TopologyError(f"must be an integer, got {value!r}", field=name)
-    if value < minimum:
-        raise TopologyError(f"must be >= {minimum}, got {value}", field=name)
-    return value
 
 
 def _is_pow2(n: int) -> bool:
@@ -150,12 +143,12 @@ def dragonfly_fabric(
     between each pair (then every switch has its own link to every group).
     The paper's Fig. 3c/Fig. 9 fabric is ``a=4, p=2, h=2`` (9 groups).
     """
-    a = _need_int("a", a, 1)
-    p = _need_int("p", p, 1)
-    h = _need_int("h", h, 0)
+    a = need_int("a", a, 1)
+    p = need_int("p", p, 1)
+    h = need_int("h", h, 0)
     if g is None:
         g = a * h + 1
-    g = _need_int("g", g, 1)
+    g = need_int("g", g, 1)
     if g > a * h + 1:
         raise TopologyError(
             f"{g} groups need {g - 1} global links per group but a*h = {a * h} (at most a*h+1 = {a * h + 1} groups)",
@@ -239,8 +232,8 @@ def flattened_butterfly_fabric(dims: list[int] | tuple[int, ...], hosts_per_swit
         raise TopologyError(f"must be a non-empty list of integers, got {dims!r}", field="dims")
     if len(dims) > 8:
         raise TopologyError(f"at most 8 dimensions are supported, got {len(dims)}", field="dims")
-    dims = tuple(_need_int(f"dims[{i}]", k, 2) for i, k in enumerate(dims))
-    t_hosts = _need_int("hosts_per_switch", hosts_per_switch, 1)
+    dims = tuple(need_int(f"dims[{i}]", k, 2) for i, k in enumerate(dims))
+    t_hosts = need_int("hosts_per_switch", hosts_per_switch, 1)
     n = len(dims)
     bases = []
     port = t_hosts + 1
@@ -310,7 +303,7 @@ def fat_tree_fabric(k: int, *, name: str | None = None) -> Fabric:
     ``5k²/4`` switches, ``k³/4`` hosts, ``k³/2`` switch links, every switch
     of radix ``k``; switch diameter 4 (edge-aggregation-core-aggregation-edge).
     """
-    k = _need_int("k", k, 2)
+    k = need_int("k", k, 2)
     if k % 2:
         raise TopologyError(f"must be even, got {k}", field="k")
     half = k // 2

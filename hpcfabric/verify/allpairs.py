@@ -1273,7 +1273,7 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
     switch or port raises ValueError."""
     from dataclasses import replace as _replace
 
-    from hpcfabric.rules.compiler import learned_override_flow, port_state_flow
+    from hpcfabric.rules.port_state import learned_override_flow, port_state_flow
     from hpcfabric.rules.flows import GROUP_TAG
 
     switch_local = getattr(compiled, "pause_reaction", "controller") == "switch"

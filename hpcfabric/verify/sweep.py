@@ -49,7 +49,7 @@ import networkx as nx
 import numpy as np
 
 from hpcfabric.verify.cdg import _cos_label, _Sweep, channel_name, pausable_ports
-from hpcfabric.rules.compiler import port_state_flow
+from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.verify.allpairs import (
     DELIVER,
     LOOP,

@@ -368,7 +368,7 @@ _PS_FLOWS: dict[int, tuple[Any, Any]] = {}  # port -> (unpaused, paused) PORT_ST
 
 def _flipped(flows: Sequence[Any]) -> list[Any]:
     """``flows`` with every PORT_STATE entry in its paused form."""
-    from hpcfabric.rules.compiler import port_state_flow
+    from hpcfabric.rules.port_state import port_state_flow
 
     out = []
     for f in flows:

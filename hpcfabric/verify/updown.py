@@ -56,7 +56,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcfabric.verify.cdg import pausable_ports
-from hpcfabric.rules.compiler import UP_DOWN_KINDS, updown_level
+from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
 from hpcfabric.errors import VerificationError
 from hpcfabric.verify.symmetry import _classes, _decide, _pcp_values, _port_classes, forward_data_flows, paused_data_flows
 from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _Row, probe_addresses

@@ -1,0 +1,86 @@
+"""The build step of a loaded config: address plan, compiled rules, then what the
+config asks on top (host MAC rewrite, guards, fast-failover groups) -> the
+tables the controller installs (``desired``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hpcfabric.config.ini import config_error
+from hpcfabric.config.model import ControllerConfig
+from hpcfabric.errors import AddressingError, CompileError
+from hpcfabric.rules.addressing import AddressPlan, plan_addresses
+from hpcfabric.rules.mac_rewrite import rewrite_flows
+
+
+def address_plan(cfg: ControllerConfig) -> AddressPlan:
+    """The address plan of ``cfg``'s fabric: ``[hpcfabric] widths``, else the topology file's
+    widths for the same mode, else the mode's defaults. Errors name whichever file gave the widths."""
+    fabric, addressing, widths = cfg.fabric, cfg.addressing, cfg.widths
+    file_addr = fabric.params.get("addressing") or {}
+    if widths is not None:
+        plan_widths, widths_field = dict(widths), "hpcfabric.widths"
+    elif file_addr.get("widths") and file_addr.get("mode", addressing) == addressing:
+        plan_widths, widths_field = dict(file_addr["widths"]), None
+    else:
+        plan_widths, widths_field = None, "hpcfabric.addressing"
+    try:
+        return plan_addresses(fabric, addressing, plan_widths)
+    except AddressingError as err:
+        if err.source:  # already names its file
+            raise
+        if widths_field is None:  # widths from the topology file
+            raise AddressingError(err.detail, source=cfg.topology, field=err.field) from None
+        raise AddressingError(err.detail, source=cfg.path, field=widths_field) from None
+
+
+def build_tables(cfg: ControllerConfig) -> ControllerConfig:
+    """``cfg`` with the compiled fabric, the tables to install and the fast-failover groups.
+
+    Compile (routing, CoS, pause reaction, CNM snooping), then adapt the tables:
+    host MAC rewrite, guards (source check, punt meters), fast-failover groups.
+    """
+    from hpcfabric.rules.compiler import compile_fabric
+
+    source, fabric, plan, routing = cfg.path, cfg.fabric, cfg.plan, cfg.routing
+    cos, cos_levels, real_macs = cfg.cos, cfg.cos_levels, cfg.real_macs
+    cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cos, cos)
+    try:
+        compiled = compile_fabric(fabric, plan, routing=routing, pause_reaction=cfg.pause_reaction,
+                                  switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg, cos_levels=cos_levels)
+    except CompileError as err:
+        raise config_error(source, _compile_error_key(str(err), routing, cos_levels),
+                           f"cannot compile rules for {fabric.name}: {err}") from None
+    tagged = compiled.cos is not None
+    tables = {name: t.flows for name, t in compiled.tables.items()}
+    if cfg.host_mac == "rewrite":
+        tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
+    if cfg.source_check or cfg.punt_meters:
+        from hpcfabric.rules.guards import guard_flows
+
+        tables = guard_flows(fabric, plan, tables, source_check=cfg.source_check, punt_meters=cfg.punt_meters, cos=tagged)
+    groups: dict[str, tuple[Any, ...]] = {}
+    if cfg.fast_failover:
+        from hpcfabric.failover.groups import fast_failover_groups
+
+        try:
+            ff = fast_failover_groups(compiled, tables, source_macs=dict(real_macs))
+        except CompileError as err:
+            raise config_error(source, "failover.fast_failover", str(err)) from None
+        if not ff.stats()["groups"]:
+            raise config_error(source, "failover.fast_failover", f"no fabric port of {fabric.name} has a loop-free "
+                               "detour (docs/operations.md); use off (failures are routed around by recomputation)")
+        tables, groups = dict(ff.flows), {k: v for k, v in ff.groups.items() if v}
+    return replace(cfg, compiled=compiled, desired=tables, groups=groups)
+
+
+def _compile_error_key(message: str, routing: str, cos_levels: int | None) -> str:
+    """The config key a :class:`CompileError` from :func:`compile_fabric` is about."""
+    if "cos_levels" in message and cos_levels is not None:
+        return "hpcfabric.cos_levels"
+    if "CoS" in message or "cos" in message.split():
+        return "hpcfabric.cos"
+    if routing != "minimal" and routing in message:
+        return "hpcfabric.routing"
+    return "hpcfabric.addressing"

@@ -1,0 +1,270 @@
+"""Loading a controller config: INI file -> checked values -> topology -> :class:`ControllerConfig`.
+
+Every key is checked here (ranges, choices, files and directories, the
+combinations that cannot work together); :mod:`hpcfabric.config.build` then
+plans addresses and compiles the rules.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hpcfabric.config.build import address_plan, build_tables
+from hpcfabric.config.ini import (
+    BUNDLE_MODES,
+    COS_CHOICES,
+    HA_ROLES,
+    HOST_MAC_MODES,
+    LOG_LEVELS,
+    ON_OFF,
+    ROUTINGS,
+    check_names,
+    choice,
+    closest,
+    config_error,
+    get_value,
+    integer,
+    number,
+    parse_listen,
+    parse_widths,
+    read_ini,
+    resolve_path,
+)
+from hpcfabric.config.model import ControllerConfig
+from hpcfabric.errors import HpcfabricError
+from hpcfabric.rules.addressing import MODES, format_mac, parse_mac
+from hpcfabric.rules.flows import PAUSE_REACTIONS
+from hpcfabric.topology.model import Fabric
+
+
+def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> ControllerConfig:
+    """Read, validate and (with ``compile``) compile the controller config at ``path``.
+
+    Raises
+    ------
+    ConfigError
+        Anything wrong with the file, the topology it names, the address plan
+        or the rules (``source`` = file, ``field`` = ``section.key``).
+    """
+    source = os.fspath(path)
+    parser = read_ini(source)
+    check_names(source, parser)
+    base = Path(source).resolve().parent
+
+    topo_value = get_value(parser, "hpcfabric", "topology")
+    if not topo_value:
+        raise config_error(source, "hpcfabric.topology", "missing: the topology YAML file this controller runs")
+    topology = resolve_path(base, topo_value)
+    if not os.path.exists(topology):
+        raise config_error(
+            source,
+            "hpcfabric.topology",
+            f"topology file {topology} does not exist (relative paths are resolved against the config file's directory)",
+        )
+
+    routing = choice(source, "hpcfabric.routing", get_value(parser, "hpcfabric", "routing"), ROUTINGS)
+    cos_text = get_value(parser, "hpcfabric", "cos")
+    cos = choice(source, "hpcfabric.cos", cos_text, COS_CHOICES) if cos_text else None
+    levels_text = get_value(parser, "hpcfabric", "cos_levels")
+    cos_levels = integer(source, "hpcfabric.cos_levels", levels_text, low=1, high=8) if levels_text else None
+    if cos_levels is not None and (cos == "off" or (cos is None and routing != "valiant")):
+        raise config_error(source, "hpcfabric.cos_levels",
+                           f"{cos_levels} needs classes of service: set cos = on|none|top|hop "
+                           f"(cos is {'off' if cos == 'off' else 'off by default with routing = ' + routing})")
+    link_speed = number(source, "hpcfabric.link_speed_gbps", get_value(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
+    hold_ms = number(source, "hpcfabric.pause_hold_ms", get_value(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
+                      low_open=False)
+    pause_reaction = choice(source, "hpcfabric.pause_reaction", get_value(parser, "hpcfabric", "pause_reaction"),
+                             PAUSE_REACTIONS)
+    if pause_reaction == "switch" and routing != "conditional":
+        raise config_error(source, "hpcfabric.pause_reaction",
+                           f"switch needs routing = conditional (routing = {routing} has no conditional rules to switch)")
+    switch_hold_s = integer(source, "hpcfabric.switch_hold_s", get_value(parser, "hpcfabric", "switch_hold_s"), low=1,
+                             high=65535)
+    cnm_on = choice(source, "hpcfabric.cnm", get_value(parser, "hpcfabric", "cnm"), ON_OFF) == "on"
+    cnm_max_hold_ms = number(source, "hpcfabric.cnm_max_hold_ms", get_value(parser, "hpcfabric", "cnm_max_hold_ms"),
+                              low=0, high=60000)
+    host_mac = choice(source, "hpcfabric.host_mac", get_value(parser, "hpcfabric", "host_mac"), HOST_MAC_MODES)
+    status = get_value(parser, "hpcfabric", "status_file")
+    status_file = resolve_path(base, status) if status else None
+    if status_file and os.path.isdir(status_file):
+        raise config_error(source, "hpcfabric.status_file", f"{status_file} is a directory; expected a file path")
+    if status_file and not os.path.isdir(os.path.dirname(status_file) or "."):
+        raise config_error(source, "hpcfabric.status_file", f"directory {os.path.dirname(status_file)} does not exist")
+    log_level = choice(source, "hpcfabric.log_level", get_value(parser, "hpcfabric", "log_level"), LOG_LEVELS, str.upper)
+    interval = number(source, "hpcfabric.lldp_interval", get_value(parser, "hpcfabric", "lldp_interval"), low=0.01, high=3600, low_open=False)
+    timeout_text = get_value(parser, "hpcfabric", "lldp_timeout")
+    timeout = (
+        number(source, "hpcfabric.lldp_timeout", timeout_text, low=0, high=36000) if timeout_text else 3.5 * interval
+    )
+    if timeout <= interval:
+        raise config_error(source, "hpcfabric.lldp_timeout", f"{timeout:g} must be longer than lldp_interval ({interval:g})")
+    widths = parse_widths(source, "hpcfabric.widths", get_value(parser, "hpcfabric", "widths"))
+    addressing_text = get_value(parser, "hpcfabric", "addressing")
+
+    listen_host = get_value(parser, "openflow", "listen_host")
+    if any(c.isspace() for c in listen_host) or not listen_host:
+        raise config_error(source, "openflow.listen_host", f"{listen_host!r} is not a host name or address")
+    listen_port = integer(source, "openflow.listen_port", get_value(parser, "openflow", "listen_port"), low=1, high=65535)
+    bundles = choice(source, "openflow.bundles", get_value(parser, "openflow", "bundles"), BUNDLE_MODES)
+    reload_poll = number(source, "hpcfabric.reload_poll", get_value(parser, "hpcfabric", "reload_poll"), low=0, high=3600,
+                          low_open=False)
+
+    def on_off(section: str, key: str) -> bool:
+        return choice(source, f"{section}.{key}", get_value(parser, section, key), ON_OFF) == "on"
+
+    source_check = on_off("guards", "source_check")
+    punt_meters = on_off("guards", "punt_meters")
+    fabric_pps = integer(source, "guards.fabric_punt_pps", get_value(parser, "guards", "fabric_punt_pps"), low=1, high=10**7)
+    host_pps = integer(source, "guards.host_punt_pps", get_value(parser, "guards", "host_punt_pps"), low=1, high=10**7)
+    burst_text = get_value(parser, "guards", "punt_burst")
+    punt_burst = integer(source, "guards.punt_burst", burst_text, low=1, high=10**7) if burst_text else None
+    metrics_listen = parse_listen(source, "metrics.listen", get_value(parser, "metrics", "listen"))
+    metrics_poll = number(source, "metrics.poll_interval", get_value(parser, "metrics", "poll_interval"), low=0.1,
+                           high=3600, low_open=False)
+    if metrics_listen is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise config_error(source, "metrics.listen", "needs the Python package prometheus_client (pip install prometheus_client)")
+        if metrics_listen[1] == listen_port and metrics_listen[0] in (listen_host, "0.0.0.0", "::"):
+            raise config_error(source, "metrics.listen", f"port {metrics_listen[1]} is the OpenFlow listen port; pick another")
+    ha_role = choice(source, "ha.role", get_value(parser, "ha", "role"), HA_ROLES)
+    lease_text = get_value(parser, "ha", "lease_file")
+    ha_lease_file = resolve_path(base, lease_text) if lease_text else None
+    if ha_role in ("auto", "slave") and not ha_lease_file:
+        raise config_error(source, "ha.lease_file",
+                           f"role = {ha_role} needs a lease file shared by the instances (e.g. /run/hpcfabric.lease)")
+    if ha_lease_file and not os.path.isdir(os.path.dirname(ha_lease_file) or "."):
+        raise config_error(source, "ha.lease_file", f"directory {os.path.dirname(ha_lease_file)} does not exist")
+    if ha_lease_file and os.path.isdir(ha_lease_file):
+        raise config_error(source, "ha.lease_file", f"{ha_lease_file} is a directory; expected a file path")
+    ha_lease_timeout = number(source, "ha.lease_timeout", get_value(parser, "ha", "lease_timeout"), low=0.2, high=600,
+                               low_open=False)
+    ha_instance = get_value(parser, "ha", "instance")
+    if any(c.isspace() for c in ha_instance):
+        raise config_error(source, "ha.instance", f"{ha_instance!r} must not contain spaces")
+    ha_switches = tuple(p for p in (x.strip() for x in get_value(parser, "ha", "switches").split(",")) if p)
+    fast_failover = on_off("failover", "fast_failover")
+    recompute = on_off("failover", "recompute")
+    if fast_failover and not recompute:
+        raise config_error(source, "failover.fast_failover", "on needs recompute = on: the groups only bridge the time "
+                           "until recomputation replaces the tables (they are proved for one failed link at a time)")
+    if fast_failover and pause_reaction == "switch":
+        raise config_error(source, "failover.fast_failover", "on cannot be combined with [hpcfabric] pause_reaction = switch "
+                           "(the switch-local PORT_STATE entries resubmit instead of outputting through a group); "
+                           "set fast_failover = off or pause_reaction = controller")
+
+    # -- the fabric (topology errors carry their own source and field) ----
+    from hpcfabric.topology.loader import load_topology
+
+    fabric = load_topology(topology)
+    file_addr = fabric.params.get("addressing") or {}
+    if addressing_text:
+        addressing = choice(source, "hpcfabric.addressing", addressing_text, MODES)
+    else:
+        addressing = file_addr.get("mode") or "compact"
+
+    real_macs = _hosts_section(source, parser, fabric, host_mac)
+    if ha_switches:
+        import fnmatch
+
+        names = [sw.name for sw in fabric.switches]
+        for pat in ha_switches:
+            if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+                raise config_error(source, "ha.switches", f"pattern {pat!r} matches no switch of {fabric.name}{closest(pat, names)}")
+
+    cfg = ControllerConfig(
+        path=source,
+        topology=topology,
+        addressing=addressing,
+        widths=widths,
+        routing=routing,
+        link_speed_gbps=link_speed,
+        pause_hold_ms=hold_ms,
+        host_mac=host_mac,
+        real_macs=real_macs,
+        status_file=status_file,
+        log_level=log_level,
+        lldp_interval=interval,
+        lldp_timeout=timeout,
+        listen_host=listen_host,
+        listen_port=listen_port,
+        bundles=bundles,
+        fabric=fabric,
+        reload_poll=reload_poll,
+        source_check=source_check,
+        punt_meters=punt_meters,
+        fabric_punt_pps=fabric_pps,
+        host_punt_pps=host_pps,
+        punt_burst=punt_burst,
+        metrics_listen=metrics_listen,
+        metrics_poll=metrics_poll,
+        ha_role=ha_role,
+        ha_lease_file=ha_lease_file,
+        ha_lease_timeout=ha_lease_timeout,
+        ha_instance=ha_instance,
+        ha_switches=ha_switches,
+        fast_failover=fast_failover,
+        recompute=recompute,
+        pause_reaction=pause_reaction,
+        switch_hold_s=switch_hold_s,
+        cnm=cnm_on,
+        cnm_max_hold_ms=cnm_max_hold_ms,
+        cos=cos,
+        cos_levels=cos_levels,
+    )
+    cfg = replace(cfg, plan=address_plan(cfg))
+    if not compile:
+        return cfg
+    return build_tables(cfg)
+
+
+def _hosts_section(
+    source: str, parser: configparser.ConfigParser, fabric: Fabric, host_mac: str
+) -> tuple[tuple[str, int], ...]:
+    section = parser["hosts"] if "hosts" in parser else None
+    if host_mac != "rewrite":
+        if section is not None and len(section):
+            raise config_error(source, "hosts", "a [hosts] section is only used with host_mac = rewrite (this config uses dmp)")
+        return ()
+    if section is None:
+        raise config_error(
+            source,
+            "hpcfabric.host_mac",
+            "host_mac = rewrite needs a [hosts] section with the real MAC of every host (hostname = aa:bb:cc:dd:ee:ff)",
+        )
+    names = [h.name for h in fabric.hosts]
+    known = set(names)
+    macs: dict[str, int] = {}
+    seen: dict[int, str] = {}
+    for name, value in section.items():
+        key = f"hosts.{name}"
+        if name not in known:
+            raise config_error(source, key, f"no host {name!r} in {fabric.name}{closest(name, names)}")
+        try:
+            mac = parse_mac(value.strip())
+        except HpcfabricError as err:
+            raise config_error(source, key, str(err)) from None
+        if mac >> 40 & 1:
+            raise config_error(source, key, f"{format_mac(mac)} is a multicast address; a host needs a unicast MAC")
+        if mac == 0:
+            raise config_error(source, key, "00:00:00:00:00:00 is not a usable host MAC")
+        if mac in seen:
+            raise config_error(source, key, f"{format_mac(mac)} is also the MAC of {seen[mac]!r}")
+        seen[mac] = name
+        macs[name] = mac
+    missing = [n for n in names if n not in macs]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise config_error(source, "hosts", f"host_mac = rewrite: no real MAC for {', '.join(missing[:3])}{more}")
+    return tuple((n, macs[n]) for n in names)
+
+
+def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load and compile ``path`` completely; return its summary (raises ConfigError)."""
+    return load_config(path).summary()

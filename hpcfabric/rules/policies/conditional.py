@@ -1,0 +1,69 @@
+"""Conditional (adaptive) routing: ALTERNATIVE entries, taken only while a default rule's port is paused.
+
+By priority: FB lower-dimension routes (minimal adaptive, taken only when the
+
+
+default rule's metadata allows that dimension); fat-tree / folded Clos: the
+next uplink (any uplink is minimal); Valiant detours for frames injected by
+this switch's hosts (one intermediate per host port, as in the paper's
+Fig. 10, and a second one for when the first sits behind the paused port
+itself). Transit frames fall through to the per-port fallbacks
+(:func:`hpcfabric.rules.port_state.default_rule_flows`): they keep their
+minimal path and wait, so they can never loop.
+"""
+
+from __future__ import annotations
+
+from hpcfabric.rules.context import Context
+from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports
+from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, uplinks
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE, FlowSpec, Match, Output, RuleClass, make_cookie
+from hpcfabric.rules.policies.valiant import detour_flow, detour_row_bit, valiant_ports
+from hpcfabric.rules.tables import METADATA_DIMS_SHIFT, METADATA_PORT_MASK, PRIO_ALT_DIM, PRIO_ALT_UP, PRIO_VALIANT
+from hpcfabric.topology.model import Switch
+
+
+def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
+    """The ALTERNATIVE entries of ``sw`` (besides the per-port fallbacks)."""
+    fabric, plan = ctx.fabric, ctx.plan
+    flows = []
+    if fabric.kind in UP_DOWN_KINDS:
+        ups = uplinks(fabric, sw)
+        for i, port in enumerate(ups if len(ups) > 1 else ()):
+            nxt = ups[(i + 1) % len(ups)]
+            flows.append(
+                FlowSpec(
+                    TABLE_ALTERNATIVE,
+                    PRIO_ALT_UP,
+                    Match(metadata=(port, METADATA_PORT_MASK)),
+                    (Output(nxt),),
+                    make_cookie(RuleClass.ALTERNATIVE, nxt),
+                )
+            )
+        return flows
+    if fabric.kind == "flattened_butterfly":
+        top = len(fabric.params["dims"]) - 1
+        for d, v, port in fb_dim_ports(fabric, sw):
+            if d == top:
+                continue
+            value, mask = fb_dim_match(fabric, plan, d, v)
+            bit = 1 << (METADATA_DIMS_SHIFT + d)
+            flows.append(
+                FlowSpec(
+                    TABLE_ALTERNATIVE,
+                    PRIO_ALT_DIM + d,
+                    Match(eth_dst=(value, mask), metadata=(bit, bit)),
+                    (Output(port),),
+                    make_cookie(RuleClass.ALTERNATIVE, port),
+                )
+            )
+    valiant = valiant_ports(fabric, sw)
+    row_bit = detour_row_bit(fabric)
+    for host in fabric.hosts_on(sw.name) if valiant else ():
+        out = valiant[host.index % len(valiant)]
+        flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT, host.port, (row_bit, row_bit) if row_bit else None, out))
+        if len(valiant) > 1:  # the host's intermediate is behind the paused port itself: take the next one
+            second = valiant[(host.index + 1) % len(valiant)]
+            flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT + 1, host.port,
+                                     (out | row_bit, METADATA_PORT_MASK | row_bit), second))
+    return flows
