@@ -33,7 +33,8 @@ from hpcfabric.errors import CompileError, ConfigError
 from hpcfabric.rules.flows import ETH_TYPE_PAUSE, TABLE_PAUSE_LEARN, FlowSpec, Match, RuleClass, make_cookie
 from hpcfabric.openflow.ofctl import flows_text
 from hpcfabric.protocols.pause import build_pause
-from hpcfabric.verify.pipeline import Frame, Pipeline, inline_resubmits
+from hpcfabric.verify.flatten import inline_resubmits
+from hpcfabric.verify.pipeline import Frame, Pipeline
 from hpcfabric.openflow.reconcile import diff
 from hpcfabric.topology.loader import load_topology
 from hpcfabric.verify.allpairs import verify

@@ -2,7 +2,7 @@
 
 Brute force per scenario (the unpaused fabric and each port paused alone):
 ``verify(compiled, paused=[port])`` for every host pair and the scenario's own
-channel dependency graph from :class:`hpcfabric.verify.cdg._Sweep` walking every host
+channel dependency graph from :class:`hpcfabric.verify.lines.DecisionLines` walking every host
 pair. The sweep must give the same undelivered counts per kind in every
 scenario, the same cyclic verdict per scenario, and the same union graph --
 on the shipped small fabrics and on deliberately broken rule sets, so that

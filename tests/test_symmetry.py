@@ -142,8 +142,11 @@ def test_destination_classes_decide_alike(name):
     gets the same decision in every row of the switch, unpaused and with PORT_STATE flipped."""
     import numpy as np
 
-    from hpcfabric.verify.symmetry import _classes, _flipped, _pcp_values
-    from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
+    from hpcfabric.verify.codes import UNTAGGED
+    from hpcfabric.verify.decisions import arrival_pcps as _pcp_values, destination_classes as _classes
+    from hpcfabric.verify.engine import Destinations as _Dst, Row as _Row, data_flows, data_relevant as _relevant
+    from hpcfabric.verify.engine import evaluate as _evaluate
+    from hpcfabric.verify.scenarios import flip_port_states as _flipped
 
     comp = compiled(name, "conditional")
     fab = comp.fabric

@@ -36,7 +36,8 @@ from hpcfabric.rules.flows import (
 )
 from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.allpairs import _Engine, pair_outcomes, probe_addresses, verify, walk_pair
+from hpcfabric.verify.allpairs import pair_outcomes, probe_addresses, verify, walk_pair
+from hpcfabric.verify.engine import Engine as _Engine
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 #: the paper's large builds are verified by the benches (bench/verify_table3.py, bench/compile_scale.py)

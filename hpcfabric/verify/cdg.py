@@ -10,10 +10,11 @@ deadlock (Dally and Seitz). Deadlock freedom therefore needs an acyclic CDG.
 What is built
 -------------
 Dependencies come from walking every host pair through the compiled tables
-(the fast engine of :mod:`hpcfabric.verify.allpairs`, one decision row per ingress
-port and arrival PCP, so a row *is* the channel the frame arrived on), for
+(the fast engine of :mod:`hpcfabric.verify.engine` through the decision lines of
+:mod:`hpcfabric.verify.lines`, one decision row per ingress port and arrival PCP, so a row
+*is* the channel the frame arrived on), for
 every *scenario*: no port paused, and each fabric port paused alone (its
-PORT_STATE entry flipped with :func:`hpcfabric.rules.compiler.port_state_flow`, as
+PORT_STATE entry flipped with :func:`hpcfabric.rules.port_state.port_state_flow`, as
 the controller does on a PAUSE). Conditional routing mixes scenarios over
 time (a port pauses, resumes, another pauses while frames of the first
 scenario are still in the queues), so the check that matters is on the
@@ -28,28 +29,22 @@ graph (the deadlock criterion) and per class of service (the subgraph of one
 PCP; a cycle can only cross classes if some hop lowers the PCP).
 """
 
+
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-import networkx as nx
 import numpy as np
 
-from hpcfabric.rules.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, RuleClass
-from hpcfabric.verify.allpairs import (
-    DELIVER,
-    SINK,
-    UNTAGGED,
-    _Dst,
-    _Engine,
-    _kind,
-    _relevant,
-    _Row,
-    apply_paused,
-    data_flows,
-)
+from hpcfabric.verify.codes import channel_name, cos_label
+from hpcfabric.verify.graphs import edge_graph, find_cycle
+from hpcfabric.verify.lines import DecisionLines
+from hpcfabric.verify.scenarios import apply_paused, pausable_ports
+
+__all__ = ["CdgReport", "check_deadlock_freedom", "minimum_cos_levels", "pausable_ports", "channel_name"]
+
 
 @dataclass(frozen=True)
 class CdgReport:
@@ -103,249 +98,8 @@ class CdgReport:
         }
 
 
-def pausable_ports(compiled: Any) -> list[tuple[str, int]]:
-    """(switch, port) of every PORT_STATE entry (the ports a PAUSE can switch)."""
-    out = []
-    for name, table in compiled.tables.items():
-        for f in table.flows:
-            if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None:
-                out.append((name, f.match.metadata[0]))
-    return sorted(set(out))
-
-
-def channel_name(ch: tuple[str, int, int]) -> str:
-    sw, port, pcp = ch
-    return f"{sw}:{port}@{'untagged' if pcp == UNTAGGED else pcp}"
-
-
-def _cos_label(pcp: int) -> str:
-    return "untagged" if pcp == UNTAGGED else str(pcp)
-
-
-def entry_key(f: Any, cache: dict[int, tuple]) -> tuple:
-    """What an entry does and matches, ``in_port`` left out (cached by identity in ``cache``)."""
-    got = cache.get(id(f))
-    if got is None or got[0] is not f:
-        key = (f.table, f.priority, replace(f.match, in_port=None), f.actions, f.goto, f.write_metadata)
-        got = cache[id(f)] = (f, key)
-    return got[1]
-
-
-def row_signature(row: _Row, cache: dict[Any, tuple]) -> tuple:
-    """Rows of one switch with equal signatures decide alike (their entries
-    differ at most in ``in_port``, which each row's entries all satisfy)."""
-    key: list[Any] = [row.switch, row.pcp]
-    for t in sorted(row.entries):
-        lst = row.entries[t]
-        got = cache.get(("table", id(lst)))  # rows often share their entry lists (the engine's rows)
-        if got is None or got[0] is not lst:
-            in_port = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in lst for a in f.actions)
-            got = cache[("table", id(lst))] = (lst, tuple(entry_key(f, cache) for f in lst), in_port)
-        key.append(got[1])
-        if got[2]:
-            key.append(row.rep)
-    return tuple(key)
-
-
-class _Sweep:
-    """The fast engine with per-port rows and the decisions of the unpaused
-    fabric. Rows of one switch with equal signatures (entries equal but for
-    ``in_port``) share one decision line, so the matrix holds unique lines
-    only (Table III: ~14 per switch instead of 31 ports x 3 PCPs).
-
-    A scenario (port P of switch S paused) re-decides only what can change:
-    the destinations that, in some row of S, meet P's PORT_STATE entry; then
-    walks only the destinations whose decisions changed."""
-
-    def __init__(self, compiled: Any) -> None:
-        self.compiled = compiled
-        eng = self.eng = _Engine(compiled, per_port=True)
-        if eng.scalar_rows:
-            raise ValueError("the CDG check does not model source-dependent (eth_src) rules")
-        self.dst = _Dst(eng.host_macs)
-        self.n = self.dst.n
-        self.base_relevant = dict(eng.relevant)
-        self.li: list[int] = []  # row -> unique line
-        self.sigs: list[tuple] = []
-        self.uniq: list[np.ndarray] = []  # unique decision lines
-        self._ups: dict[int, np.ndarray] = {}  # unique line -> the PORT_STATE port each destination meets (lazy)
-        self._sig_id: dict[tuple, int] = {}
-        self._U: np.ndarray | None = None
-        self.fabric_row = np.zeros(0, dtype=bool)
-        self.rows_at: dict[str, list[int]] = {}
-        self._fkeys: dict[int, tuple] = {}
-        self.ensure_base()
-
-    def signature(self, row: _Row) -> tuple:
-        """Rows of one switch with equal signatures decide alike (their entries
-        differ at most in ``in_port``, which each row's entries all satisfy)."""
-        return row_signature(row, self._fkeys)
-
-    def ensure_base(self) -> None:
-        """Base (unpaused) decisions for every row and the row indexes."""
-        eng = self.eng
-        start = len(self.li)
-        while len(self.li) < len(eng.rows):
-            row = eng.rows[len(self.li)]
-            sig = self.signature(row)
-            u = self._sig_id.get(sig)
-            if u is None:
-                line = eng.decide(row, self.dst)
-                u = self._sig_id[sig] = len(self.uniq)
-                self.uniq.append(line)
-                self._U = None
-            self.li.append(u)
-            self.sigs.append(sig)
-        if start < len(self.li):
-            new = [eng.channel(r) is not None for r in range(start, len(self.li))]
-            self.fabric_row = np.concatenate([self.fabric_row, np.array(new, dtype=bool)])
-            for r in range(start, len(self.li)):
-                self.rows_at.setdefault(eng.rows[r].switch, []).append(r)
-
-    def unique_matrix(self) -> np.ndarray:
-        """The unique lines stacked, plus a last all-SINK line."""
-        if self._U is None or self._U.shape[0] != len(self.uniq) + 1:
-            U = np.empty((len(self.uniq) + 1, self.n), dtype=np.int32)
-            for i, line in enumerate(self.uniq):
-                U[i] = line
-            U[-1] = SINK
-            self.uniq = list(U[:-1])  # views: one copy in memory
-            self._U = U
-        return self._U
-
-    def ups(self, r: int) -> np.ndarray:
-        """The PORT_STATE port (metadata) each destination meets in row ``r`` (-1: none), cached per line."""
-        u = self.li[r]
-        got = self._ups.get(u)
-        if got is None:
-            ps: list = []
-            self.eng.decide(self.eng.rows[r], self.dst, ps)
-            got = self._ups[u] = ps[0].astype(np.int32)
-        return got
-
-    def _check_row(self, row: _Row, flows: list | None, cols: np.ndarray | None) -> None:
-        """Hook run on every row a scenario decides anew (``flows``: the scenario's rules, None for a
-        row created on the way; ``cols``: the columns re-decided). Subclasses raise to abort."""
-
-    def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
-        """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
-        eng = self.eng
-        relevant = [f for f in data_flows(flows) if _relevant(f)]
-        eng.relevant[switch] = relevant  # rows created on the way see the scenario's flows
-        changed: dict[int, np.ndarray] = {}
-        memo: dict[tuple, np.ndarray] = {}
-        known = len(self.li)
-        try:
-            for r in list(self.rows_at.get(switch, ())):
-                u = self.li[r]
-                cols = np.flatnonzero(self.ups(r) == port)
-                if not cols.size:
-                    continue
-                code = memo.get(self.sigs[r])  # equal base signatures: equal with the same entry swapped
-                if code is None:
-                    row = eng.rows[r]
-                    tmp = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng._attrs)
-                    code = memo[self.sigs[r]] = eng.decide(tmp, _Dst(self.dst.macs[cols]))
-                    self._check_row(row, relevant, cols)
-                base = self.uniq[u]
-                if (code != base[cols]).any():
-                    line = base.copy()
-                    line[cols] = code
-                    changed[r] = line
-            # rows created on the way: those of `switch` decided with the scenario's flows
-            r = known
-            while r < len(eng.rows):
-                row = eng.rows[r]
-                if row.switch == switch:
-                    changed[r] = eng.decide(row, self.dst)
-                    self._check_row(row, None, None)
-                r += 1
-        finally:
-            eng.relevant[switch] = self.base_relevant[switch]
-            for r in range(known, len(eng.rows)):
-                if eng.rows[r].switch == switch:
-                    eng.rows[r].build(self.base_relevant[switch], eng._attrs)
-        self.ensure_base()
-        return {r: line for r, line in changed.items() if not np.array_equal(line, self.uniq[self.li[r]])}
-
-    def walk(
-        self, changed: dict[int, np.ndarray] | None = None, only_changed: bool = True
-    ) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
-        """Every host pair through the decisions, ``changed`` lines patched in
-        (and then, with ``only_changed``, only the destinations they change):
-        the dependency edges (row pairs packed as ``r1 << 32 | r2``), a
-        forwarding summary, and the destination columns walked."""
-        eng = self.eng
-        U = self.unique_matrix()
-        li = np.array(self.li + [U.shape[0] - 1], dtype=np.int64)  # the sink row -> the SINK line
-        if changed:
-            rows = list(changed)
-            if only_changed:
-                cols = np.flatnonzero(np.any([changed[r] != self.uniq[self.li[r]] for r in rows], axis=0))
-            else:
-                cols = np.arange(self.n)
-            m = np.concatenate([U[:, cols], np.stack([changed[r][cols] for r in rows])])
-            li[rows] = np.arange(U.shape[0], U.shape[0] + len(rows))
-        else:
-            cols = np.arange(self.n)
-            m = U
-        dst = _Dst(self.dst.macs[cols])
-        n = len(cols)
-        parts: list[np.ndarray] = []
-        size = [0]
-        fabric_row = np.concatenate([self.fabric_row, [False]])
-
-        def on_step(cur: np.ndarray, code: np.ndarray, col: np.ndarray) -> None:
-            keep = (code >= 0) & fabric_row[cur]
-            if keep.any():
-                e = np.unique(cur[keep].astype(np.int64) << 32 | code[keep].astype(np.int64))
-                parts.append(e)
-                size[0] += len(e)
-                if size[0] > 4_000_000:  # keep memory bounded on big fabrics
-                    merged = np.unique(np.concatenate(parts))
-                    parts[:] = [merged]
-                    size[0] = len(merged)
-
-        by_line: dict[tuple[str, int], list[int]] = {}
-        for h, host in enumerate(eng.hosts):
-            r = eng.first_row(host)
-            by_line.setdefault((host.switch, int(li[r])), []).append(h)
-        classes = [(eng.first_row(eng.hosts[mem[0]]), np.array(mem)) for mem in by_line.values()]
-        want = DELIVER - cols.astype(np.int64)
-        bad: dict[str, int] = {}
-        examples: list[dict[str, Any]] = []
-        for c0, nb, codes, _hops in eng.walk(m, dst, classes, on_step, line_of=li):
-            codes = codes.reshape(nb, n).astype(np.int64)
-            wrong_any = codes != want
-            for j in np.flatnonzero(wrong_any.any(axis=1)):
-                members = classes[c0 + int(j)][1]
-                for k in np.flatnonzero(wrong_any[j]):
-                    d = int(cols[k])
-                    srcs = [int(x) for x in members if int(x) != d]
-                    if not srcs:
-                        continue
-                    kind = _kind(int(codes[j, k]), d)
-                    bad[kind] = bad.get(kind, 0) + len(srcs)
-                    if len(examples) < 3:
-                        examples.append({"src": eng.hosts[srcs[0]].name, "dst": eng.hosts[d].name, "kind": kind})
-        edges = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-        return edges, {"undelivered": bad, "examples": examples}, cols
-
-
-def _graph(edges: Iterable[int]) -> nx.DiGraph:
-    g = nx.DiGraph()
-    mask = (1 << 32) - 1
-    g.add_edges_from((int(e) >> 32, int(e) & mask) for e in edges)
-    return g
-
-
-def _cycle(sweep: _Sweep, g: nx.DiGraph) -> tuple[str, ...] | None:
-    try:
-        cyc = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return None
-    nodes = [u for u, _ in cyc] + [cyc[0][0]]
-    return tuple(channel_name(sweep.eng.channel(r)) for r in nodes)  # type: ignore[arg-type]
+def _cycle(sweep: DecisionLines, g: Any) -> tuple[str, ...] | None:
+    return find_cycle(g, lambda r: channel_name(sweep.eng.channel(r)))  # type: ignore[arg-type]
 
 
 def check_deadlock_freedom(
@@ -372,7 +126,7 @@ def check_deadlock_freedom(
         raise ValueError(f"scenarios must be 'single', 'none' or a list of (switch, port), not {scenarios!r}")
     else:
         ports = list(scenarios)
-    sweep = _Sweep(compiled)
+    sweep = DecisionLines(compiled)
     n_hosts = sweep.n
     union: set[int] = set()
     scen: list[tuple[str, dict[int, np.ndarray]]] = []  # paused port, the decision lines it changes
@@ -404,19 +158,19 @@ def check_deadlock_freedom(
                 failures.append({"paused": f"{sw}:{port}", **summary})
     if ignored:
         notes.append(f"{ignored} listed ports have no PORT_STATE entry (nothing to pause)")
-    g = _graph(union)
+    g = edge_graph(union)
     cycle = _cycle(sweep, g)
     per_cos: dict[str, tuple[str, ...] | None] = {}
     pcp_of = {r: sweep.eng.channel(r)[2] for r in g.nodes}  # type: ignore[index]
     classes = sorted(set(pcp_of.values()))
     for k in classes:
         sub = g.subgraph([r for r, p in pcp_of.items() if p == k])
-        per_cos[_cos_label(k)] = _cycle(sweep, sub)  # type: ignore[arg-type]
+        per_cos[cos_label(k)] = _cycle(sweep, sub)  # type: ignore[arg-type]
     cyclic = 0
     if cycle is not None:  # the union is cyclic: which scenarios are cyclic on their own? (walked again in full)
         for name, changed in [("none", {})] + scen:
             edges = base_edges if not changed else sweep.walk(changed, only_changed=False)[0]
-            c = _cycle(sweep, _graph(edges.tolist()))
+            c = _cycle(sweep, edge_graph(edges.tolist()))
             if c is not None:
                 cyclic += 1
                 if len(failures) < max_failures:
@@ -435,7 +189,7 @@ def check_deadlock_freedom(
         acyclic=cycle is None,
         cycle=cycle,
         per_cos=per_cos,
-        classes_used=tuple(_cos_label(k) for k in classes),
+        classes_used=tuple(cos_label(k) for k in classes),
         scenario_failures=tuple(failures),
         failed_scenarios=failed,
         pairs_per_scenario=n_hosts * (n_hosts - 1),
@@ -461,5 +215,3 @@ def minimum_cos_levels(
             return levels, reports
     return None, reports
 
-
-__all__ = ["CdgReport", "check_deadlock_freedom", "minimum_cos_levels", "pausable_ports", "channel_name"]

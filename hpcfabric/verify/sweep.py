@@ -48,27 +48,17 @@ from typing import Any, Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from hpcfabric.verify.cdg import _cos_label, _Sweep, channel_name, pausable_ports
 from hpcfabric.rules.port_state import port_state_flow
-from hpcfabric.verify.allpairs import (
-    DELIVER,
-    LOOP,
-    _Dst,
-    _Engine,
-    _kind,
-    _Row,
-    apply_paused,
-)
+from hpcfabric.verify.codes import DELIVER, channel_name, cos_label, outcome_kind
+from hpcfabric.verify.columns import VISIT_BATCH, ColumnLines, NotAlike, edge_names, expand_affected, host_groups, structural_splits
+from hpcfabric.verify.engine import Engine
+from hpcfabric.verify.graphs import core_graph, edge_graph, find_cycle
+from hpcfabric.verify.lines import DecisionLines
+from hpcfabric.verify.scenarios import apply_paused, pausable_ports
 
 __all__ = ["SweepReport", "sweep_single_paused", "brute_force_single_paused"]
 
-SELF = -(2**30)  # "delivered to the destination itself" in normalised decisions
 UNDELIVERED_KINDS = ("misdelivered", "dropped", "loop", "punted", "flood", "tagged")
-VISIT_BATCH = 1 << 20  # pairs walked at once
-
-
-class _NotAlike(Exception):
-    """A destination group is not alike at its own switch under a scenario's rules."""
 
 
 @dataclass(frozen=True)
@@ -128,384 +118,6 @@ class SweepReport:
         return out
 
 
-# ---------------------------------------------------------------------------
-# destination classes
-
-
-def _host_groups(eng: _Engine) -> dict[str, np.ndarray]:
-    """Host ids per access switch."""
-    by_sw: dict[str, list[int]] = {}
-    for h, host in enumerate(eng.hosts):
-        by_sw.setdefault(host.switch, []).append(h)
-    return {sw: np.array(ids, dtype=np.int64) for sw, ids in by_sw.items()}
-
-
-def structural_splits(eng: _Engine, groups: dict[str, np.ndarray]) -> set[str]:
-    """Access switches ``t`` whose hosts some ``eth_dst`` match on another switch tells apart.
-
-    For each mask: groups whose hosts differ under the mask, then every entry
-    with that mask whose value is one of those hosts' masked addresses (true
-    for some hosts of the group and false for others) on a switch other than
-    the group's own."""
-    names = list(groups)
-    gid = np.empty(len(eng.hosts), dtype=np.int64)
-    for i, sw in enumerate(names):
-        gid[groups[sw]] = i
-    order = np.argsort(gid, kind="stable")
-    starts = np.searchsorted(gid[order], np.arange(len(names)))
-    by_mask: dict[int, list[tuple[str, int]]] = {}
-    for sw, flows in eng.relevant.items():
-        for f in flows:
-            if f.match.eth_dst is not None:
-                v, m = f.match.eth_dst
-                by_mask.setdefault(m, []).append((sw, v & m))
-    split: set[str] = set()
-    for m, entries in by_mask.items():
-        masked = (eng.host_macs & np.uint64(m))[order]
-        lo = np.minimum.reduceat(masked, starts)
-        hi = np.maximum.reduceat(masked, starts)
-        differ = np.flatnonzero(lo != hi)
-        if not differ.size:
-            continue
-        in_differ = np.zeros(len(names), dtype=bool)
-        in_differ[differ] = True
-        hosts = np.flatnonzero(in_differ[gid])
-        owner: dict[int, set[int]] = {}
-        for h, val in zip(hosts.tolist(), (eng.host_macs[hosts] & np.uint64(m)).tolist()):
-            owner.setdefault(val, set()).add(int(gid[h]))
-        for sw, v in entries:
-            for g in owner.get(v, ()):
-                if names[g] != sw:
-                    split.add(names[g])
-    return split
-
-
-# ---------------------------------------------------------------------------
-# the sweep engine
-
-
-class _RepSweep(_Sweep):
-    """:class:`hpcfabric.verify.cdg._Sweep` over destination classes (one representative
-    host each), with the pairs' unpaused walks recorded per visited switch."""
-
-    def __init__(
-        self,
-        compiled: Any,
-        split: set[str],
-        *,
-        scenarios: bool,
-        only: set[str] | None = None,
-        engine: _Engine | None = None,
-    ) -> None:
-        self.compiled = compiled
-        eng = self.eng = engine if engine is not None else _Engine(compiled, per_port=True)
-        if eng.scalar_rows:
-            raise ValueError("the sweep does not model source-dependent (eth_src) rules")
-        self.groups = _host_groups(eng)
-        self.split = set(split)
-        cols: list[np.ndarray] = []
-        for sw, ids in self.groups.items():
-            if only is not None and sw not in only:
-                continue  # destinations restricted to the hosts of `only`
-            if sw in self.split or len(ids) == 1:
-                cols.extend(ids[i : i + 1] for i in range(len(ids)))
-            else:
-                cols.append(ids)
-        self.col_hosts = cols
-        self.rep = np.array([c[0] for c in cols], dtype=np.int64)
-        self.col_size = np.array([len(c) for c in cols], dtype=np.int64)
-        self.col_of_host = np.full(len(eng.hosts), -1, dtype=np.int64)  # -1: not a destination
-        for i, c in enumerate(cols):
-            self.col_of_host[c] = i
-        self.alike = {
-            sw for sw, ids in self.groups.items()
-            if sw not in self.split and len(ids) > 1 and (only is None or sw in only)
-        }
-        self.group_col = {eng.hosts[int(c[0])].switch: i for i, c in enumerate(cols) if len(c) > 1}
-        self.dst = _Dst(eng.host_macs[self.rep])
-        self.n = self.dst.n
-        self.track = scenarios  # keep the PORT_STATE port per line (scenarios need it)
-        self.base_relevant = dict(eng.relevant)
-        self.li: list[int] = []
-        self.sigs: list[tuple] = []
-        self.uniq: list[np.ndarray] = []
-        self._ups: dict[int, np.ndarray] = {}
-        self._sig_id: dict[tuple, int] = {}
-        self._U: np.ndarray | None = None
-        self.fabric_row = np.zeros(0, dtype=bool)
-        self.rows_at: dict[str, list[int]] = {}
-        self._fkeys: dict[int, tuple] = {}
-        self._met: dict[str, tuple[int, set[int]]] = {}
-        self.not_alike: set[str] = set()
-        self._own_dst: dict[str, tuple[_Dst, np.ndarray]] = {}
-        self.ensure_base()
-
-    # -- lines --------------------------------------------------------------
-    def ensure_base(self) -> None:
-        """Base lines of rows created so far (own-switch check on new lines)."""
-        eng = self.eng
-        start = len(self.li)
-        while len(self.li) < len(eng.rows):
-            r = len(self.li)
-            row = eng.rows[r]
-            sig = self.signature(row)
-            u = self._sig_id.get(sig)
-            if u is None:
-                ps: list = []
-                line = eng.decide(row, self.dst, ps if self.track else None)
-                u = self._sig_id[sig] = len(self.uniq)
-                self.uniq.append(line)
-                if self.track:
-                    self._ups[u] = ps[0].astype(np.int32)
-                if row.switch in self.alike and not self.own_alike(row, None):
-                    self.not_alike.add(row.switch)
-            self.li.append(u)
-            self.sigs.append(sig)
-        if start < len(self.li):
-            new = [eng.channel(r) is not None for r in range(start, len(self.li))]
-            self.fabric_row = np.concatenate([self.fabric_row, np.array(new, dtype=bool)])
-            for r in range(start, len(self.li)):
-                self.rows_at.setdefault(eng.rows[r].switch, []).append(r)
-        self.sw_of_row = self._sw_index()
-
-    def _sw_index(self) -> np.ndarray:
-        names = getattr(self, "_sw_names", None)
-        if names is None:
-            names = self._sw_names = {s.name: i for i, s in enumerate(self.compiled.fabric.switches)}
-        have = getattr(self, "sw_of_row", np.zeros(0, dtype=np.int32))
-        if len(have) == len(self.li):
-            return have
-        extra = np.array([names[self.eng.rows[r].switch] for r in range(len(have), len(self.li))], dtype=np.int32)
-        return np.concatenate([have, extra])
-
-    def unique_matrix(self) -> np.ndarray:
-        """The unique lines stacked (grown with spare capacity; sink handled by the walk)."""
-        U = self._U
-        if U is None or U.shape[0] < len(self.uniq):
-            cap = len(self.uniq) + max(16, len(self.uniq) // 16)
-            new = np.empty((cap, self.n), dtype=np.int32)
-            start = 0
-            if U is not None:
-                start = self._U_filled
-                new[:start] = U[:start]
-            U = self._U = new
-            self._U_filled = start
-        for u in range(self._U_filled, len(self.uniq)):
-            U[u] = self.uniq[u]
-            self.uniq[u] = U[u]  # a view: one copy in memory
-        self._U_filled = len(self.uniq)
-        return U
-
-    def ups(self, r: int) -> np.ndarray:
-        return self._ups[self.li[r]]
-
-    def met_ports(self, switch: str) -> set[int]:
-        """PORT_STATE ports some row of ``switch`` meets for some column: pausing
-        any other port of ``switch`` changes no decision."""
-        rows = self.rows_at.get(switch, [])
-        got = self._met.get(switch)
-        if got is None or got[0] != len(rows):
-            lines = {self.li[r] for r in rows}
-            met = set(np.unique(np.concatenate([self._ups[u] for u in lines])).tolist()) if lines else set()
-            got = self._met[switch] = (len(rows), met)
-        return got[1]
-
-    def own_alike(self, row: _Row, flows: list | None) -> bool:
-        """Do the hosts of ``row``'s switch decide alike at ``row`` (delivery to
-        oneself normalised, same PORT_STATE entry met)? ``flows``: scenario rules."""
-        eng = self.eng
-        got = self._own_dst.get(row.switch)
-        if got is None:
-            ids = self.groups[row.switch]
-            got = self._own_dst[row.switch] = (_Dst(eng.host_macs[ids]), DELIVER - ids)
-        dst, selfcode = got
-        if flows is not None:
-            row = _Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(flows, eng._attrs)
-        ps: list = []
-        code = eng.decide(row, dst, ps).astype(np.int64)
-        code[code == selfcode] = SELF
-        return bool((code == code[0]).all() and (ps[0] == ps[0][0]).all())
-
-    def _check_row(self, row: _Row, flows: list | None, cols: np.ndarray | None) -> None:
-        """A row re-decided at an alike switch must stay alike there (else the sweep restarts split)."""
-        own = self.group_col.get(row.switch) if row.switch in self.alike else None
-        if own is None or (cols is not None and own not in cols):
-            return
-        if not self.own_alike(row, flows):
-            raise _NotAlike(row.switch)
-
-    # -- pairs --------------------------------------------------------------
-    def source_classes(self, changed: dict[int, np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(first row, host ids) per class of sources: hosts of one switch whose first rows share a line."""
-        eng = self.eng
-        by: dict[tuple[str, Any], list[int]] = {}
-        content: dict[int, bytes] = {}  # line -> its decisions (lines of equal content decide alike)
-        for h, host in enumerate(eng.hosts):
-            r = eng.first_row(host)
-            if changed and r in changed:
-                key: Any = ("row", r)
-            else:
-                u = self.li[r]
-                if u not in content:
-                    content[u] = self.uniq[u].tobytes()
-                key = ("line", content[u])
-            by.setdefault((host.switch, key), []).append(h)
-        first = np.array([eng.first_row(eng.hosts[m[0]]) for m in by.values()], dtype=np.int64)
-        return first, [np.array(m, dtype=np.int64) for m in by.values()]
-
-    def pair_weights(self, members: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        """weight(class, column) = |class| x |column| - |class and column| (self-pairs excluded)."""
-        size = np.array([len(m) for m in members], dtype=np.int64)
-        keys: list[np.ndarray] = []
-        cnts: list[np.ndarray] = []
-        n = self.n
-        for k, m in enumerate(members):
-            c, cnt = np.unique(self.col_of_host[m], return_counts=True)
-            keys.append(k * n + c[c >= 0])
-            cnts.append(cnt[c >= 0])
-        kk = np.concatenate(keys)
-        order = np.argsort(kk)
-        kk, cc = kk[order], np.concatenate(cnts)[order]
-
-        def weight(cls: np.ndarray, col: np.ndarray) -> np.ndarray:
-            w = size[cls] * self.col_size[col]
-            key = cls * n + col
-            pos = np.minimum(np.searchsorted(kk, key), len(kk) - 1)
-            return w - np.where(kk[pos] == key, cc[pos], 0)
-
-        return weight
-
-    def walk_pairs(
-        self,
-        first: np.ndarray,
-        col: np.ndarray,
-        changed: dict[int, np.ndarray] | None = None,
-        *,
-        visits: list | None = None,
-        pair_ids: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Walk each pair (first row, column) to its end: (final codes, dependency edges).
-        ``visits`` collects ``switch index << 32 | pair id`` for every hop."""
-        U = self.unique_matrix()
-        n = self.n
-        flat = U.reshape(-1)
-        li = getattr(self, "_li_arr", None)
-        if li is None or len(li) != len(self.li):
-            li = self._li_arr = np.array(self.li, dtype=np.int64)
-        over = None
-        if changed:
-            over = np.full(len(li), -1, dtype=np.int64)
-            rows = list(changed)
-            over[rows] = np.arange(len(rows))
-            X = np.stack([changed[r] for r in rows]).reshape(-1)
-        bound = len(self.compiled.fabric.switches) + 1
-        ingress = self.eng.ingress_ids()  # a step back out of the ingress port is a drop
-        codes = np.empty(len(first), dtype=np.int32)
-        edges: list[np.ndarray] = []
-        for b0 in range(0, len(first), VISIT_BATCH):
-            idx = np.arange(b0, min(b0 + VISIT_BATCH, len(first)))
-            cur = first[idx].astype(np.int64)
-            c = col[idx].astype(np.int64)
-            hop = 1
-            snap = None
-            next_snap = 2
-            while idx.size:
-                if visits is not None:
-                    pid = idx if pair_ids is None else pair_ids[idx]
-                    visits.append(self.sw_of_row[cur].astype(np.int64) << 32 | pid)
-                code = flat[li[cur] * n + c]
-                if over is not None:
-                    o = over[cur]
-                    m = o >= 0
-                    if m.any():
-                        code[m] = X[o[m] * n + c[m]]
-                self.eng.drop_back_to_ingress(ingress, cur, code)
-                keep = (code >= 0) & self.fabric_row[cur]
-                if keep.any():
-                    edges.append(np.unique(cur[keep] << 32 | code[keep].astype(np.int64)))
-                done = code < 0
-                if done.any():
-                    codes[idx[done]] = code[done]
-                    live = ~done
-                    idx, cur, c = idx[live], code[live].astype(np.int64), c[live]
-                    if snap is not None:
-                        snap = snap[live]
-                else:
-                    cur = code.astype(np.int64)
-                if not idx.size:
-                    break
-                hop += 1
-                if hop > bound:
-                    codes[idx] = LOOP
-                    break
-                if snap is not None:
-                    cyc = cur == snap
-                    if cyc.any():
-                        codes[idx[cyc]] = LOOP
-                        live = ~cyc
-                        idx, cur, c, snap = idx[live], cur[live], c[live], snap[live]
-                if hop == next_snap:
-                    snap = cur.copy()
-                    next_snap *= 2
-        e = np.unique(np.concatenate(edges)) if edges else np.zeros(0, dtype=np.int64)
-        return codes, e
-
-    def translate(self, other: "_RepSweep", edges: np.ndarray) -> np.ndarray:
-        """Edges between rows of ``other`` (same fabric) as edges between rows of this sweep."""
-        eng, fabric = self.eng, self.compiled.fabric
-        memo: dict[int, int] = {}
-
-        def row(r: int) -> int:
-            got = memo.get(r)
-            if got is None:
-                sw_a, port_a, pcp = other.eng.channel(r)  # type: ignore[misc]
-                peer = fabric.peer(sw_a, port_a)
-                got = memo[r] = eng.row(peer.node, eng.class_of[(peer.node, peer.port)], pcp)
-            return got
-
-        out = [row(int(x) >> 32) << 32 | row(int(x) & 0xFFFFFFFF) for x in edges.tolist()]
-        self.ensure_base()
-        return np.array(sorted(set(out)), dtype=np.int64)
-
-    def channel(self, r: int) -> str:
-        return channel_name(self.eng.channel(r))  # type: ignore[arg-type]
-
-
-def _expand(
-    sw: _RepSweep,
-    pc: np.ndarray,
-    pcol: np.ndarray,
-    w: np.ndarray,
-    first: np.ndarray,
-    members: list[np.ndarray],
-    first_rows: list[np.ndarray],
-    local: Sequence[int],
-    changed: dict[int, np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The affected pairs as walks (first row, column, weight): a source class whose
-    members' first rows the scenario changed is split by first row."""
-    hit = [k for k in local if any(int(r) in changed for r in first_rows[k])]
-    if not hit:
-        return first[pc], pcol, w
-    keep = ~np.isin(pc, hit)
-    fs, cs, ws = [first[pc[keep]]], [pcol[keep]], [w[keep]]
-    for k in hit:
-        sel = pcol[pc == k]
-        if not sel.size:
-            continue
-        sub: dict[int, list[int]] = {}
-        for h, r in zip(members[k].tolist(), first_rows[k].tolist()):
-            sub.setdefault(r if r in changed else -1, []).append(h)
-        for key, hs in sub.items():
-            ids = np.array(hs, dtype=np.int64)
-            r0 = int(first_rows[k][members[k] == ids[0]][0])
-            cid = sw.col_of_host[ids]
-            inter = np.bincount(cid[cid >= 0], minlength=sw.n)[sel]
-            fs.append(np.full(len(sel), r0, dtype=np.int64))
-            cs.append(sel)
-            ws.append(len(ids) * sw.col_size[sel] - inter)
-    return np.concatenate(fs), np.concatenate(cs), np.concatenate(ws)
-
 
 def _tally(codes: np.ndarray, want: np.ndarray, w: np.ndarray) -> dict[str, int]:
     """Undelivered pairs per kind (codes vs the correct DELIVER code, weighted)."""
@@ -515,7 +127,7 @@ def _tally(codes: np.ndarray, want: np.ndarray, w: np.ndarray) -> dict[str, int]
         return out
     for code, cnt in zip(*_group_sum(codes[bad].astype(np.int64), w[bad])):
         if cnt:
-            kind = _kind(int(code), None if code > DELIVER else -1)
+            kind = outcome_kind(int(code), None if code > DELIVER else -1)
             out[kind] = out.get(kind, 0) + int(cnt)
     return out
 
@@ -532,34 +144,9 @@ def _add(a: dict[str, int], b: dict[str, int], sign: int = 1) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
-def _core_graph(src: np.ndarray, dst: np.ndarray) -> nx.DiGraph:
-    """The graph left after repeatedly removing nodes without incoming or without
-    outgoing edges (vectorised): empty iff acyclic; it keeps every cycle and every
-    non-trivial strongly connected component."""
-    alive = np.ones(len(src), dtype=bool)
-    while alive.any():
-        s, d = src[alive], dst[alive]
-        drop = ~np.isin(s, d) | ~np.isin(d, s)  # source never entered, or target never left
-        if not drop.any():
-            break
-        alive[np.flatnonzero(alive)[drop]] = False
-    g = nx.DiGraph()
-    g.add_edges_from(zip(src[alive].tolist(), dst[alive].tolist()))
-    return g
 
-
-def _edge_graph(edges: np.ndarray) -> nx.DiGraph:
-    g = nx.DiGraph()
-    g.add_edges_from(zip((edges >> 32).tolist(), (edges & 0xFFFFFFFF).tolist()))
-    return g
-
-
-def _find_cycle(sw: _RepSweep, g: nx.DiGraph) -> tuple[str, ...] | None:
-    try:
-        cyc = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return None
-    return tuple(sw.channel(r) for r in [u for u, _ in cyc] + [cyc[0][0]])
+def _find_cycle(sw: ColumnLines, g: nx.DiGraph) -> tuple[str, ...] | None:
+    return find_cycle(g, sw.channel)
 
 
 # ---------------------------------------------------------------------------
@@ -575,7 +162,7 @@ def sweep_single_paused(
     progress: Callable[[int, int, float], None] | None = None,
     destinations: Sequence[str] | None = None,
     _split: set[str] | None = None,
-    _engine: _Engine | None = None,
+    _engine: Engine | None = None,
 ) -> SweepReport:
     """Delivery of every host pair and the channel dependency graph under the
     unpaused fabric and each port of ``ports`` paused alone ('single': every
@@ -588,14 +175,14 @@ def sweep_single_paused(
     port_list = pausable_ports(compiled) if ports == "single" else list(ports)  # type: ignore[arg-type]
     only = None if destinations is None else set(destinations)
     if _split is None:
-        eng0 = _engine if _engine is not None else _Engine(compiled, per_port=True, lazy=True)
-        split = structural_splits(eng0, _host_groups(eng0))
+        eng0 = _engine if _engine is not None else Engine(compiled, per_port=True, lazy=True)
+        split = structural_splits(eng0, host_groups(eng0))
         _engine = eng0  # fabric rows are built when a walk first reaches them
         del eng0
     else:
         split = set(_split)
     while True:  # split groups not alike at their own switch, rebuild (rare: broken rules)
-        sw = _RepSweep(compiled, split, scenarios=bool(port_list), only=only, engine=_engine)
+        sw = ColumnLines(compiled, split, scenarios=bool(port_list), only=only, engine=_engine)
         if not sw.not_alike:
             break
         split |= sw.not_alike
@@ -687,7 +274,7 @@ def sweep_single_paused(
                 return sweep_single_paused(compiled, ports, keep=keep, max_failures=max_failures,
                                            progress=progress, destinations=destinations,
                                            _split=split | sw.not_alike, _engine=_engine)
-        except _NotAlike:
+        except NotAlike:
             fallbacks += 1
             fallback_names.append(name)
             res = _exact_scenario(compiled, s, p)
@@ -713,7 +300,7 @@ def sweep_single_paused(
             if pid.size:
                 pc, pcol = pid // n, pid % n
                 w_pid = weight(pc, pcol)
-                wf, wc, ww = _expand(sw, pc, pcol, w_pid, first, members, first_rows, classes_at.get(s, ()), changed)
+                wf, wc, ww = expand_affected(sw, pc, pcol, w_pid, first, members, first_rows, classes_at.get(s, ()), changed)
                 codes, e = sw.walk_pairs(wf, wc, changed)
                 bad = _add(_add(bad, _tally(base_codes[pid], want_col[pcol], w_pid), -1),
                            _tally(codes, want_col[wc], ww))
@@ -734,7 +321,7 @@ def sweep_single_paused(
     src, dst = all_edges >> 32, all_edges & 0xFFFFFFFF
     nodes = np.unique(np.concatenate([src, dst]))
     pcp = np.array([sw.eng.rows[int(r)].pcp for r in nodes.tolist()], dtype=np.int64)
-    g = _core_graph(src, dst)
+    g = core_graph(src, dst)
     cycle = _find_cycle(sw, g)
     per_cos: dict[str, tuple[str, ...] | None] = {}
     classes = sorted(set(pcp.tolist()))
@@ -742,7 +329,7 @@ def sweep_single_paused(
     same = pcp_of_src == pcp[np.searchsorted(nodes, dst)]
     for k in classes:
         sel = same & (pcp_of_src == k)
-        per_cos[_cos_label(k)] = _find_cycle(sw, _core_graph(src[sel], dst[sel]))
+        per_cos[cos_label(k)] = _find_cycle(sw, core_graph(src[sel], dst[sel]))
     cyclic = rewalked = 0
     for v in per.values():
         v["cyclic"] = False
@@ -774,7 +361,7 @@ def sweep_single_paused(
                 fcls, fmem = sw.source_classes(changed)
                 fc = np.repeat(fcls, n)
                 e = sw.walk_pairs(fc, np.tile(np.arange(n, dtype=np.int64), len(fcls)), changed)[1]
-            c = _find_cycle(sw, _edge_graph(e))
+            c = _find_cycle(sw, edge_graph(e))
             if c is not None:
                 cyclic += 1
                 per[name]["cyclic"] = True
@@ -801,7 +388,7 @@ def sweep_single_paused(
         acyclic=cycle is None,
         cycle=cycle,
         per_cos=per_cos,
-        classes_used=tuple(_cos_label(k) for k in classes),
+        classes_used=tuple(cos_label(k) for k in classes),
         channels=len(nodes),
         dependencies=len(all_edges),
         cyclic_scenarios=cyclic,
@@ -827,8 +414,8 @@ def _exact_scenario(compiled: Any, switch: str, port: int) -> dict[str, Any]:
 def _exact(compiled: Any) -> dict[str, Any]:
     """Undelivered pairs per kind and the dependency edges (row ids of a per-host sweep
     over ``compiled``; names via the returned sweep)."""
-    everyone = {s for s in _host_groups(_Engine(compiled))}
-    sw = _RepSweep(compiled, everyone, scenarios=False)
+    everyone = {s for s in host_groups(Engine(compiled))}
+    sw = ColumnLines(compiled, everyone, scenarios=False)
     first, members = sw.source_classes()
     n = sw.n
     weight = sw.pair_weights(members)
@@ -845,7 +432,7 @@ def brute_force_single_paused(
     """Reference for tests: per scenario (None = unpaused, 'SW:PORT'), the verifier's
     undelivered counts per kind, the scenario's own CDG edges as channel-name pairs
     and whether that graph has a cycle. Independent of :func:`sweep_single_paused`:
-    :func:`hpcfabric.verify.allpairs.verify` on the flipped tables and :class:`hpcfabric.verify.cdg._Sweep`
+    :func:`hpcfabric.verify.allpairs.verify` on the flipped tables and :class:`hpcfabric.verify.lines.DecisionLines`
     walking every host pair."""
     from hpcfabric.verify.allpairs import verify
 
@@ -856,7 +443,7 @@ def brute_force_single_paused(
         rep = verify(flipped, sample=None)
         bad = {k: v for k, v in (("misdelivered", rep.misdelivered), ("dropped", rep.dropped), ("loop", rep.loops),
                                  ("punted", rep.punted), ("flood", rep.floods), ("tagged", rep.tagged)) if v}
-        ref = _Sweep(flipped)
+        ref = DecisionLines(flipped)
         e, _, _ = ref.walk()
         pairs = {(channel_name(ref.eng.channel(int(x) >> 32)), channel_name(ref.eng.channel(int(x) & 0xFFFFFFFF)))
                  for x in e.tolist()}
@@ -865,6 +452,3 @@ def brute_force_single_paused(
     return out
 
 
-def edge_names(sw: _RepSweep, edges: np.ndarray) -> set[tuple[str, str]]:
-    """Row-pair edges as channel-name pairs."""
-    return {(sw.channel(int(x) >> 32), sw.channel(int(x) & 0xFFFFFFFF)) for x in edges.tolist()}

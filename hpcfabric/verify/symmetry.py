@@ -27,8 +27,8 @@ Consequences used by :func:`hpcfabric.verify.sweep.symmetric_sweep`:
 Why checking the rules is exact, not sampled: at switch ``s`` the pipeline
 depends on the destination only through the ``eth_dst`` matches of its entries;
 destinations that meet the same entries (``s``'s *destination classes*, see
-:func:`_classes`) decide alike. Hosts of one access switch ``t`` are alike at
-every switch but ``t`` (checked by :func:`hpcfabric.verify.sweep.structural_splits`),
+:func:`hpcfabric.verify.decisions.destination_classes`) decide alike. Hosts of one access switch ``t`` are alike at
+every switch but ``t`` (checked by :func:`hpcfabric.verify.columns.structural_splits`),
 so the destinations are one representative per access switch plus ``s``'s own
 hosts. Classes that every row of ``s`` decides alike (unpaused and paused) are
 merged into behaviour classes; the check pairs the behaviour classes of ``s``
@@ -49,13 +49,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hpcfabric.rules.flows import OFPP_IN_PORT, TABLE_PORT_STATE, Output, PushVlan, RuleClass, SetField
-from hpcfabric.topology.model import Fabric
-from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _evaluate, _relevant, _Row, data_flows
+from hpcfabric.verify.automorphism import (
+    Automorphism,
+    automorphism,
+    candidate_generators,
+    channel_orbits,
+    orbit_representatives,
+)
+from hpcfabric.verify.codes import UNTAGGED
+from hpcfabric.verify.decisions import arrival_pcps, decide_line, destination_classes, forward_data_flows, port_classes, unique_rows
+from hpcfabric.verify.engine import Destinations, Row
+from hpcfabric.verify.scenarios import paused_data_flows
 
 __all__ = [
     "Automorphism",
@@ -68,19 +76,6 @@ __all__ = [
     "symmetric_sweep",
     "SymmetricSweepReport",
 ]
-
-
-@dataclass(frozen=True)
-class Automorphism:
-    """A switch/port/host bijection of a fabric that maps links to links."""
-
-    name: str
-    switch: dict[str, str]
-    port: dict[str, np.ndarray]  # switch -> image port per port number (-1: no such port)
-    host: dict[str, str]
-
-    def map_port(self, switch: str, port: int) -> int:
-        return int(self.port[switch][port])
 
 
 @dataclass(frozen=True)
@@ -107,147 +102,6 @@ class SymmetryReport:
         }
 
 
-# ---------------------------------------------------------------------------
-# candidates and topology automorphisms
-
-
-def candidate_generators(fabric: Fabric) -> list[tuple[str, dict[str, str]]]:
-    """(name, switch map) candidates from the fabric's structure; empty when none is known."""
-    out: list[tuple[str, dict[str, str]]] = []
-    if fabric.kind == "dragonfly":
-        groups = 1 + max(s.group for s in fabric.switches)
-        at = {(s.group, s.index): s.name for s in fabric.switches}
-        if groups > 1 and fabric.params.get("arrangement", "palmtree") == "palmtree":
-            m = {s.name: at.get(((s.group + 1) % groups, s.index), "") for s in fabric.switches}
-            out.append(("rotate-groups", m))
-        elif groups > 1 and fabric.params.get("arrangement") == "xor":
-            # i -> i XOR 2^b on the power-of-two block; the extra group (g == a*h+1) keeps its
-            # place and permutes its slots the same way (slot k sits on switch k // h)
-            h = int(fabric.params["h"])
-            base = groups if groups & (groups - 1) == 0 else groups - 1
-            for b in range(base.bit_length() - 1):
-                m = {}
-                for s in fabric.switches:
-                    if s.group < base:
-                        m[s.name] = at.get((s.group ^ (1 << b), s.index), "")
-                    else:
-                        m[s.name] = at.get((s.group, s.index ^ ((1 << b) // h)), "")
-                out.append((f"xor-groups-{1 << b}", m))
-    elif fabric.kind == "flattened_butterfly":
-        dims = list(fabric.params.get("dims") or ())
-        at = {tuple(s.coords): s.name for s in fabric.switches}
-        for d, k in enumerate(dims):
-            if k < 2:
-                continue
-            m = {}
-            for s in fabric.switches:
-                c = list(s.coords)
-                c[d] = (c[d] + 1) % k
-                m[s.name] = at.get(tuple(c), "")
-            out.append((f"shift-dim{d}", m))
-    return out
-
-
-def automorphism(fabric: Fabric, name: str, switch_map: dict[str, str]) -> tuple[Automorphism | None, str | None]:
-    """The automorphism extending ``switch_map`` (fabric ports follow their links, host
-    ports keep their number), or None and why it is not one."""
-    names = [s.name for s in fabric.switches]
-    if sorted(switch_map) != sorted(names) or sorted(switch_map.values()) != sorted(names):
-        return None, "the switch map is not a bijection of the switches"
-    toward: dict[str, dict[str, int]] = {}
-    for s in names:
-        seen: dict[str, int] = {}
-        for p, peer in fabric.fabric_ports(s).items():
-            if peer.node in seen:
-                return None, f"{s} has parallel links to {peer.node}: ports cannot follow links"
-            seen[peer.node] = p
-        toward[s] = seen
-    port: dict[str, np.ndarray] = {}
-    host: dict[str, str] = {}
-    for s in names:
-        t = switch_map[s]
-        ports = fabric.ports(s)
-        top = max(ports, default=0)
-        pi = np.full(top + 1, -1, dtype=np.int64)
-        for p, peer in ports.items():
-            if peer.is_host:
-                q = fabric.peer(t, p)
-                if q is None or not q.is_host:
-                    return None, f"host port {s}:{p} maps to {t}:{p}, which has no host"
-                pi[p] = p
-                host[peer.node] = q.node
-            else:
-                q_port = toward[t].get(switch_map[peer.node])
-                if q_port is None:
-                    return None, f"link {s}:{p} -> {peer.node} maps to {t} -> {switch_map[peer.node]}, which is no link"
-                pi[p] = q_port
-        if len(set(pi[pi >= 0].tolist())) != len(ports) or len(fabric.ports(t)) != len(ports):
-            return None, f"ports of {s} do not map one to one onto the ports of {t}"
-        port[s] = pi
-    for link in fabric.links:  # both ends must land on one link
-        a, b = switch_map[link.a], switch_map[link.b]
-        pa, pb = int(port[link.a][link.a_port]), int(port[link.b][link.b_port])
-        peer = fabric.peer(a, pa)
-        if peer is None or peer.node != b or peer.port != pb:
-            return None, f"link {link.a}:{link.a_port}-{link.b}:{link.b_port} does not map onto a link"
-    return Automorphism(name, dict(switch_map), port, host), None
-
-
-def _union_find(n: int, pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Component label (smallest member) per element, given edge arrays."""
-    parent = np.arange(n, dtype=np.int64)
-
-    def find_all(x: np.ndarray) -> np.ndarray:
-        while True:
-            nxt = parent[x]
-            if np.array_equal(nxt, x):
-                return x
-            x = nxt
-
-    for a, b in pairs:
-        while True:  # hook roots onto smaller roots until every edge joins one component
-            ra, rb = find_all(a), find_all(b)
-            diff = ra != rb
-            if not diff.any():
-                break
-            lo, hi = np.minimum(ra[diff], rb[diff]), np.maximum(ra[diff], rb[diff])
-            np.minimum.at(parent, hi, lo)
-            parent[:] = parent[parent]
-    return find_all(np.arange(n, dtype=np.int64))
-
-
-def orbit_representatives(fabric: Fabric, autos: Sequence[Automorphism]) -> list[str]:
-    """One access switch per orbit under ``autos`` (the first in fabric order)."""
-    access = [s.name for s in fabric.access_switches]
-    idx = {s: i for i, s in enumerate(access)}
-    pairs = [
-        (np.arange(len(access)), np.array([idx[a.switch[s]] for s in access], dtype=np.int64)) for a in autos
-    ]
-    lab = _union_find(len(access), pairs)
-    return [access[i] for i in sorted(set(lab.tolist()))]
-
-
-def channel_orbits(fabric: Fabric, autos: Sequence[Automorphism]) -> Callable[[str, int], int]:
-    """Orbit id of (switch, port) under ``autos`` (the PCP of a channel is left alone)."""
-    names = [s.name for s in fabric.switches]
-    sidx = {s: i for i, s in enumerate(names)}
-    width = 1 + max((max(fabric.ports(s), default=0) for s in names), default=0)
-    pairs = []
-    for a in autos:
-        src, dst = [], []
-        for s in names:
-            pi = a.port[s]
-            ps = np.flatnonzero(pi >= 0)
-            src.append(sidx[s] * width + ps)
-            dst.append(sidx[a.switch[s]] * width + pi[ps])
-        pairs.append((np.concatenate(src), np.concatenate(dst)))
-    lab = _union_find(len(names) * width, pairs)
-
-    def orbit(switch: str, port: int) -> int:
-        return int(lab[sidx[switch] * width + port])
-
-    return orbit
-
 
 # ---------------------------------------------------------------------------
 # the check on the compiled tables
@@ -267,150 +121,6 @@ class _Behaviour:
     own: list[str]  # own host names, in element order after the columns
 
 
-def _pcp_values(relevant: dict[str, list[Any]]) -> list[int]:
-    """Arrival PCPs a frame can carry: untagged, and what the entries push or set."""
-    vals = {UNTAGGED}
-    for flows in relevant.values():
-        for f in flows:
-            for a in f.actions:
-                if isinstance(a, PushVlan):
-                    vals.add(0)
-                elif isinstance(a, SetField) and a.field == "vlan_pcp":
-                    vals.add(int(a.value))
-    return sorted(vals)
-
-
-def _classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Destination classes at one switch: elements of ``macs`` that no entry tells apart.
-
-    Per table, entries in the pipeline's order (priority, then emission): an
-    entry whose only condition is ``eth_dst`` *captures* the destinations it
-    matches (they meet it, whatever the row, and nothing below it in that
-    table); an entry with other conditions (``in_port``, metadata, PCP) only
-    splits the destinations it matches from the others. Two destinations with
-    the same capturing entry and the same splits in every table meet the same
-    entries in every row: they decide alike."""
-    n = len(macs)
-    key = np.zeros(n, dtype=np.int64)
-    by_table: dict[int, list[Any]] = {}
-    for f in relevant:
-        by_table.setdefault(f.table, []).append(f)
-    for t in sorted(by_table):
-        entries = sorted(by_table[t], key=lambda f: -f.priority)  # stable, as the pipeline
-        free = np.ones(n, dtype=bool)
-        captured = np.full(n, -1, dtype=np.int64)
-        for i, f in enumerate(entries):
-            m = f.match
-            only_dst = (m.in_port is None and m.metadata is None and m.vlan_pcp is None and m.vlan_vid is None
-                        and m.eth_src is None and m.reg0 is None)
-            if m.eth_dst is None:
-                if only_dst:  # matches every remaining destination in every row
-                    captured[free] = i
-                    break
-                continue  # no destination condition: splits nothing
-            v, mask = m.eth_dst
-            hit = free & ((macs & np.uint64(mask)) == np.uint64(v & mask))
-            if not hit.any():
-                continue
-            if only_dst:
-                captured[hit] = i
-                free &= ~hit
-            else:
-                key = key * 2 + hit
-                if int(key.max(initial=0)) > 1 << 50:
-                    key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        key = key * (len(entries) + 2) + captured + 1
-        key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # classes numbered by first element
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[inv.reshape(-1)].astype(np.int32), first[order]
-
-
-def _unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row, group) per row of equal rows: two 64-bit hashes group them, then every
-    row is compared with its group's first row (exact; ``np.unique(axis=0)`` if a hash collides)."""
-    rng = np.random.default_rng(0x5EED)
-    with np.errstate(over="ignore"):
-        h1 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-        h2 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-    _, first, inv = np.unique(np.stack([h1, h2], axis=1).view(np.complex128).reshape(-1),
-                              return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if not (table == table[first[inv]]).all():  # pragma: no cover - a hash collision
-        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-    return first, inv
-
-
-def _port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
-    """Ports whose ``in_port`` entries are equal but for the port share a class."""
-    from hpcfabric.verify.cdg import entry_key
-
-    ports = sorted(fabric.ports(switch))
-    if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions):
-        return {p: i for i, p in enumerate(ports)}
-    named: dict[int, list[tuple]] = {}
-    for f in relevant:
-        if f.match.in_port is not None:
-            named.setdefault(f.match.in_port, []).append(entry_key(f, cache))
-    sigs: dict[tuple, int] = {}
-    out = {}
-    for p in ports:
-        sig = (fabric.peer(switch, p).is_host, tuple(named.get(p, ())))  # type: ignore[union-attr]
-        out[p] = sigs.setdefault(sig, len(sigs))
-    return out
-
-
-_PS_FLOWS: dict[int, tuple[Any, Any]] = {}  # port -> (unpaused, paused) PORT_STATE entries
-
-
-def _flipped(flows: Sequence[Any]) -> list[Any]:
-    """``flows`` with every PORT_STATE entry in its paused form."""
-    from hpcfabric.rules.port_state import port_state_flow
-
-    out = []
-    for f in flows:
-        if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None:
-            p = f.match.metadata[0]
-            pair = _PS_FLOWS.get(p)
-            if pair is None:
-                pair = _PS_FLOWS[p] = (port_state_flow(p, False), port_state_flow(p, True))
-            if f == pair[0]:
-                f = pair[1]
-        out.append(f)
-    return out
-
-
-def paused_data_flows(compiled: Any, switch: str, relevant: list[Any]) -> tuple[list[Any], bool]:
-    """``switch``'s data-relevant entries with every PORT_STATE entry paused, and whether
-    that changed nothing (no PORT_STATE entry: the paused line is the unpaused one)."""
-    flipped = [f for f in data_flows(_flipped(compiled.tables[switch].flows)) if _relevant(f)]
-    return flipped, len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
-
-
-def _decide(row: _Row, dst: _Dst) -> tuple[np.ndarray, ...]:
-    res = _evaluate(row, dst, track=True)
-    return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
-
-
-def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError) -> dict[str, list[Any]]:
-    """Per switch, the entries a data frame can meet (resubmits inlined); raises ``error``
-    for what the per-switch checks do not model: an entry going back to an earlier
-    table, source-dependent (``eth_src``) rules."""
-    out: dict[str, list[Any]] = {}
-    for sw in compiled.fabric.switches:
-        flows = data_flows(compiled.tables[sw.name].flows)
-        for f in flows:
-            if f.goto is not None and f.goto <= f.table:
-                raise error(f"{sw.name}: an entry goes back to table {f.goto}; {method} needs a forward pipeline")
-            if f.match.eth_src is not None and _relevant(f):
-                raise error(f"{sw.name}: {method} does not model source-dependent (eth_src) rules")
-        out[sw.name] = [f for f in flows if _relevant(f)]
-    return out
-
-
 class _Checker:
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -418,7 +128,7 @@ class _Checker:
         plan = compiled.plan
         self.relevant = forward_data_flows(compiled, "the symmetry check")
         self.flipped: dict[str, list[Any]] = {}
-        self.pcps = _pcp_values(self.relevant)
+        self.pcps = arrival_pcps(self.relevant)
         self.access = [s.name for s in fabric.access_switches]
         self.col_of = {t: i for i, t in enumerate(self.access)}
         self.rep_host = {t: fabric.hosts_on(t)[0].name for t in self.access}
@@ -433,10 +143,10 @@ class _Checker:
         macs = np.concatenate([self.col_macs, np.array([plan.host_mac[h] for h in own], dtype=np.uint64)])
         relevant = self.relevant[switch]
         flipped, same = paused_data_flows(self.compiled, switch, relevant)
-        cls, reps = _classes(relevant, macs)  # flipping changes actions, never matches
-        dst = _Dst(macs[reps])
+        cls, reps = destination_classes(relevant, macs)  # flipping changes actions, never matches
+        dst = Destinations(macs[reps])
         attrs: dict = {}  # per switch: the engine's view caches would otherwise hold every switch's entries
-        pc = _port_classes(fabric, switch, relevant, {})
+        pc = port_classes(fabric, switch, relevant, {})
         lines: dict[tuple[int, int], int] = {}
         base: list[tuple[np.ndarray, ...]] = []
         alt: list[tuple[np.ndarray, ...]] = []
@@ -448,18 +158,18 @@ class _Checker:
             peer = fabric.peer(switch, p)
             src_mac = plan.host_mac[peer.node] if peer.is_host else None  # type: ignore[union-attr]
             for pcp in ([UNTAGGED] if peer.is_host else self.pcps):  # type: ignore[union-attr]
-                row = _Row(switch, (p,), src_mac, False, pcp).build(relevant, attrs)
+                row = Row(switch, (p,), src_mac, False, pcp).build(relevant, attrs)
                 lines[(c, pcp)] = len(base)
-                base.append(_decide(row, dst))
+                base.append(decide_line(row, dst))
                 if same:  # no PORT_STATE entry to flip
                     alt.append(base[-1])
                 else:
-                    alt.append(_decide(_Row(switch, (p,), src_mac, False, pcp).build(flipped, attrs), dst))
+                    alt.append(decide_line(Row(switch, (p,), src_mac, False, pcp).build(flipped, attrs), dst))
         # destination classes by behaviour: classes of entries met that every line
         # decides alike, unpaused and paused, are one class (compaction differs between
         # switches that behave alike, so only behaviour can correspond under a symmetry)
         table = np.column_stack([np.asarray(v).astype(np.int64) for line in base + alt for v in line])
-        first, inv = _unique_rows(table)
+        first, inv = unique_rows(table)
         order = np.argsort(first)
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
@@ -674,8 +384,9 @@ def symmetric_sweep(
     sample's scenarios are other scenarios, which a sample need not hold.)"""
     import networkx as nx
 
-    from hpcfabric.verify.sweep import _host_groups, structural_splits, sweep_single_paused
-    from hpcfabric.verify.allpairs import _Engine
+    from hpcfabric.verify.columns import host_groups, structural_splits
+    from hpcfabric.verify.engine import Engine
+    from hpcfabric.verify.sweep import sweep_single_paused
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -687,8 +398,8 @@ def symmetric_sweep(
         last[0] = now
 
     fabric = compiled.fabric
-    eng = _Engine(compiled, per_port=True, lazy=True)
-    split = structural_splits(eng, _host_groups(eng))
+    eng = Engine(compiled, per_port=True, lazy=True)
+    split = structural_splits(eng, host_groups(eng))
     lap("engine")
     if split:  # the check compares one host per access switch: it needs them alike everywhere else
         sym = SymmetryReport((), {"all": f"{len(split)} access switches have hosts other switches tell apart"},

@@ -8,7 +8,7 @@ wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
 properties. :func:`check_up_down` checks, at every switch ``s`` separately,
 for every ingress port class, every arrival VLAN PCP a frame can carry, and
-every destination class (the exact classes of :mod:`hpcfabric.verify.symmetry`:
+every destination class (the exact classes of :mod:`hpcfabric.verify.decisions`:
 destinations no entry of ``s`` tells apart), unpaused **and** with every
 PORT_STATE entry flipped to "paused":
 
@@ -18,7 +18,7 @@ PORT_STATE entry flipped to "paused":
   destination host's port; if it is in ``cone(s)``, the frame leaves on exactly
   one port, a link down to a switch whose cone holds it; otherwise on exactly
   one uplink (a link to a higher level);
-* **no return** (addresses nobody owns, :func:`hpcfabric.verify.allpairs.probe_addresses`):
+* **no return** (addresses nobody owns, :func:`hpcfabric.verify.probes.probe_addresses`):
   dropped, or one fabric output; never to a host; never up after arriving
   from above;
 * no punt, no flood, no pipeline error for any data frame.
@@ -42,7 +42,7 @@ down* (no return), so they are dropped within 2(L-1) links.
 
 The check is sound, not complete: a rule set can fail it and still work
 (e.g. a detour through a lower level). The per-switch decisions come from
-the same vectorised engine as the verifier (:mod:`hpcfabric.verify.allpairs`), and
+the same vectorised engine as the verifier (:mod:`hpcfabric.verify.engine`), and
 ``tests/test_updown.py`` cross-checks the verdict against the brute-force
 sweep on the small shipped fabrics and on broken rule sets.
 """
@@ -55,11 +55,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcfabric.verify.cdg import pausable_ports
-from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
 from hpcfabric.errors import VerificationError
-from hpcfabric.verify.symmetry import _classes, _decide, _pcp_values, _port_classes, forward_data_flows, paused_data_flows
-from hpcfabric.verify.allpairs import UNTAGGED, _Dst, _Row, probe_addresses
+from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
+from hpcfabric.verify.codes import UNTAGGED
+from hpcfabric.verify.decisions import arrival_pcps, decide_line, destination_classes, forward_data_flows, port_classes
+from hpcfabric.verify.engine import Destinations, Row
+from hpcfabric.verify.graphs import core_graph
+from hpcfabric.verify.probes import probe_addresses
+from hpcfabric.verify.scenarios import pausable_ports, paused_data_flows
 
 __all__ = ["UpDownReport", "check_up_down"]
 
@@ -185,7 +188,7 @@ def check_up_down(
     t_cones = time.perf_counter()
 
     relevant = forward_data_flows(compiled, "the up-down proof", VerificationError)
-    pcps = _pcp_values(relevant)  # every PCP a frame can carry (untagged, pushed, set)
+    pcps = arrival_pcps(relevant)  # every PCP a frame can carry (untagged, pushed, set)
     pcp_ix = {v: i for i, v in enumerate(pcps)}
     # unowned addresses: a graph over (probe, switch, arrival port, arrival PCP)
     port_base: dict[str, int] = {}
@@ -228,12 +231,12 @@ def check_up_down(
 
         rel = relevant[name]
         flipped, same = paused_data_flows(compiled, name, rel)
-        cls, reps = _classes(rel, macs)  # flipping changes actions, never matches
+        cls, reps = destination_classes(rel, macs)  # flipping changes actions, never matches
         classes += len(reps)
-        dst = _Dst(macs[reps])
+        dst = Destinations(macs[reps])
         attrs: dict = {}
         members: dict[int, list[int]] = {}
-        for p, c in _port_classes(fabric, name, rel, {}).items():
+        for p, c in port_classes(fabric, name, rel, {}).items():
             members.setdefault(c, []).append(p)
         for mem in members.values():
             p = mem[0]
@@ -246,8 +249,8 @@ def check_up_down(
                     if paused and same:
                         continue
                     lines += 1
-                    row = _Row(name, (p,), src_mac, False, pcp).build(flows, attrs)
-                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in _decide(row, dst))
+                    row = Row(name, (p,), src_mac, False, pcp).build(flows, attrs)
+                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in decide_line(row, dst))
                     on = out_n.astype(np.int64)
                     op = np.clip(out_port, 0, top)
                     okind = np.where(on == 1, kind[op], 0)
@@ -403,9 +406,7 @@ class _ProbeGraph:
             out.append(f"unowned {probes[k][1]}: reaches {name(state)}, which delivers it to a host, punts, floods "
                        f"or errs")
         keep = np.isin(src, seen)
-        from hpcfabric.verify.sweep import _core_graph
-
-        core = _core_graph(src[keep], dst[keep])
+        core = core_graph(src[keep], dst[keep])
         if core.number_of_edges():
             import networkx as nx
 

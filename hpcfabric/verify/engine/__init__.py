@@ -1,0 +1,40 @@
+"""The vectorised engine: what compiled tables do with every destination at once.
+
+Every check of :mod:`hpcfabric.verify` that walks frames in bulk (the all-pairs verifier, the
+channel dependency graph, the paused-port sweeps, the symmetry and up/down proofs, the
+per-destination proof) is built on this package; :mod:`hpcfabric.verify.pipeline` (one frame
+through one switch) and :mod:`hpcfabric.verify.walk` (one frame through the fabric) are the
+scalar reference it is cross-checked against.
+
+Premise: forwarding of a data frame at a switch depends only on its ingress port, the VLAN PCP
+it arrives with and its destination MAC (rules matching ``eth_src`` are resolved per source, and
+rules rewriting MACs make :class:`Engine` raise :class:`Unsupported`).
+
+The internal API, bottom up:
+
+* **Destinations** (:class:`Destinations`, :mod:`.views`): a set of destination MACs, indexed
+  per ``eth_dst`` mask.
+* **Views** (:class:`View`, :mod:`.views`): one table as one row sees it, as arrays;
+  :meth:`View.winners` is the table lookup for many destinations.
+* **Rows** (:class:`Row`, :mod:`.rows`): a switch, an ingress class (ports no data-relevant
+  entry tells apart) and an arrival PCP; :func:`evaluate` runs a destination set through a
+  row's tables and returns an :class:`Outcome` (outputs, punt, error, PORT_STATE entry met).
+  :func:`data_flows` / :func:`data_relevant` select the entries a data frame can meet;
+  :func:`entry_key` is an entry without its ``in_port`` (rows whose entries agree share work).
+* **Decisions** (:class:`Engine`, :mod:`.core`): rows of a whole fabric, created as frames
+  reach them; :meth:`Engine.decide` turns an outcome into next-state codes
+  (:mod:`hpcfabric.verify.codes`: the next row, or a final outcome), :meth:`Engine.matrix`
+  stacks them.
+* **Walks** (:meth:`Engine.walk`, :meth:`Engine.source_classes`, :meth:`Engine.ingress_ids`):
+  (source class, destination) elements followed hop by hop through a decision matrix, with
+  loops detected and steps back out of a frame's ingress port dropped.
+"""
+
+from hpcfabric.verify.engine.core import Engine
+from hpcfabric.verify.engine.rows import Outcome, Row, data_flows, data_relevant, entry_key, evaluate, rewrites_pcp
+from hpcfabric.verify.engine.views import Destinations, Unsupported, View
+
+__all__ = [
+    "Destinations", "View", "Unsupported", "Row", "Outcome", "evaluate", "data_flows", "data_relevant",
+    "rewrites_pcp", "entry_key", "Engine",
+]

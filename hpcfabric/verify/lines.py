@@ -1,0 +1,230 @@
+"""Decision lines of a fabric with one row per ingress port: the unpaused decisions and a scenario's changes.
+
+:class:`DecisionLines` runs the engine with one row per (switch, ingress port, arrival PCP), so
+a row *is* the channel a frame arrived on, and stores one decision line per group of rows whose
+entries are equal but for ``in_port`` (:func:`row_signature`; Table III: ~14 lines per switch
+instead of 31 ports x 3 PCPs). :meth:`DecisionLines.scenario` re-decides, for one paused port,
+only the destinations that meet its PORT_STATE entry; :meth:`DecisionLines.walk` walks every host
+pair through the lines (changed lines patched in) and collects the channel dependencies. The CDG
+check (:mod:`hpcfabric.verify.cdg`) uses it directly, the paused-port sweep
+(:mod:`hpcfabric.verify.columns`) over destination classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from hpcfabric.rules.flows import OFPP_IN_PORT, Output
+from hpcfabric.verify.codes import DELIVER, SINK, outcome_kind
+from hpcfabric.verify.engine import Destinations, Engine, Row, data_flows, data_relevant, entry_key
+
+__all__ = ["DecisionLines", "row_signature"]
+
+
+def row_signature(row: Row, cache: dict[Any, tuple]) -> tuple:
+    """Rows of one switch with equal signatures decide alike (their entries
+    differ at most in ``in_port``, which each row's entries all satisfy)."""
+    key: list[Any] = [row.switch, row.pcp]
+    for t in sorted(row.entries):
+        lst = row.entries[t]
+        got = cache.get(("table", id(lst)))  # rows often share their entry lists (the engine's rows)
+        if got is None or got[0] is not lst:
+            in_port = any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in lst for a in f.actions)
+            got = cache[("table", id(lst))] = (lst, tuple(entry_key(f, cache) for f in lst), in_port)
+        key.append(got[1])
+        if got[2]:
+            key.append(row.rep)
+    return tuple(key)
+
+
+class DecisionLines:
+    """The fast engine with per-port rows and the decisions of the unpaused
+    fabric. Rows of one switch with equal signatures (entries equal but for
+    ``in_port``) share one decision line, so the matrix holds unique lines
+    only (Table III: ~14 per switch instead of 31 ports x 3 PCPs).
+
+    A scenario (port P of switch S paused) re-decides only what can change:
+    the destinations that, in some row of S, meet P's PORT_STATE entry; then
+    walks only the destinations whose decisions changed."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        eng = self.eng = Engine(compiled, per_port=True)
+        if eng.scalar_rows:
+            raise ValueError("the CDG check does not model source-dependent (eth_src) rules")
+        self.dst = Destinations(eng.host_macs)
+        self.n = self.dst.n
+        self.base_relevant = dict(eng.relevant)
+        self.li: list[int] = []  # row -> unique line
+        self.sigs: list[tuple] = []
+        self.uniq: list[np.ndarray] = []  # unique decision lines
+        self._ups: dict[int, np.ndarray] = {}  # unique line -> the PORT_STATE port each destination meets (lazy)
+        self._sig_id: dict[tuple, int] = {}
+        self._U: np.ndarray | None = None
+        self.fabric_row = np.zeros(0, dtype=bool)
+        self.rows_at: dict[str, list[int]] = {}
+        self._fkeys: dict[int, tuple] = {}
+        self.ensure_base()
+
+    def signature(self, row: Row) -> tuple:
+        """Rows of one switch with equal signatures decide alike (their entries
+        differ at most in ``in_port``, which each row's entries all satisfy)."""
+        return row_signature(row, self._fkeys)
+
+    def ensure_base(self) -> None:
+        """Base (unpaused) decisions for every row and the row indexes."""
+        eng = self.eng
+        start = len(self.li)
+        while len(self.li) < len(eng.rows):
+            row = eng.rows[len(self.li)]
+            sig = self.signature(row)
+            u = self._sig_id.get(sig)
+            if u is None:
+                line = eng.decide(row, self.dst)
+                u = self._sig_id[sig] = len(self.uniq)
+                self.uniq.append(line)
+                self._U = None
+            self.li.append(u)
+            self.sigs.append(sig)
+        self.index_rows(start)
+
+    def index_rows(self, start: int) -> None:
+        """Index the rows from ``start`` on: which are fabric rows, which rows each switch has."""
+        eng = self.eng
+        if start < len(self.li):
+            new = [eng.channel(r) is not None for r in range(start, len(self.li))]
+            self.fabric_row = np.concatenate([self.fabric_row, np.array(new, dtype=bool)])
+            for r in range(start, len(self.li)):
+                self.rows_at.setdefault(eng.rows[r].switch, []).append(r)
+
+    def unique_matrix(self) -> np.ndarray:
+        """The unique lines stacked, plus a last all-SINK line."""
+        if self._U is None or self._U.shape[0] != len(self.uniq) + 1:
+            U = np.empty((len(self.uniq) + 1, self.n), dtype=np.int32)
+            for i, line in enumerate(self.uniq):
+                U[i] = line
+            U[-1] = SINK
+            self.uniq = list(U[:-1])  # views: one copy in memory
+            self._U = U
+        return self._U
+
+    def ups(self, r: int) -> np.ndarray:
+        """The PORT_STATE port (metadata) each destination meets in row ``r`` (-1: none), cached per line."""
+        u = self.li[r]
+        got = self._ups.get(u)
+        if got is None:
+            ps: list = []
+            self.eng.decide(self.eng.rows[r], self.dst, ps)
+            got = self._ups[u] = ps[0].astype(np.int32)
+        return got
+
+    def _check_row(self, row: Row, flows: list | None, cols: np.ndarray | None) -> None:
+        """Hook run on every row a scenario decides anew (``flows``: the scenario's rules, None for a
+        row created on the way; ``cols``: the columns re-decided). Subclasses raise to abort."""
+
+    def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
+        """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
+        eng = self.eng
+        relevant = [f for f in data_flows(flows) if data_relevant(f)]
+        eng.relevant[switch] = relevant  # rows created on the way see the scenario's flows
+        changed: dict[int, np.ndarray] = {}
+        memo: dict[tuple, np.ndarray] = {}
+        known = len(self.li)
+        try:
+            for r in list(self.rows_at.get(switch, ())):
+                u = self.li[r]
+                cols = np.flatnonzero(self.ups(r) == port)
+                if not cols.size:
+                    continue
+                code = memo.get(self.sigs[r])  # equal base signatures: equal with the same entry swapped
+                if code is None:
+                    row = eng.rows[r]
+                    tmp = Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng.attrs)
+                    code = memo[self.sigs[r]] = eng.decide(tmp, Destinations(self.dst.macs[cols]))
+                    self._check_row(row, relevant, cols)
+                base = self.uniq[u]
+                if (code != base[cols]).any():
+                    line = base.copy()
+                    line[cols] = code
+                    changed[r] = line
+            # rows created on the way: those of `switch` decided with the scenario's flows
+            r = known
+            while r < len(eng.rows):
+                row = eng.rows[r]
+                if row.switch == switch:
+                    changed[r] = eng.decide(row, self.dst)
+                    self._check_row(row, None, None)
+                r += 1
+        finally:
+            eng.relevant[switch] = self.base_relevant[switch]
+            for r in range(known, len(eng.rows)):
+                if eng.rows[r].switch == switch:
+                    eng.rows[r].build(self.base_relevant[switch], eng.attrs)
+        self.ensure_base()
+        return {r: line for r, line in changed.items() if not np.array_equal(line, self.uniq[self.li[r]])}
+
+    def walk(
+        self, changed: dict[int, np.ndarray] | None = None, only_changed: bool = True
+    ) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+        """Every host pair through the decisions, ``changed`` lines patched in
+        (and then, with ``only_changed``, only the destinations they change):
+        the dependency edges (row pairs packed as ``r1 << 32 | r2``), a
+        forwarding summary, and the destination columns walked."""
+        eng = self.eng
+        U = self.unique_matrix()
+        li = np.array(self.li + [U.shape[0] - 1], dtype=np.int64)  # the sink row -> the SINK line
+        if changed:
+            rows = list(changed)
+            if only_changed:
+                cols = np.flatnonzero(np.any([changed[r] != self.uniq[self.li[r]] for r in rows], axis=0))
+            else:
+                cols = np.arange(self.n)
+            m = np.concatenate([U[:, cols], np.stack([changed[r][cols] for r in rows])])
+            li[rows] = np.arange(U.shape[0], U.shape[0] + len(rows))
+        else:
+            cols = np.arange(self.n)
+            m = U
+        dst = Destinations(self.dst.macs[cols])
+        n = len(cols)
+        parts: list[np.ndarray] = []
+        size = [0]
+        fabric_row = np.concatenate([self.fabric_row, [False]])
+
+        def on_step(cur: np.ndarray, code: np.ndarray, col: np.ndarray) -> None:
+            keep = (code >= 0) & fabric_row[cur]
+            if keep.any():
+                e = np.unique(cur[keep].astype(np.int64) << 32 | code[keep].astype(np.int64))
+                parts.append(e)
+                size[0] += len(e)
+                if size[0] > 4_000_000:  # keep memory bounded on big fabrics
+                    merged = np.unique(np.concatenate(parts))
+                    parts[:] = [merged]
+                    size[0] = len(merged)
+
+        by_line: dict[tuple[str, int], list[int]] = {}
+        for h, host in enumerate(eng.hosts):
+            r = eng.first_row(host)
+            by_line.setdefault((host.switch, int(li[r])), []).append(h)
+        classes = [(eng.first_row(eng.hosts[mem[0]]), np.array(mem)) for mem in by_line.values()]
+        want = DELIVER - cols.astype(np.int64)
+        bad: dict[str, int] = {}
+        examples: list[dict[str, Any]] = []
+        for c0, nb, codes, _hops in eng.walk(m, dst, classes, on_step, line_of=li):
+            codes = codes.reshape(nb, n).astype(np.int64)
+            wrong_any = codes != want
+            for j in np.flatnonzero(wrong_any.any(axis=1)):
+                members = classes[c0 + int(j)][1]
+                for k in np.flatnonzero(wrong_any[j]):
+                    d = int(cols[k])
+                    srcs = [int(x) for x in members if int(x) != d]
+                    if not srcs:
+                        continue
+                    kind = outcome_kind(int(codes[j, k]), d)
+                    bad[kind] = bad.get(kind, 0) + len(srcs)
+                    if len(examples) < 3:
+                        examples.append({"src": eng.hosts[srcs[0]].name, "dst": eng.hosts[d].name, "kind": kind})
+        edges = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        return edges, {"undelivered": bad, "examples": examples}, cols
+
