@@ -22,7 +22,7 @@ def require_mininet() -> ModuleType:
     """Skip the calling test module unless root with Open vSwitch running; return ``fabric_net``.
 
     Puts ``mininet/`` (the repository's scripts, not the Mininet package) first on ``sys.path`` so the
-    caller can import ``fabric_net``, ``run_fabric`` and the other runners.
+    caller can import ``fabric_net``, the step modules (``controller_proc``, ``pause_check``, ...) and the runners.
     """
     if str(MININET_DIR) not in sys.path:
         sys.path.insert(0, str(MININET_DIR))

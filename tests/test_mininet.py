@@ -43,7 +43,12 @@ from mininet_gate import require_mininet  # noqa: E402
 
 fn = require_mininet()
 
-import run_fabric as rf  # noqa: E402  (mininet/run_fabric.py)
+from controller_proc import Controller, controller_available, free_port  # noqa: E402  (mininet/controller_proc.py)
+from fabric_setup import Setup, setup_from_config, write_config  # noqa: E402  (mininet/fabric_setup.py)
+from pause_check import find_pause_targets, pause_test  # noqa: E402  (mininet/pause_check.py)
+from pause_inject import pause_plan  # noqa: E402  (mininet/pause_inject.py)
+from reachability import SteadyPing, all_pairs_ping  # noqa: E402  (mininet/reachability.py)
+from runkit import CheckFailed, Progress  # noqa: E402  (mininet/runkit.py)
 from mininet.log import setLogLevel  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
@@ -69,8 +74,8 @@ class FabricRun:
     topology: str
     mode: str
     net: Any
-    setup: rf.Setup
-    controller: rf.Controller | None
+    setup: Setup
+    controller: Controller | None
     status: dict[str, Any] = field(default_factory=dict)
     dmp_done: bool = False
     neighbours_done: bool = False
@@ -84,7 +89,7 @@ class FabricRun:
         return self.setup.plan
 
 
-def _start(topology: str, mode: str, tmp: Path) -> tuple[rf.Setup, rf.Controller | None, int, Path]:
+def _start(topology: str, mode: str, tmp: Path) -> tuple[Setup, Controller | None, int, Path]:
     config = ROOT / "configs" / f"{topology}.conf"
     args = argparse.Namespace(
         config=str(config) if config.exists() else None,
@@ -93,19 +98,19 @@ def _start(topology: str, mode: str, tmp: Path) -> tuple[rf.Setup, rf.Controller
         routing="conditional",
         link_speed_gbps=LINK_SPEED_GBPS,
     )
-    port = rf.free_port()
-    path = rf.write_config(args, tmp, port, tmp / "status.json")
-    setup = rf.setup_from_config(path)
+    port = free_port()
+    path = write_config(args, tmp, port, tmp / "status.json")
+    setup = setup_from_config(path)
     controller = None
     if mode == "controller":
-        controller = rf.Controller(path, tmp / "status.json", port, tmp / "controller.log")
+        controller = Controller(path, tmp / "status.json", port, tmp / "controller.log")
     return setup, controller, port, path
 
 
 @pytest.fixture(scope="module")
 def fab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     topology, mode = request.param
-    if mode == "controller" and not rf.controller_available():
+    if mode == "controller" and not controller_available():
         pytest.skip("hpcfabric.controller does not exist yet")
     tmp = tmp_path_factory.mktemp(f"{topology}-{mode}")
     setup, controller, port, _ = _start(topology, mode, tmp)
@@ -118,9 +123,9 @@ def fab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         if controller is not None:
             run.status = controller.wait_ready(len(setup.fabric.switches), READY_TIMEOUT)
         else:
-            fn.install_static_flows(net, setup.compiled if setup.compiled else rf._CompiledView(setup.desired))
+            fn.install_static_flows(net, setup.compiled if setup.compiled else setup.desired)
         yield run
-    except rf.CheckFailed as err:
+    except CheckFailed as err:
         pytest.fail(f"{topology} with the controller did not come up: {err}")
     finally:
         if net is not None:
@@ -193,7 +198,7 @@ def test_dmp_assigns_every_planned_mac_and_is_idempotent(fab: FabricRun):
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_all_pairs_ping(fab: FabricRun):
     prepared(fab)
-    res = rf.all_pairs_ping(fab.net, fab.fabric)
+    res = all_pairs_ping(fab.net, fab.fabric)
     n = len(fab.fabric.hosts)
     assert res["pairs"] == n * (n - 1)
     assert res["lost"] == 0 and res["unreachable_pairs"] == 0, res
@@ -201,7 +206,7 @@ def test_all_pairs_ping(fab: FabricRun):
 
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_injected_pause_arrives_on_the_port(fab: FabricRun):
-    target = rf.find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
+    target = find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
     bridge = fab.net.hf_prefix + target.switch
 
     def punted() -> int:
@@ -228,10 +233,10 @@ def _lldp_allowance(res: dict) -> int:
 @pytest.mark.parametrize("fab", ALL, indirect=True, ids=_ids)
 def test_pause_diverts_then_expiry_restores(fab: FabricRun):
     prepared(fab)
-    target = rf.find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
-    plan = rf.pause_plan(fab.setup.link_speed_gbps, 1.5, None)
+    target = find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
+    plan = pause_plan(fab.setup.link_speed_gbps, 1.5, None)
     assert plan["frames"] == 1  # one frame, 1.5 s
-    res = rf.pause_test(fab.net, fab.fabric, target, plan, fab.controller, rf.Progress(quiet=True))
+    res = pause_test(fab.net, fab.fabric, target, plan, fab.controller, Progress(quiet=True))
     assert not res.get("error"), res
     assert res["flipped"] and res["diverted"] and res["restored"], res
     assert 0.95 <= res["diverted_fraction"] <= 1.05 and res["during"]["tx"] <= _lldp_allowance(res), res
@@ -254,10 +259,10 @@ def test_pause_train_of_short_frames_holds_the_port(fab: FabricRun):
     handled a few ms late, arrive after each expiry and the port flaps.
     """
     prepared(fab)
-    target = rf.find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
-    plan = rf.pause_plan(fab.setup.link_speed_gbps, 1.5, 66)
+    target = find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
+    plan = pause_plan(fab.setup.link_speed_gbps, 1.5, 66)
     assert plan["frames"] > 100 and 0.003 < plan["frame_s"] < 0.004
-    res = rf.pause_test(fab.net, fab.fabric, target, plan, fab.controller, rf.Progress(quiet=True))
+    res = pause_test(fab.net, fab.fabric, target, plan, fab.controller, Progress(quiet=True))
     assert res["flipped"] and res["restored"], res
     assert res["ping_lost"] == 0, res
     assert res["lapses"] == 0 and res["diverted_fraction"] >= 0.95 and res["during"]["tx"] <= _lldp_allowance(res), res
@@ -269,11 +274,11 @@ def test_controller_restart_loses_nothing(fab: FabricRun):
     prepared(fab)
     ctl = fab.controller
     n = len(fab.fabric.switches)
-    targets = rf.find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)
-    pings = [rf.SteadyPing(fab.net, targets[0].src, targets[0].dst)]
+    targets = find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)
+    pings = [SteadyPing(fab.net, targets[0].src, targets[0].dst)]
     last = fab.fabric.hosts[-1].name
     if last not in (targets[0].src, targets[0].dst):
-        pings.append(rf.SteadyPing(fab.net, last, targets[0].src))
+        pings.append(SteadyPing(fab.net, last, targets[0].src))
     try:
         time.sleep(0.5)
         for sig in (signal.SIGTERM, signal.SIGKILL):

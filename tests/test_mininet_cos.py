@@ -39,7 +39,10 @@ from mininet_gate import require_mininet  # noqa: E402
 
 fn = require_mininet()
 
-import run_fabric as rf  # noqa: E402
+from controller_proc import Controller, controller_available, free_port  # noqa: E402  (mininet/controller_proc.py)
+from fabric_setup import write_config  # noqa: E402  (mininet/fabric_setup.py)
+from reachability import all_pairs_ping  # noqa: E402  (mininet/reachability.py)
+from runkit import CheckFailed  # noqa: E402  (mininet/runkit.py)
 from mininet.log import setLogLevel  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
@@ -79,7 +82,7 @@ def _config(case: str, tmp: Path, port: int) -> Path:
     shipped, overrides, _, _ = CASES[case]
     args = argparse.Namespace(config=str(ROOT / "configs" / shipped), topology=None, addressing=None, routing=None,
                               link_speed_gbps=None)
-    path = rf.write_config(args, tmp, port, tmp / "status.json")
+    path = write_config(args, tmp, port, tmp / "status.json")
     if overrides:
         parser = configparser.ConfigParser(interpolation=None, default_section="\0none")
         parser.optionxform = str  # type: ignore[assignment,method-assign]
@@ -92,21 +95,21 @@ def _config(case: str, tmp: Path, port: int) -> Path:
 
 @pytest.fixture(scope="module", params=list(CASES))
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    if not rf.controller_available():
+    if not controller_available():
         pytest.fail("hpcfabric.controller is missing")
     case = request.param
     tmp = tmp_path_factory.mktemp(case)
-    port = rf.free_port()
+    port = free_port()
     path = _config(case, tmp, port)
     cfg = load_config(path)
-    controller = rf.Controller(path, tmp / "status.json", port, tmp / "controller.log")
+    controller = Controller(path, tmp / "status.json", port, tmp / "controller.log")
     net = None
     try:
         controller.start()
         net = fn.build_net(cfg.fabric, cfg.plan, controller_port=port, seed=11, prefix="c")
         status = controller.wait_ready(len(cfg.fabric.switches), READY_TIMEOUT)
         yield Run(case, net, cfg, controller, status)
-    except rf.CheckFailed as err:
+    except CheckFailed as err:
         pytest.fail(f"{case}: the controller did not come up: {err}")
     finally:
         if net is not None:
@@ -154,7 +157,7 @@ def test_every_configured_flow_is_installed_without_errors(run: Run):
 
 def test_dmp_and_all_pairs_ping(run: Run):
     run.prepare()
-    res = rf.all_pairs_ping(run.net, run.cfg.fabric)
+    res = all_pairs_ping(run.net, run.cfg.fabric)
     n = len(run.cfg.fabric.hosts)
     assert res["pairs"] == n * (n - 1) and res["lost"] == 0 and res["unreachable_pairs"] == 0, res
 
@@ -181,7 +184,7 @@ def test_pcp_step_counters_follow_the_routes(run: Run):
     """After the all-pairs ping: PCP 0 -> 1 steps counted frames on every case; the 1 -> 2 steps only where
     routes cross two global links (Valiant); unpaused conditional Dragonfly routes cross one."""
     run.prepare()
-    rf.all_pairs_ping(run.net, run.cfg.fabric)
+    all_pairs_ping(run.net, run.cfg.fabric)
     fn.sync_stats()
     by_k: dict[int, int] = {}
     for sw in run.cfg.fabric.switches:

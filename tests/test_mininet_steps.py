@@ -1,0 +1,95 @@
+"""The Mininet step library without a net (no root, no Open vSwitch): the Fabric -> Mininet Topo adapter
+(model dpids and port numbers, node classes), the JSON report, the PAUSE-target choice and the DMP check.
+
+The steps that need a net are exercised by tests/test_mininet.py and the runners' tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "mininet") not in sys.path:
+    sys.path.insert(0, str(ROOT / "mininet"))
+
+pytest.importorskip("mininet.topo", reason="Debian's Mininet is not installed")
+
+from dmp_hosts import DmpOutcome  # noqa: E402  (mininet/dmp_hosts.py)
+from fabric_setup import setup_from_topology  # noqa: E402
+from fabric_topo import FabricHost, FabricTopo  # noqa: E402
+from mininet.link import Link, TCLink  # noqa: E402
+from mininet.node import OVSSwitch  # noqa: E402
+from pause_check import choose_pause_target, pause_skip_reason  # noqa: E402
+from runkit import Report, StepResult, UsageError  # noqa: E402
+
+from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
+from hpcfabric.topology import dragonfly_fabric  # noqa: E402
+
+
+def test_topo_carries_the_models_dpids_ports_and_node_classes():
+    fabric = dragonfly_fabric(2, 1, 1)
+    plan = plan_addresses(fabric, "compact")
+    topo = FabricTopo(fabric, plan, None, "xy", 7)
+    assert sorted(topo.switches()) == sorted("xy" + s.name for s in fabric.switches)
+    for sw in fabric.switches:
+        info = topo.nodeInfo("xy" + sw.name)
+        assert info["cls"] is OVSSwitch and info["dpid"] == "%016x" % sw.dpid
+        assert (info["datapath"], info["protocols"], info["failMode"]) == ("user", "OpenFlow13", "secure")
+    want = {frozenset({("xy" + h.name, 0), ("xy" + h.switch, h.port)}) for h in fabric.hosts}
+    want |= {frozenset({("xy" + l.a, l.a_port), ("xy" + l.b, l.b_port)}) for l in fabric.links}
+    got = {frozenset({(i["node1"], i["port1"]), (i["node2"], i["port2"])}) for _, _, i in topo.links(withInfo=True)}
+    assert got == want
+    assert all(i["cls"] is Link for _, _, i in topo.links(withInfo=True))
+    planned = set(plan.host_mac.values())
+    for rank, h in enumerate(fabric.hosts):
+        info = topo.nodeInfo("xy" + h.name)
+        assert info["cls"] is FabricHost and info["ip"] == f"10.0.0.{rank + 1}/8"
+        mac = int(info["mac"].replace(":", ""), 16)
+        assert mac >> 40 & 0x03 == 0 and mac not in planned  # globally administered unicast, never a planned MAC
+    again = FabricTopo(fabric, plan, 5.0, "xy", 7)
+    assert [again.nodeInfo("xy" + h.name)["mac"] for h in fabric.hosts] == [
+        topo.nodeInfo("xy" + h.name)["mac"] for h in fabric.hosts]  # seeded
+    assert all(i["cls"] is TCLink and i["bw"] == 5.0 for _, _, i in again.links(withInfo=True))
+
+
+def test_report_merges_steps_and_prints_one_json_line(capsys):
+    report = Report("t", mode="static", passed=False)
+    report.add(StepResult({"ping_lost": 2}, ["2 ping(s) lost"]))
+    report.update(ready_s=0.5)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        report.emit(not report.failures, seconds=1.25, echo=True)
+    line = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert line == {"mode": "static", "ping_lost": 2, "ready_s": 0.5, "failures": ["2 ping(s) lost"], "passed": False,
+                    "seconds": 1.25}
+    assert "[t] FAILED: 2 ping(s) lost" in capsys.readouterr().err
+
+
+def test_pause_target_and_skip_reasons():
+    args = type("A", (), {"topology": str(ROOT / "topologies" / "dragonfly-a2-p1-h1.yaml"), "addressing": None,
+                          "routing": "conditional", "link_speed_gbps": None})()
+    setup = setup_from_topology(args)
+    target = choose_pause_target(setup.fabric, setup.plan, setup.desired, None)
+    assert (target.switch, target.port, target.src) == ("g0s0", 3, "g0s0h0") and target.alt_port != 3
+    with pytest.raises(UsageError, match="not a fabric port"):
+        choose_pause_target(setup.fabric, setup.plan, setup.desired, f"g0s0:{setup.fabric.hosts_on('g0s0')[0].port}")
+    assert pause_skip_reason("conditional", False) is None
+    assert "no PORT_STATE" in pause_skip_reason("minimal", False)
+    assert "--no-pause" in pause_skip_reason("conditional", True)
+
+
+def test_dmp_outcome_names_the_hosts_without_their_planned_mac():
+    planned = {"a": 0x020000000001, "b": 0x020000000002}
+    ok = DmpOutcome({"a": {"returncode": 0, "rtt_ms": 0.5}, "b": {"returncode": 0}}, dict(planned), planned, 0.123)
+    assert ok.problem() is None and ok.fields() == {"dmp_assigned": 2, "dmp_s": 0.12, "dmp_rtt_ms_max": 0.5}
+    bad = DmpOutcome({"a": {"returncode": 0}, "b": {"returncode": 1, "stderr": "timeout"}},
+                     {"a": planned["a"], "b": 0x001122334455}, planned, 1.0)
+    assert bad.assigned == ["a"] and bad.wrong == ["b"]
+    assert bad.problem() == ("1 host(s) without their planned MAC, e.g. b: has 00:11:22:33:44:55, "
+                             "plan 02:00:00:00:00:02 (timeout)")
