@@ -4,6 +4,8 @@ Every error the command line reports derives from :class:`HpcfabricError`;
 ``exit_code`` is what the CLI exits with (2 for usage and configuration errors).
 """
 
+from typing import Callable
+
 
 class HpcfabricError(Exception):
     """Base of every error hpcfabric raises on purpose."""
@@ -50,3 +52,24 @@ class VerificationError(HpcfabricError):
     """The compiled rules do not deliver every frame (raised only on request)."""
 
     exit_code = 1
+
+
+def read_user_file(path: str, expected: str, missing: "str | Callable[[], str]") -> str:
+    """The UTF-8 text of a file the user named, or a :class:`ConfigError` saying why not.
+
+    ``expected`` completes "is a directory, expected ..." and ``missing`` is the
+    whole message for a file that does not exist (or makes it, e.g. with a suggestion).
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise ConfigError(missing if isinstance(missing, str) else missing(), source=path) from None
+    except IsADirectoryError:
+        raise ConfigError(f"is a directory, expected {expected}", source=path) from None
+    except PermissionError:
+        raise ConfigError("permission denied", source=path) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not UTF-8 text (invalid byte at offset {err.start})", source=path) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the file: {err.strerror or err}", source=path) from None

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hpcfabric.errors import ConfigError
+from hpcfabric.errors import ConfigError, read_user_file
 
 ROUTINGS = ("minimal", "valiant", "conditional")
 #: ``[hpcfabric] cos``: on/off or a scheme name (:data:`hpcfabric.rules.cos.COS_SCHEMES`)
@@ -168,19 +168,7 @@ def read_ini(path: str) -> configparser.ConfigParser:
         default_section="\0no-default-section",  # [DEFAULT] is a plain (ignored) section here
     )
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # host names are case-sensitive
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("no such config file", source=path) from None
-    except IsADirectoryError:
-        raise ConfigError("is a directory, expected an INI config file", source=path) from None
-    except PermissionError:
-        raise ConfigError("permission denied", source=path) from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"not UTF-8 text (invalid byte at offset {err.start})", source=path) from None
-    except OSError as err:
-        raise ConfigError(f"cannot read the file: {err.strerror or err}", source=path) from None
+    text = read_user_file(path, "an INI config file", "no such config file")
     try:
         parser.read_string(text, source=path)
     except configparser.MissingSectionHeaderError as err:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import yaml
 
-from hpcfabric.errors import ConfigError, TopologyError
+from hpcfabric.errors import ConfigError, TopologyError, read_user_file
 from hpcfabric.topology.explicit import HOST_KEYS, LINK_KEYS, SWITCH_KEYS, explicit_fabric
 from hpcfabric.topology.generators import dragonfly_fabric, fat_tree_fabric, flattened_butterfly_fabric
 from hpcfabric.topology.model import Fabric
@@ -425,19 +425,7 @@ def load_topology(path: str | os.PathLike[str]) -> Fabric:
     (36, 72, 'topologies/dragonfly-a4-p2-h2.yaml')
     """
     source = os.fspath(path)
-    file = Path(source)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"no such file{_suggest_file(file)}", source=source) from None
-    except IsADirectoryError:
-        raise ConfigError("is a directory, expected a YAML topology file", source=source) from None
-    except PermissionError:
-        raise ConfigError("permission denied", source=source) from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"not UTF-8 text (invalid byte at offset {err.start})", source=source) from None
-    except OSError as err:
-        raise ConfigError(f"cannot read the file: {err.strerror or err}", source=source) from None
+    text = read_user_file(source, "a YAML topology file", lambda: f"no such file{_suggest_file(Path(source))}")
     return parse_topology(text, source)
 
 
