@@ -16,3 +16,9 @@ Modules, bottom up (each imports only those above it):
 * ``decisions`` — one switch's decisions over its destination classes; ``automorphism``,
   ``symmetry`` — symmetries of the rules and the reduced sweep; ``updown`` — the up*/down* proof.
 """
+
+from hpcfabric.compat import forwarder
+
+# the names of the old hpcfabric.verify module (verify, Report, apply_down, ...), found on use
+__getattr__ = forwarder("verify")
+del forwarder
