@@ -73,7 +73,7 @@ class ProofReport:
     destination_classes: int  # summed over the switches decided
     nodes: int  # (column, arrival channel) nodes walked, summed over levels
     paused_choices: int  # node expansions where the paused decision differs
-    max_hops: int  # switches on the longest delivering walk, any pause pattern
+    depth: int  # breadth-first levels of the union walk: switches on the longest shortest walk
     undelivered: dict[str, int]  # failing (column, channel, choice) outcomes per kind, probes excluded
     probe_failures: dict[str, int]
     failing_columns: int
@@ -102,7 +102,7 @@ class ProofReport:
     def as_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in (
             "fabric", "routing", "cos", "cos_levels", "switches", "hosts", "pausable_ports", "columns",
-            "split_groups", "probes", "lines", "destination_classes", "nodes", "paused_choices", "max_hops",
+            "split_groups", "probes", "lines", "destination_classes", "nodes", "paused_choices", "depth",
             "undelivered", "probe_failures", "failing_columns", "overlaps", "acyclic", "channels", "dependencies",
         )}
         out = {"method": "union of per-destination choices (any set of paused ports)", "ok": self.ok,
@@ -159,15 +159,21 @@ def prove(
     t1 = time.perf_counter()
     ch = Choices(compiled, relevant, targets, progress=progress)
     timings["decisions"] = time.perf_counter() - t1
+    timings.update({f"decisions.{k}": v for k, v in ch.timings.items()})
     t1 = time.perf_counter()
     cols = _Columns(ch, groups, split, target_host, len(probes))
     start_col, start_state = cols.starts(ch, groups, fabric)
-    walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, len(fabric.switches) + 1,
+    walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
                       max_witnesses=max_failures)
     timings["walk"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     cdg = _cdg(ch, walk.edges)
     timings["cdg"] = time.perf_counter() - t1
+    if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
+        t1 = time.perf_counter()
+        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
+                          max_witnesses=max_failures)
+        timings["loops"] = time.perf_counter() - t1
     undelivered, probe_fail = walk.bad, walk.bad_probe
     failures = [{"kind": k, **describe_walk(ch, w, cols.names)} for w, k in zip(walk.witnesses, walk.witness_kinds)]
     if cdg["cycle"] is not None and len(failures) < max_failures:
@@ -177,7 +183,7 @@ def prove(
         cos_levels=getattr(compiled, "cos_levels", 0), switches=len(fabric.switches), hosts=len(hosts),
         pausable_ports=len(pausable_ports(compiled)), columns=cols.n_host_columns, split_groups=len(cols.split),
         probes=len(probes), lines=ch.lines, destination_classes=ch.switch_classes(), nodes=walk.nodes,
-        paused_choices=walk.paused_hops, max_hops=walk.max_hops, undelivered=undelivered, probe_failures=probe_fail,
+        paused_choices=walk.paused_hops, depth=walk.depth, undelivered=undelivered, probe_failures=probe_fail,
         failing_columns=walk.bad_columns, failures=tuple(failures[:max_failures]), overlaps=overlaps,
         overlap_examples=tuple(examples), acyclic=cdg["cycle"] is None, cycle=cdg["cycle"], per_cos=cdg["per_cos"],
         classes_used=cdg["classes"], channels=cdg["channels"], dependencies=len(walk.edges),
