@@ -89,6 +89,7 @@ class ProofReport:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     fallback: dict[str, Any] | None = None  # the single-port sweep, when the union fails
+    edges: frozenset[tuple[str, str]] | None = None  # keep=True: the dependency graph as channel-name pairs
 
     @property
     def delivered(self) -> bool:
@@ -124,6 +125,7 @@ def prove(
     *,
     fallback: str | None = None,
     max_failures: int = 20,
+    keep: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> ProofReport:
     """Prove delivery and deadlock freedom of ``compiled`` under any set of paused ports
@@ -187,7 +189,7 @@ def prove(
         failing_columns=walk.bad_columns, failures=tuple(failures[:max_failures]), overlaps=overlaps,
         overlap_examples=tuple(examples), acyclic=cdg["cycle"] is None, cycle=cdg["cycle"], per_cos=cdg["per_cos"],
         classes_used=cdg["classes"], channels=cdg["channels"], dependencies=len(walk.edges),
-        seconds=time.perf_counter() - t0, timings=timings,
+        seconds=time.perf_counter() - t0, timings=timings, edges=_edge_names(ch, walk.edges) if keep else None,
     )
     if report.ok or fallback is None:
         return report
@@ -292,15 +294,26 @@ def _alike(ch: Choices, switch: str) -> bool:
     return True
 
 
+def _channel(ch: Choices) -> Callable[[int], str]:
+    """State -> the name of the channel a frame waited in before arriving there (sender's egress)."""
+    def name(state: int) -> str:
+        sw, port, pcp = (int(x[0]) for x in ch.decode(np.array([state], dtype=np.int64)))
+        peer = ch.fabric.peer(ch.names[sw], port)
+        return channel_name((peer.node, peer.port, pcp))  # type: ignore[union-attr]
+
+    return name
+
+
+def _edge_names(ch: Choices, edges: np.ndarray) -> frozenset[tuple[str, str]]:
+    name = _channel(ch)
+    return frozenset((name(int(e) >> 32), name(int(e) & LOW32)) for e in edges.tolist())
+
+
 def _cdg(ch: Choices, edges: np.ndarray) -> dict[str, Any]:
     """Cycle check of the dependency edges (states of fabric arrivals), whole graph and per class."""
     src, dst = edges >> 32, edges & LOW32
-    sw, port, pcp = ch.decode(np.arange(ch.n_states, dtype=np.int64))
-
-    def name(state: int) -> str:
-        s = ch.names[int(sw[state])]
-        peer = ch.fabric.peer(s, int(port[state]))
-        return channel_name((peer.node, peer.port, int(pcp[state])))  # type: ignore[union-attr]
+    _, _, pcp = ch.decode(np.arange(ch.n_states, dtype=np.int64))
+    name = _channel(ch)
 
     cycle = find_cycle(core_graph(src, dst), name)
     nodes = np.unique(np.concatenate([src, dst])) if len(edges) else np.zeros(0, dtype=np.int64)
