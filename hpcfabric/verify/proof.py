@@ -45,7 +45,7 @@ from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_la
 from hpcfabric.verify.columns import groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
-from hpcfabric.verify.pipeline import check_overlaps, describe_flow
+from hpcfabric.verify.pipeline import overlap_summary
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import pausable_ports
 from hpcfabric.verify.unions import describe_walk, walk_union
@@ -143,12 +143,7 @@ def prove(
     timings: dict[str, float] = {}
     fabric, plan = compiled.fabric, compiled.plan
     relevant = forward_data_flows(compiled, "the union proof", VerificationError, actions=True)
-    overlaps, examples = 0, []
-    for sw in fabric.switches:
-        for a, b in check_overlaps(compiled.tables[sw.name].flows):
-            overlaps += 1
-            if len(examples) < 5:
-                examples.append(f"{sw.name}: {describe_flow(a)} | {describe_flow(b)}")
+    overlaps, examples = overlap_summary(compiled)
     hosts = fabric.hosts
     host_macs = np.array([plan.host_mac[h.name] for h in hosts], dtype=np.uint64)
     groups = groups_of_hosts(hosts)
