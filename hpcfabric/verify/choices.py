@@ -148,11 +148,17 @@ class Choices:
             port = np.array(line_port[first:], dtype=np.int64)
             pcps = np.array(line_pcp[first:], dtype=np.int64)
             host = np.array([fabric.peer(names[a], b).is_host for a, b in zip(sw.tolist(), port.tolist())], dtype=bool)
-            got = []
-            for variant in (sw, self.alt_variant[sw]):
-                got.append(self._decide(flat, dstc, variant, sw, port, pcps, ~host & self.in_port_out[sw]))
-            if (self.alt_variant[sw] == sw).all():
-                got[1] = got[0]
+            own_drop = ~host & self.in_port_out[sw]
+            got = [self._decide(flat, dstc, sw, sw, port, pcps, own_drop)]
+            got.append(got[0].copy())
+            sel = np.flatnonzero(self.alt_variant[sw] != sw)  # lines of switches with PORT_STATE entries
+            if len(sel):
+                cnt = self.n_cls[sw]
+                first_el = np.cumsum(cnt) - cnt
+                at = np.repeat(first_el[sel], cnt[sel]) + np.arange(int(cnt[sel].sum())) - \
+                    np.repeat(np.cumsum(cnt[sel]) - cnt[sel], cnt[sel])
+                got[1][at] = self._decide(flat, dstc, self.alt_variant[sw][sel], sw[sel], port[sel], pcps[sel],
+                                          own_drop[sel])
             base_parts.append(got[0])
             alt_parts.append(got[1])
             todo = self._reached(np.concatenate(got), np.repeat(sw, self.n_cls[sw]), known)
