@@ -35,6 +35,7 @@ __all__ = ["UnionWalk", "walk_union", "describe_walk", "BLOCK_CELLS"]
 
 BLOCK_CELLS = 1 << 24  # (column, state) cells of one block's visited map
 SLOT_MASK = (1 << SLOT_BITS) - 1
+NO_LINE = -(1 << 50)  # next state without a decided line (never reached by a walk that the work list saw)
 
 
 @dataclass
@@ -149,7 +150,22 @@ class _Context:
         self.fabric_arrival, self.cell_base, self.col_cls, self.want, self.probe = (
             fabric_arrival, cell_base, col_cls, want, probe.astype(bool))
         self.out_width = int(ch.max_ports.max(initial=0) + 1) * PCP_SLOTS
-        self.back_checked = ~ch.in_port_out  # switches that also send back by OFPP_IN_PORT decided that in the views
+        # arrivals where an output back to the ingress port by number is dropped here (switches that also
+        # send back by OFPP_IN_PORT decided that in the views)
+        self.back_ok = fabric_arrival & ~ch.in_port_out[sw_of]
+        cell_sw = np.repeat(ch.line_switch, np.diff(ch.line_off))
+        self.next_base, self.next_alt = (self._resolve(codes, cell_sw) for codes in (ch.base, ch.alt))
+        self.has_alt = ch.alt != ch.base
+
+    def _resolve(self, codes: np.ndarray, cell_sw: np.ndarray) -> np.ndarray:
+        """Per cell: the next reached-state index (>= 0), a final code, or NO_LINE (a state nobody decided)."""
+        res = codes.astype(np.int64)
+        out = res >= 0
+        res[out] = self.ch.egress(cell_sw[out], res[out])
+        st = res >= 0
+        nxt = self.rs_of[res[st]]
+        res[st] = np.where(nxt >= 0, nxt, NO_LINE)
+        return res
 
     def block(self, lo: int, hi: int, cols: np.ndarray, states: np.ndarray, check: bool,
               tally: _Tally) -> tuple[int, int, int, np.ndarray]:
@@ -159,55 +175,53 @@ class _Context:
         rs = self.rs_of[states]
         if (rs < 0).any():  # pragma: no cover - the work list decides every host port's line
             raise AssertionError("a host port without a decided line")
-        key = np.unique((cols - lo) * nr + rs)
-        stamp[key] = 0
+        key = _first_seen(stamp, (cols - lo) * nr + rs)
         keys, parents, alts = [key], [np.full(len(key), -1, dtype=np.int64)], [np.zeros(len(key), dtype=bool)]
         base = 0  # index of the frontier's first node in the block's node list
         links: list[tuple[np.ndarray, np.ndarray]] = []  # node graph (node index -> key), for the loop search
         deps = np.zeros(nr * self.out_width, dtype=bool)  # (arrival, egress port and PCP slot) of host traffic
         paused = level = 0
+        col, r = key // nr + lo, key % nr
+        host_block = not self.probe[lo]
         while len(key):
-            col, r = key // nr + lo, key % nr
             sw = self.sw_of[r]
             cell = self.cell_base[r] + self.col_cls[sw, col]
-            b, a = ch.base[cell], ch.alt[cell]
-            differs = np.flatnonzero(a != b)
+            differs = np.flatnonzero(self.has_alt[cell])
             paused += len(differs)
-            cand, cand_par, cand_alt = [], [], []
-            for which, idx in ((False, None), (True, differs)):
-                c = b if idx is None else a[idx]
-                i = np.arange(len(key)) if idx is None else idx
-                res = c.copy()
-                out = c >= 0
-                if out.any():
-                    res[out] = ch.egress(sw[i[out]], c[out])
-                    back = out & self.fabric_arrival[r[i]] & self.back_checked[sw[i]] & \
-                        ((c >> SLOT_BITS) == self.port_of[r[i]])
-                    res[back] = DROP  # OpenFlow never sends a frame back out of its ingress port by number
+            cand_col, cand_r, cand_par, cand_alt = [], [], [], []
+            for which, i in ((False, None), (True, differs)):
+                ci = cell if i is None else cell[i]
+                ri = r if i is None else r[i]
+                code = (ch.base if i is None else ch.alt)[ci]
+                res = (self.next_base if i is None else self.next_alt)[ci]
+                back = self.back_ok[ri] & ((code >> SLOT_BITS) == self.port_of[ri]) & (code >= 0)
+                res = np.where(back, DROP, res)  # OpenFlow never sends a frame back out of its ingress port by number
                 final = res < 0
                 if final.any():
-                    self._finals(i[final], res[final], col, keys, parents, alts, base, which, tally)
-                go = ~final
-                gi = i[go]
-                nxt = self.rs_of[res[go]]
-                if (nxt < 0).any():  # pragma: no cover - the work list decides every line a frame can reach
-                    raise AssertionError("a reachable state has no decided line")
-                host = self.fabric_arrival[r[gi]] & ~self.probe[col[gi]]
-                deps[r[gi[host]] * self.out_width + (c[go][host] >> SLOT_BITS) * PCP_SLOTS
-                     + (c[go][host] & SLOT_MASK)] = True  # host traffic's dependencies (as the CDG check)
-                nk = (col[gi] - lo) * nr + nxt
-                if check:
-                    links.append((base + gi, nk))
-                cand.append(nk)
+                    fi = np.flatnonzero(final)
+                    if (res[fi] == NO_LINE).any():  # pragma: no cover - the work list decides what a frame reaches
+                        raise AssertionError("a reachable state has no decided line")
+                    self._finals(fi if i is None else i[fi], res[fi], col, keys, parents, alts, base, which, tally)
+                    go = np.flatnonzero(~final)
+                    res, ri, code = res[go], ri[go], code[go]
+                    gi = go if i is None else i[go]
+                else:
+                    gi = np.arange(len(key)) if i is None else i
+                if host_block:  # host traffic's dependencies (as the CDG check)
+                    fab = self.fabric_arrival[ri]
+                    deps[ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS + (code[fab] & SLOT_MASK)] = True
+                cand_col.append(col[gi])
+                cand_r.append(res)
                 cand_par.append(base + gi)
                 cand_alt.append(np.full(len(gi), which))
-            nk = np.concatenate(cand)
+            ncol, nrs = np.concatenate(cand_col), np.concatenate(cand_r)
+            nk = (ncol - lo) * nr + nrs
+            if check:
+                links.append((np.concatenate(cand_par), nk))
             fresh = np.flatnonzero(stamp[nk] < 0)
-            stamp[nk[fresh]] = np.arange(len(fresh), dtype=np.int32)
-            first = fresh[stamp[nk[fresh]] == np.arange(len(fresh))]
-            stamp[nk[first]] = 0
+            first = fresh[_first_seen(stamp, nk[fresh], index=True)]
             base += len(key)
-            key = nk[first]
+            key, col, r = nk[first], ncol[first], nrs[first]
             keys.append(key)
             parents.append(np.concatenate(cand_par)[first])
             alts.append(np.concatenate(cand_alt)[first])
@@ -258,6 +272,16 @@ class _Context:
         for j, c in list(zip(on.tolist(), col.tolist()))[: tally.room()]:
             tally.witnesses.append(_trace(keys, parents, alts, j, self.reach, nr, c))
             tally.kinds.append("loop")
+
+
+def _first_seen(stamp: np.ndarray, keys: np.ndarray, index: bool = False) -> np.ndarray:
+    """Mark unvisited ``keys`` visited in ``stamp`` (-1: unvisited); return them once each (or, with
+    ``index``, the position of one occurrence of each) -- a scatter instead of a sort."""
+    at = np.arange(len(keys), dtype=np.int32)
+    stamp[keys] = at
+    one = np.flatnonzero(stamp[keys] == at)
+    stamp[keys] = 0
+    return one if index else keys[one]
 
 
 def _kinds(codes: np.ndarray) -> np.ndarray:
