@@ -10,20 +10,27 @@ while the frame travels -- each hop takes one of those two choices. The union wa
 (:mod:`hpcfabric.verify.unions`) follows both choices at every hop for every destination
 column from every host's injection, and checks:
 
-* **delivery**: every walk ends at the destination host, untagged, within ``switches + 1``
-  switches; no drop (table miss, pipeline error, output back out of the ingress port, port with
-  nothing behind it), punt, flood or loop -- for every host pair, under every pause pattern;
+* **delivery**: every walk ends at the destination host, untagged; no drop (table miss, pipeline
+  error, output back out of the ingress port, port with nothing behind it), punt, flood or loop
+  -- for every host pair, under every pause pattern;
 * **invalid probes** (:mod:`hpcfabric.verify.probes`): every walk of a probe from the first host of
   every access switch is dropped, under every pause pattern;
 * **deadlock freedom**: the channel dependency graph of all those walks is acyclic (and so is
   each class of service);
 * no two entries of equal priority overlap (OpenFlow leaves their order undefined).
 
-If all hold, the all-pairs verifier, the channel dependency check over every single paused port
-and the paused-port sweep hold too: every single-port scenario's walks and dependencies are a
-subset of the union's. The converse does not hold: a failure may need two ports paused together,
-which the single-port checks never consider. ``prove(..., fallback=...)`` then runs the
-single-port sweep (:mod:`hpcfabric.verify.sweep`, or the symmetric one) and reports both verdicts.
+``ok`` therefore means: delivered and deadlock-free under **any set** of paused ports (every
+subset at once, not only single ones). It implies what the all-pairs verifier, the CDG check
+over every single paused port and the paused-port sweep prove: every single-port scenario's
+walks and dependencies are a subset of the union's. Minimal routing has no PORT_STATE entry:
+the union is the unpaused fabric, and the proof is exactly all-pairs verify + its CDG.
+
+The converse does not hold: the union can fail where every *single* paused port passes (a
+failure that needs two ports paused together, or a dependency cycle whose edges come from
+different pause states). ``prove(..., fallback='sweep' | 'symmetric')`` then runs the
+single-paused-port check (:func:`hpcfabric.verify.sweep.sweep_single_paused` or
+:func:`hpcfabric.verify.symmetry.symmetric_sweep`) and reports both verdicts: the union's (any
+set of ports) in the report, the single-port one in ``fallback`` with a ``verdict`` line.
 
 Destination columns are the sweep's (:mod:`hpcfabric.verify.columns`): the hosts of one access
 switch share a column when no entry elsewhere tells them apart and their own switch decides
