@@ -21,7 +21,7 @@ from test_policies import applicable, compiled
 from test_sweep import MUTATIONS, _mutate, valiant_without_row_condition
 
 from hpcfabric.errors import VerificationError
-from hpcfabric.rules.flows import TABLE_ROUTE, Output, SetField
+from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, Output, SetField
 from hpcfabric.verify.allpairs import verify
 from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.verify.choices import SLOT_BITS, Choices
@@ -212,3 +212,28 @@ def test_cli_prove(tmp_path):
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "nope.yaml" in missing.stderr
     levels = subprocess.run(run + ["--cos-levels", "9"], capture_output=True, text=True)
     assert levels.returncode == 2 and "cos_levels" in levels.stderr and "Traceback" not in levels.stderr
+
+
+def test_a_failure_that_needs_two_paused_ports_is_union_only():
+    """s0_2's fallback for its port to s0_1 turns frames back to s0_0. Alone harmless: no frame for
+    s0_1 reaches s0_2 from s0_0 -- unless s0_0's own port to s0_1 is paused too (its Valiant
+    alternative goes through s0_2): then the frame goes back out of its ingress port, dropped.
+    The union sees it; every single paused port passes, and the fallback says so."""
+    comp = compiled("fb-2d-3x3", "conditional")
+    f = comp.fabric
+    to = {(a, b): next(p for p, x in f.ports(a).items() if x.node == b) for a, b in
+          (("s0_2", "s0_1"), ("s0_2", "s0_0"), ("s0_0", "s0_1"))}
+
+    def back(flows):
+        return [replace(x, actions=tuple(Output(to["s0_2", "s0_0"]) if isinstance(a, Output) and a.port == to["s0_2", "s0_1"]
+                                         else a for a in x.actions)) if x.table == TABLE_ALTERNATIVE else x for x in flows]
+
+    broken = _mutate(comp, "s0_2", back)
+    rep = prove(broken, fallback="sweep")
+    assert not rep.ok and rep.acyclic and rep.undelivered == {"dropped": rep.undelivered["dropped"]}
+    w = rep.failures[0]
+    assert w["kind"] == "dropped (paused choice)" and w["destination"].startswith("s0_1h")
+    assert rep.fallback["report"]["ok"] and rep.fallback["verdict"].startswith("union only")
+    both = [("s0_0", to["s0_0", "s0_1"]), ("s0_2", to["s0_2", "s0_1"])]
+    assert verify(broken, both).dropped > 0  # the two ports paused together really drop frames
+    assert all(verify(broken, [p]).ok for p in both)
