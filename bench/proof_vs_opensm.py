@@ -123,7 +123,7 @@ def main() -> int:
     ap.add_argument("--no-opensm", action="store_true", help="hpcfabric only")
     ap.add_argument("--engine", default="dfsssp", help="OpenSM routing engine (default dfsssp)")
     ap.add_argument("--osm-timeout", type=int, default=3600, metavar="S")
-    ap.add_argument("--osm-out", default=None, metavar="DIR", help="OpenSM logs (default: a temp dir, kept)")
+    ap.add_argument("--osm-out", default=None, metavar="DIR", help="keep OpenSM's logs here (default: a temp dir, removed)")
     ap.add_argument("--one", nargs=2, metavar=("YAML", "ROUTING"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -131,7 +131,13 @@ def main() -> int:
         return 0
     from hpcfabric.topology.loader import load_topology
 
-    tmp = Path(tempfile.mkdtemp(prefix="proof-bench-"))
+    with tempfile.TemporaryDirectory(prefix="proof-bench-") as tmp:
+        run_all(args, Path(tmp), load_topology)
+    return 0
+
+
+def run_all(args: argparse.Namespace, tmp: Path, load_topology) -> None:
+    """Every fabric: hpcfabric per routing, then OpenSM; one JSON line each (OpenSM logs under --osm-out)."""
     osm_root = Path(args.osm_out) if args.osm_out else tmp
     osm_cache: dict[tuple, dict] = {}
     for spec in filter(None, args.fabrics.split(",")):
@@ -150,6 +156,8 @@ def main() -> int:
                     osm_cache[key] = opensm({"name": fabric.name, "params": fabric.params}, args.engine,
                                             args.osm_timeout, osm_root)
                 line["opensm"] = {k: v for k, v in osm_cache[key].items() if k != "result"}
+                if not args.osm_out:
+                    line["opensm"].pop("dir", None)  # removed with the temp dir
                 line["opensm"]["peak_rss_mb"] = (osm_cache[key].get("result") or {}).get("opensm_maxrss_mb")
                 osm_s = osm_cache[key].get("seconds")
                 for routing in filter(None, args.routings.split(",")):
@@ -157,7 +165,6 @@ def main() -> int:
                     if osm_s and ours:
                         line[routing]["ratio"] = round(osm_s / ours, 1)
         print(json.dumps(line), flush=True)
-    return 0
 
 
 if __name__ == "__main__":
