@@ -49,7 +49,7 @@ import numpy as np
 from hpcfabric.errors import VerificationError
 from hpcfabric.verify.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_label
-from hpcfabric.verify.columns import groups_of_hosts, structural_splits_of
+from hpcfabric.verify.columns import SELF, groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
 from hpcfabric.verify.pipeline import overlap_summary
@@ -58,8 +58,6 @@ from hpcfabric.verify.scenarios import pausable_ports
 from hpcfabric.verify.unions import describe_walk, walk_union
 
 __all__ = ["ProofReport", "prove"]
-
-SELF = -(2**30)
 
 
 @dataclass(frozen=True)
