@@ -14,7 +14,10 @@ Modules, bottom up (each imports only those above it):
   single-port scenarios; ``cdg`` — the channel dependency graph check;
 * ``columns``, ``sweep`` — every single paused port at scale, over destination classes;
 * ``decisions`` — one switch's decisions over its destination classes; ``automorphism``,
-  ``symmetry`` — symmetries of the rules and the reduced sweep; ``updown`` — the up*/down* proof.
+  ``symmetry`` — symmetries of the rules and the reduced sweep; ``updown`` — the up*/down* proof;
+* ``choices`` — every line's decisions, unpaused and all paused, on the engine's batch path
+  (``engine.flat``, ``engine.batch``); ``unions`` — the union walk over both choices; ``proof`` —
+  :func:`prove`: delivery and deadlock freedom under any set of paused ports.
 """
 
 from hpcfabric.compat import forwarder

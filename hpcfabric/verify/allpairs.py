@@ -109,7 +109,7 @@ import numpy as np
 from hpcfabric.rules.addressing import format_mac
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, KINDS, LOOP, PUNT, TAGGED, outcome_kind
 from hpcfabric.verify.engine import Destinations, Engine, Unsupported
-from hpcfabric.verify.pipeline import PipelineError, check_overlaps, describe_flow
+from hpcfabric.verify.pipeline import PipelineError, overlap_summary
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import apply_down, apply_paused
 from hpcfabric.verify.walk import Pipelines, Walk, host_ids, walk_pair
@@ -317,12 +317,7 @@ def verify(
         _run_scalar(compiled, tally, dst_ids, probes, probe_src)
     pairs = n_hosts * len(dst_ids) - len(dst_ids)
     coverage = f"{coverage}: {pairs} pairs"
-    overlaps, examples = 0, []
-    for sw in fabric.switches:
-        for a, b in check_overlaps(compiled.tables[sw.name].flows):
-            overlaps += 1
-            if len(examples) < 5:
-                examples.append(f"{sw.name}: {describe_flow(a)} | {describe_flow(b)}")
+    overlaps, examples = overlap_summary(compiled)
     c = tally.counts
     assert sum(c.values()) == pairs, (dict(c), pairs)
     delivered = c["delivered"]

@@ -20,8 +20,8 @@ from hpcfabric.verify.codes import DELIVER, LOOP, channel_name
 from hpcfabric.verify.engine import Destinations, Engine, Row
 from hpcfabric.verify.lines import DecisionLines
 
-__all__ = ["SELF", "VISIT_BATCH", "NotAlike", "host_groups", "structural_splits", "ColumnLines", "expand_affected",
-           "edge_names"]
+__all__ = ["SELF", "VISIT_BATCH", "NotAlike", "host_groups", "groups_of_hosts", "structural_splits",
+           "structural_splits_of", "ColumnLines", "expand_affected", "edge_names"]
 
 SELF = -(2**30)  # "delivered to the destination itself" in normalised decisions
 VISIT_BATCH = 1 << 20  # pairs walked at once
@@ -34,34 +34,44 @@ class NotAlike(Exception):
 
 def host_groups(eng: Engine) -> dict[str, np.ndarray]:
     """Host ids per access switch."""
+    return groups_of_hosts(eng.hosts)
+
+
+def groups_of_hosts(hosts: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Host ids (positions in ``hosts``) per access switch."""
     by_sw: dict[str, list[int]] = {}
-    for h, host in enumerate(eng.hosts):
+    for h, host in enumerate(hosts):
         by_sw.setdefault(host.switch, []).append(h)
     return {sw: np.array(ids, dtype=np.int64) for sw, ids in by_sw.items()}
 
 
 def structural_splits(eng: Engine, groups: dict[str, np.ndarray]) -> set[str]:
-    """Access switches ``t`` whose hosts some ``eth_dst`` match on another switch tells apart.
+    """Access switches ``t`` whose hosts some ``eth_dst`` match on another switch tells apart."""
+    return structural_splits_of(eng.relevant, eng.host_macs, groups)
+
+
+def structural_splits_of(relevant: dict[str, list[Any]], host_macs: np.ndarray, groups: dict[str, np.ndarray]) -> set[str]:
+    """:func:`structural_splits` from the data-relevant entries per switch and the host MACs.
 
     For each mask: groups whose hosts differ under the mask, then every entry
     with that mask whose value is one of those hosts' masked addresses (true
     for some hosts of the group and false for others) on a switch other than
     the group's own."""
     names = list(groups)
-    gid = np.empty(len(eng.hosts), dtype=np.int64)
+    gid = np.empty(len(host_macs), dtype=np.int64)
     for i, sw in enumerate(names):
         gid[groups[sw]] = i
     order = np.argsort(gid, kind="stable")
     starts = np.searchsorted(gid[order], np.arange(len(names)))
     by_mask: dict[int, list[tuple[str, int]]] = {}
-    for sw, flows in eng.relevant.items():
+    for sw, flows in relevant.items():
         for f in flows:
             if f.match.eth_dst is not None:
                 v, m = f.match.eth_dst
                 by_mask.setdefault(m, []).append((sw, v & m))
     split: set[str] = set()
     for m, entries in by_mask.items():
-        masked = (eng.host_macs & np.uint64(m))[order]
+        masked = (host_macs & np.uint64(m))[order]
         lo = np.minimum.reduceat(masked, starts)
         hi = np.maximum.reduceat(masked, starts)
         differ = np.flatnonzero(lo != hi)
@@ -71,7 +81,7 @@ def structural_splits(eng: Engine, groups: dict[str, np.ndarray]) -> set[str]:
         in_differ[differ] = True
         hosts = np.flatnonzero(in_differ[gid])
         owner: dict[int, set[int]] = {}
-        for h, val in zip(hosts.tolist(), (eng.host_macs[hosts] & np.uint64(m)).tolist()):
+        for h, val in zip(hosts.tolist(), (host_macs[hosts] & np.uint64(m)).tolist()):
             owner.setdefault(val, set()).add(int(gid[h]))
         for sw, v in entries:
             for g in owner.get(v, ()):

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.rules.flows import OFPP_IN_PORT, Output, PushVlan, SetField
+from hpcfabric.rules.flows import OFPP_IN_PORT, Output, PopVlan, PushVlan, SetField
 from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.engine import Destinations, Row, data_flows, data_relevant, entry_key, evaluate
+from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate
+from hpcfabric.verify.pipeline import describe_flow
 
 __all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line", "unique_rows"]
 
@@ -128,17 +129,28 @@ def decide_line(row: Row, dst: Destinations) -> tuple[np.ndarray, ...]:
     return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
 
 
-def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError) -> dict[str, list[Any]]:
+def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError, *,
+                       actions: bool = False) -> dict[str, list[Any]]:
     """Per switch, the entries a data frame can meet (resubmits inlined); raises ``error``
     for what the per-switch checks do not model: an entry going back to an earlier
-    table, source-dependent (``eth_src``) rules."""
+    table, source-dependent (``eth_src``) rules, and, with ``actions``, actions other than
+    outputs and VLAN push/pop/PCP (MAC rewrites, groups: resolve them first)."""
     out: dict[str, list[Any]] = {}
     for sw in compiled.fabric.switches:
-        flows = data_flows(compiled.tables[sw.name].flows)
+        try:
+            flows = data_flows(compiled.tables[sw.name].flows)
+        except Unsupported as why:
+            raise error(f"{sw.name}: {method} cannot model these rules: {why}") from None
         for f in flows:
             if f.goto is not None and f.goto <= f.table:
                 raise error(f"{sw.name}: an entry goes back to table {f.goto}; {method} needs a forward pipeline")
             if f.match.eth_src is not None and data_relevant(f):
                 raise error(f"{sw.name}: {method} does not model source-dependent (eth_src) rules")
         out[sw.name] = [f for f in flows if data_relevant(f)]
+        if actions:
+            for f in out[sw.name]:
+                for a in f.actions:
+                    if isinstance(a, SetField) and a.field != "vlan_pcp" or not isinstance(a, (Output, SetField, PushVlan, PopVlan)):
+                        raise error(f"{sw.name}: {method} does not model the action {a!r} of {describe_flow(f)} "
+                                    "(entries that rewrite data frames or use groups)")
     return out

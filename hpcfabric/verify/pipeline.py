@@ -351,6 +351,17 @@ def check_overlaps(flows: Iterable[FlowSpec]) -> list[tuple[FlowSpec, FlowSpec]]
     return out
 
 
+def overlap_summary(compiled: Any, examples: int = 5) -> tuple[int, list[str]]:
+    """(overlapping entry pairs over every switch of ``compiled``, the first ``examples`` described)."""
+    count, out = 0, []
+    for sw in compiled.fabric.switches:
+        for a, b in check_overlaps(compiled.tables[sw.name].flows):
+            count += 1
+            if len(out) < examples:
+                out.append(f"{sw.name}: {describe_flow(a)} | {describe_flow(b)}")
+    return count, out
+
+
 def _shape(m: Match) -> tuple:
     """Which fields an entry matches and with which masks."""
     return (

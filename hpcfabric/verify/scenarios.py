@@ -85,23 +85,29 @@ def apply_down(compiled: Any, groups: Mapping[str, Iterable[Any]] | None, down: 
     return replace(compiled, tables=tables)
 
 
-
-_PS_FLOWS: dict[int, tuple[Any, Any]] = {}  # port -> (unpaused, paused) PORT_STATE entries
+_PS_FLOWS: dict[int, tuple[Any, ...]] = {}  # port -> its PORT_STATE entries: unpaused, paused, grouped, switch-local
 
 
 def flip_port_states(flows: Sequence[Any]) -> list[Any]:
-    """``flows`` with every PORT_STATE entry in its paused form."""
+    """``flows`` with every PORT_STATE entry in its paused form: the unpaused entry (also the one
+    protected by a fast-failover group) flipped, as :func:`apply_paused` does on a PAUSE; with the
+    switch-local reaction, the port's learned override added (:func:`hpcfabric.rules.compiler.learned_override_flow`)."""
     out = []
+    learned = []
     for f in flows:
         if f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None:
             p = f.match.metadata[0]
-            pair = _PS_FLOWS.get(p)
-            if pair is None:
-                pair = _PS_FLOWS[p] = (port_state_flow(p, False), port_state_flow(p, True))
-            if f == pair[0]:
-                f = pair[1]
+            forms = _PS_FLOWS.get(p)
+            if forms is None:
+                forms = _PS_FLOWS[p] = (port_state_flow(p, False), port_state_flow(p, True),
+                                        port_state_flow(p, False, GROUP_TAG | p),
+                                        port_state_flow(p, False, reaction="switch"))
+            if f == forms[0] or f == forms[2]:
+                f = forms[1]
+            elif f == forms[3]:
+                learned.append(learned_override_flow(p))
         out.append(f)
-    return out
+    return out + learned
 
 
 def paused_data_flows(compiled: Any, switch: str, relevant: list[Any]) -> tuple[list[Any], bool]:
@@ -109,4 +115,3 @@ def paused_data_flows(compiled: Any, switch: str, relevant: list[Any]) -> tuple[
     that changed nothing (no PORT_STATE entry: the paused line is the unpaused one)."""
     flipped = [f for f in data_flows(flip_port_states(compiled.tables[switch].flows)) if data_relevant(f)]
     return flipped, len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
-

@@ -17,7 +17,7 @@ import numpy as np
 from hpcfabric.rules.flows import OFPP_CONTROLLER, OFPP_IN_PORT, FlowSpec, Output, PopVlan, PushVlan, SetField, vlan_vid_matches
 from hpcfabric.verify.codes import NOWHERE, UNTAGGED
 
-__all__ = ["Unsupported", "Destinations", "View", "flow_attrs"]
+__all__ = ["Unsupported", "Destinations", "View", "flow_attrs", "action_effect"]
 
 
 class Unsupported(Exception):
@@ -45,14 +45,14 @@ class Destinations:
         return got
 
 
-def _effect(f: FlowSpec, pcp: int) -> tuple[int, int, int, int, int, int]:
-    """What ``f``'s actions do to a frame arriving with VLAN PCP ``pcp`` (UNTAGGED: none):
+def action_effect(actions: tuple, pcp: int) -> tuple[int, int, int, int, int, int]:
+    """What the ``actions`` of an entry do to a frame arriving with VLAN PCP ``pcp`` (UNTAGGED: none):
     (outputs other than the controller, last output port, punt, PCP at that output,
     PCP afterwards, error). An error (``set_field`` vlan_pcp or ``pop_vlan`` on an
     untagged frame) makes the reference pipeline raise: the frame is dropped."""
     nout = port = punt = 0
     out_pcp = pcp
-    for a in f.actions:
+    for a in actions:
         if isinstance(a, Output):
             if a.port == OFPP_CONTROLLER:
                 punt = 1
@@ -124,7 +124,7 @@ class View:
             key = (id(f), pcp)
             a = cache.get(key)
             if a is None or a[0] is not f:
-                a = cache[key] = (f, *flow_attrs(f), *_effect(f, pcp))
+                a = cache[key] = (f, *flow_attrs(f), *action_effect(f.actions, pcp))
             _, goto, wmv, wmm, dv, dm, mv, mm, nout, port, punt, opcp, npcp, err = a
             if own_port_drops and port == in_port:
                 port = NOWHERE

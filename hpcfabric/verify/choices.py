@@ -1,0 +1,252 @@
+"""Every output a switch's rules can choose, per arrival channel and destination class.
+
+For every switch, :class:`Choices` decides every *line* ``(switch, ingress port class, arrival
+PCP)`` a frame can reach, for one representative per destination class of the switch
+(:class:`hpcfabric.verify.engine.batch.MatchClasses` over the *targets* -- one MAC per destination
+column and the probes -- and the switch's own hosts), twice: with the PORT_STATE entries as
+installed and with all of them paused (:func:`hpcfabric.verify.scenarios.paused_data_flows`).
+A frame meets at most one PORT_STATE entry on a switch, so these two decisions are all a switch
+can do with it under *any* set of paused ports. The decisions come from the engine's batch path
+(:mod:`hpcfabric.verify.engine.batch`) over all switches at once.
+
+Lines are found by a work list: the host ports' lines first, then every (peer, port class, PCP)
+some decided line outputs to, until nothing new appears. Each decision is packed into one
+``int64`` *choice*: ``port << SLOT_BITS | PCP + 1`` for one output (PCP -1: untagged), or a final
+code (:data:`~hpcfabric.verify.codes.DROP` for no output, a pipeline error or an output no port
+takes; :data:`~hpcfabric.verify.codes.PUNT`; :data:`~hpcfabric.verify.codes.FLOOD`).
+:meth:`Choices.egress` turns an output into the next state (the peer's arrival channel) or a final
+code (delivered, tagged at a host, dead port).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, PCP_SLOTS, PUNT, TAGGED, UNTAGGED
+from hpcfabric.verify.decisions import port_classes
+from hpcfabric.verify.engine.batch import MatchClasses, decide
+from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
+from hpcfabric.verify.scenarios import paused_data_flows
+
+__all__ = ["SLOT_BITS", "Choices", "pack_choices"]
+
+SLOT_BITS = 4  # a choice is port << SLOT_BITS | (PCP + 1)
+
+
+def pack_choices(out_n: np.ndarray, out_port: np.ndarray, out_pcp: np.ndarray, punt: np.ndarray,
+                 err: np.ndarray, max_port: np.ndarray | int) -> np.ndarray:
+    """Choices (module docstring) from per-element outputs, punts and pipeline errors."""
+    port = out_port.astype(np.int64)
+    single = (out_n == 1) & (port >= 0) & (port <= max_port)  # NOWHERE and the like: dropped
+    code = np.where(single, port << SLOT_BITS | (out_pcp.astype(np.int64) + 1), DROP)
+    code = np.where(out_n > 1, FLOOD, code)
+    code = np.where(punt, PUNT, code)
+    return np.where(err, DROP, code)
+
+
+class Choices:
+    """The choices of every reachable line of a compiled fabric (module docstring).
+
+    ``relevant``: switch -> data-relevant entries (:func:`hpcfabric.verify.decisions.forward_data_flows`);
+    ``targets``: the destination MACs (column representatives, then probes).
+
+    After construction: ``line_switch``, ``line_off`` (first cell of each line), ``base`` / ``alt``
+    (choices per cell, unpaused / paused), ``state_line`` (line per state, -1 where none), ``cls``
+    (switch index x target -> class there), ``lines_at`` (switch -> its line ids). States are
+    numbered per switch, port and PCP slot (:meth:`state`).
+    """
+
+    def __init__(self, compiled: Any, relevant: dict[str, list[Any]], targets: np.ndarray, *,
+                 progress: Callable[[int, int, float], None] | None = None) -> None:
+        t0 = time.perf_counter()
+        self.compiled = compiled
+        fabric = self.fabric = compiled.fabric
+        self.targets = np.asarray(targets, dtype=np.uint64)
+        self.hid = {h.name: i for i, h in enumerate(fabric.hosts)}
+        names = self.names = [s.name for s in fabric.switches]
+        self.sw_index = {s: i for i, s in enumerate(names)}
+        S = len(names)
+        width = np.array([max(fabric.ports(s), default=0) + 1 for s in names], dtype=np.int64)
+        self.max_ports = width - 1
+        self.state_base = np.concatenate([[0], np.cumsum(width * PCP_SLOTS)])
+        self.n_states = int(self.state_base[-1])
+        self.timings: dict[str, float] = {}
+
+        # variants: every switch's entries as installed, then paused where that changes anything
+        lists = [relevant[s] for s in names]
+        self.alt_variant = np.arange(S)
+        groups = list(range(S))
+        for i, s in enumerate(names):
+            flipped, same = paused_data_flows(compiled, s, relevant[s])
+            if not same:
+                self.alt_variant[i] = len(lists)
+                lists.append(flipped)
+                groups.append(i)
+        self.flat = flat = FlatTables(lists)
+        variant_group = np.array(groups, dtype=np.int64)
+        back = np.zeros(flat.n_variants, dtype=bool)
+        in_port_act = (flat.port == IN_PORT_MARK).any(axis=1)
+        np.logical_or.at(back, flat.v, in_port_act[flat.act])
+        self.in_port_out = np.zeros(S, dtype=bool)
+        np.logical_or.at(self.in_port_out, variant_group, back)
+        self.timings["tables"] = time.perf_counter() - t0
+
+        # destination classes: every switch x target, and each host at its own switch
+        t1 = time.perf_counter()
+        nt = len(self.targets)
+        host_sw = np.array([self.sw_index[h.switch] for h in fabric.hosts], dtype=np.int64)
+        host_macs = np.array([compiled.plan.host_mac[h.name] for h in fabric.hosts], dtype=np.uint64)
+        pair_group = np.concatenate([np.repeat(np.arange(S), nt), host_sw])
+        pair_mac = np.concatenate([np.tile(self.targets, S), host_macs])
+        mc = MatchClasses(flat, variant_group, S, pair_group, pair_mac)
+        local = mc.pair_class - mc.class_start[pair_group]
+        self.cls = local[: S * nt].reshape(S, nt)
+        self.host_cls = local[S * nt:]  # class of each host at its own switch
+        self.n_cls = np.diff(mc.class_start)
+        self._vk_start, dstc = mc.candidates()
+        self.timings["classes"] = time.perf_counter() - t1
+
+        # ports: peers and port classes
+        t1 = time.perf_counter()
+        self.port_class: list[dict[int, int]] = []
+        self.members: list[dict[int, list[int]]] = []
+        cache: dict = {}
+        for s in names:
+            pc = port_classes(fabric, s, relevant[s], cache)
+            self.port_class.append(pc)
+            mem: dict[int, list[int]] = {}
+            for p, c in sorted(pc.items()):
+                mem.setdefault(c, []).append(p)
+            self.members.append(mem)
+        self.egress_codes = self._egress()
+        self.timings["ports"] = time.perf_counter() - t1
+
+        # the work list
+        t1 = time.perf_counter()
+        self.lines_at: dict[str, list[int]] = {}
+        known: set[tuple[int, int, int]] = set()
+        line_sw: list[int] = []
+        line_port: list[int] = []
+        line_pcp: list[int] = []
+        base_parts: list[np.ndarray] = []
+        alt_parts: list[np.ndarray] = []
+        todo = sorted({(i, self.port_class[i][p], UNTAGGED) for i, s in enumerate(names) for p in fabric.host_ports(s)})
+        rounds = 0
+        while todo:
+            rounds += 1
+            known.update(todo)
+            first = len(line_sw)
+            for i, c, pcp in todo:
+                line_sw.append(i)
+                line_port.append(self.members[i][c][0])
+                line_pcp.append(pcp)
+                self.lines_at.setdefault(names[i], []).append(len(line_sw) - 1)
+            sw = np.array(line_sw[first:], dtype=np.int64)
+            port = np.array(line_port[first:], dtype=np.int64)
+            pcps = np.array(line_pcp[first:], dtype=np.int64)
+            host = np.array([fabric.peer(names[a], b).is_host for a, b in zip(sw.tolist(), port.tolist())], dtype=bool)
+            own_drop = ~host & self.in_port_out[sw]
+            got = [self._decide(flat, dstc, sw, sw, port, pcps, own_drop)]
+            got.append(got[0].copy())
+            sel = np.flatnonzero(self.alt_variant[sw] != sw)  # lines of switches with PORT_STATE entries
+            if len(sel):
+                cnt = self.n_cls[sw]
+                first_el = np.cumsum(cnt) - cnt
+                at = np.repeat(first_el[sel], cnt[sel]) + np.arange(int(cnt[sel].sum())) - \
+                    np.repeat(np.cumsum(cnt[sel]) - cnt[sel], cnt[sel])
+                got[1][at] = self._decide(flat, dstc, self.alt_variant[sw][sel], sw[sel], port[sel], pcps[sel],
+                                          own_drop[sel])
+            base_parts.append(got[0])
+            alt_parts.append(got[1])
+            todo = self._reached(np.concatenate(got), np.repeat(sw, self.n_cls[sw]), known)
+            if progress is not None:
+                progress(len(line_sw), rounds, time.perf_counter() - t0)
+        self.line_switch = np.array(line_sw, dtype=np.int64)
+        cells = self.n_cls[self.line_switch]
+        self.line_off = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
+        self.base = np.concatenate(base_parts) if base_parts else np.zeros(0, dtype=np.int64)
+        self.alt = np.concatenate(alt_parts) if alt_parts else np.zeros(0, dtype=np.int64)
+        self.state_line = np.full(self.n_states, -1, dtype=np.int64)
+        for line, (i, p0, pcp) in enumerate(zip(line_sw, line_port, line_pcp)):
+            for p in self.members[i][self.port_class[i][p0]]:
+                self.state_line[self.state(names[i], p, pcp)] = line
+        self.rounds = rounds
+        self.timings["lines"] = time.perf_counter() - t1
+
+    # -- building -----------------------------------------------------------
+    def _decide(self, flat: FlatTables, dstc: np.ndarray, variant: np.ndarray, sw: np.ndarray, port: np.ndarray,
+                pcps: np.ndarray, own_drop: np.ndarray) -> np.ndarray:
+        """Choices of lines (``variant``, ``port``, ``pcps``) over every class of their switch, line by line."""
+        wild = flat.wild_index(variant, port)
+        cnt = self.n_cls[sw]
+        el_line = np.repeat(np.arange(len(sw)), cnt)
+        local = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        el_vk = self._vk_start[variant][el_line] + local
+        n, p, pcp, punt, err = decide(flat, wild, dstc, variant, port, pcps, own_drop, el_line, el_vk)
+        return pack_choices(n, p, pcp, punt, err, self.max_ports[sw][el_line])
+
+    def _reached(self, codes: np.ndarray, sw: np.ndarray, known: set) -> list[tuple[int, int, int]]:
+        """New lines that the single outputs among ``codes`` (made at switches ``sw``) lead to."""
+        sw = np.concatenate([sw, sw])
+        keep = codes >= 0
+        pairs = np.unique(sw[keep] << 32 | codes[keep])
+        out = set()
+        for x in pairs.tolist():
+            i, code = x >> 32, x & 0xFFFFFFFF
+            p, pcp = code >> SLOT_BITS, (code & ((1 << SLOT_BITS) - 1)) - 1
+            peer = self.fabric.peer(self.names[i], p)
+            if peer is None or peer.is_host:
+                continue
+            j = self.sw_index[peer.node]
+            key = (j, self.port_class[j][peer.port], pcp)
+            if key not in known:
+                out.add(key)
+        return sorted(out)
+
+    def _egress(self) -> np.ndarray:
+        """Per (switch, port, PCP slot): the next state (>= 0) or a final code."""
+        fabric = self.fabric
+        codes = np.full(self.n_states, DEAD, dtype=np.int64)
+        for s in self.names:
+            for p, peer in fabric.ports(s).items():
+                at = self.state(s, p, UNTAGGED)
+                if peer.is_host:
+                    codes[at:at + PCP_SLOTS] = TAGGED
+                    codes[at] = DELIVER - self.hid[peer.node]
+                else:
+                    first = self.state(peer.node, peer.port, UNTAGGED)
+                    codes[at:at + PCP_SLOTS] = np.arange(first, first + PCP_SLOTS)
+        return codes
+
+    # -- lookups ------------------------------------------------------------
+    def state(self, switch: str, port: int, pcp: int) -> int:
+        """The state of a frame arriving at ``switch`` on ``port`` with ``pcp`` (UNTAGGED: -1)."""
+        return int(self.state_base[self.sw_index[switch]]) + port * PCP_SLOTS + pcp + 1
+
+    def decode(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(switch index, port, PCP) per state."""
+        sw = np.searchsorted(self.state_base, state, side="right") - 1
+        off = state - self.state_base[sw]
+        return sw, off // PCP_SLOTS, off % PCP_SLOTS - 1
+
+    def egress(self, sw: np.ndarray, choice: np.ndarray) -> np.ndarray:
+        """Next state or final code of single-output ``choice`` s made at switches ``sw``."""
+        port = choice >> SLOT_BITS
+        slot = choice & ((1 << SLOT_BITS) - 1)
+        return self.egress_codes[self.state_base[sw] + port * PCP_SLOTS + slot]
+
+    @property
+    def lines(self) -> int:
+        return len(self.line_switch)
+
+    def switch_classes(self) -> int:
+        """Destination classes summed over the switches."""
+        return int(self.n_cls.sum())
+
+    def own_classes(self, switch: str) -> tuple[list[int], np.ndarray]:
+        """(own host ids, their classes) at ``switch``."""
+        own = [self.hid[h.name] for h in self.fabric.hosts_on(switch)]
+        return own, self.host_cls[np.array(own, dtype=np.int64)] if own else np.zeros(0, dtype=np.int64)
