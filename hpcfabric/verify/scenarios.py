@@ -91,7 +91,7 @@ _PS_FLOWS: dict[int, tuple[Any, ...]] = {}  # port -> its PORT_STATE entries: un
 def flip_port_states(flows: Sequence[Any]) -> list[Any]:
     """``flows`` with every PORT_STATE entry in its paused form: the unpaused entry (also the one
     protected by a fast-failover group) flipped, as :func:`apply_paused` does on a PAUSE; with the
-    switch-local reaction, the port's learned override added (:func:`hpcfabric.rules.compiler.learned_override_flow`)."""
+    switch-local reaction, the port's learned override added (:func:`hpcfabric.rules.port_state.learned_override_flow`)."""
     out = []
     learned = []
     for f in flows:
