@@ -52,6 +52,7 @@ from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_la
 from hpcfabric.verify.columns import SELF, groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
+from hpcfabric.verify.orbits import Reduction, reduce_columns
 from hpcfabric.verify.pipeline import overlap_summary
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import pausable_ports
@@ -95,6 +96,9 @@ class ProofReport:
     timings: dict[str, float] = field(default_factory=dict)
     fallback: dict[str, Any] | None = None  # the single-port sweep, when the union fails
     edges: frozenset[tuple[str, str]] | None = None  # keep=True: the dependency graph as channel-name pairs
+    # the symmetry reduction (verify.orbits) and whether it was used: then nodes count the walked
+    # columns' and channels / dependencies the quotient graph's (channels mapped to their orbits)
+    symmetry: dict[str, Any] | None = None
 
     @property
     def delivered(self) -> bool:
@@ -120,6 +124,7 @@ class ProofReport:
         out["classes_used"] = list(self.classes_used)
         out["seconds"] = round(self.seconds, 3)
         out["timings"] = {k: round(v, 3) for k, v in self.timings.items()}
+        out["symmetry"] = self.symmetry
         if self.fallback is not None:
             out["fallback"] = self.fallback
         return out
@@ -131,6 +136,7 @@ def prove(
     fallback: str | None = None,
     max_failures: int = 20,
     keep: bool = False,
+    symmetry: bool = True,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> ProofReport:
     """Prove delivery and deadlock freedom of ``compiled`` under any set of paused ports
@@ -139,6 +145,9 @@ def prove(
     ``fallback``: when the union fails, also run the single-paused-port check: ``'sweep'``
     (:func:`hpcfabric.verify.sweep.sweep_single_paused`) or ``'symmetric'``
     (:func:`hpcfabric.verify.symmetry.symmetric_sweep`); its report lands in ``fallback``.
+    ``symmetry``: walk one destination column per orbit of the automorphisms that commute with
+    the decisions (:mod:`hpcfabric.verify.orbits`) when that proves ``ok``; otherwise, and with
+    ``keep``, every column is walked.
     Raises :class:`VerificationError` for rules the engine does not model (MAC rewrites,
     source-dependent entries, groups).
     """
@@ -165,12 +174,18 @@ def prove(
     t1 = time.perf_counter()
     cols = _Columns(ch, groups, split, target_host, len(probes))
     start_col, start_state = cols.starts(ch, groups, fabric)
-    walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
-                      max_witnesses=max_failures)
-    timings["walk"] = time.perf_counter() - t1
-    t1 = time.perf_counter()
-    cdg = _cdg(ch, walk.edges)
-    timings["cdg"] = time.perf_counter() - t1
+    red = reduce_columns(ch, cols, start_col, start_state) if symmetry and not keep else None
+    timings["symmetry"] = time.perf_counter() - t1
+    walk, cdg = _reduced(ch, cols, red, start_col, start_state, timings) if red and red.kept else (None, None)
+    used = walk is not None
+    if walk is None:
+        t1 = time.perf_counter()
+        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
+                          max_witnesses=max_failures)
+        timings["walk"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        cdg = _cdg(ch, walk.edges)
+        timings["cdg"] = time.perf_counter() - t1
     if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
         t1 = time.perf_counter()
         walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
@@ -190,6 +205,7 @@ def prove(
         overlap_examples=tuple(examples), acyclic=cdg["cycle"] is None, cycle=cdg["cycle"], per_cos=cdg["per_cos"],
         classes_used=cdg["classes"], channels=cdg["channels"], dependencies=len(walk.edges),
         seconds=time.perf_counter() - t0, timings=timings, edges=_edge_names(ch, walk.edges) if keep else None,
+        symmetry=None if red is None else red.as_dict(used),
     )
     if report.ok or fallback is None:
         return report
@@ -275,6 +291,29 @@ class _Columns:
             col = np.concatenate([col, np.tile(np.arange(n_host_cols, n_host_cols + n_probe), len(first))])
             st = np.concatenate([st, np.repeat(first, n_probe)])
         return col, st
+
+
+def _reduced(ch: Choices, cols: _Columns, red: Reduction, start_col: np.ndarray, start_state: np.ndarray,
+             timings: dict[str, float]) -> tuple[Any, Any]:
+    """The walk of one host column per orbit (and every probe) and the cycle check of its quotient
+    dependency graph; (None, None) unless everything is delivered and the quotient is acyclic."""
+    t1 = time.perf_counter()
+    n = len(cols.want)
+    sel = np.concatenate([red.walk, np.arange(cols.n_host_columns, n, dtype=np.int64)])
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[sel] = np.arange(len(sel))
+    on = pos[start_col] >= 0
+    walk = walk_union(ch, cols.cls[:, sel], cols.want[sel], cols.probe[sel], pos[start_col[on]], start_state[on],
+                      loops=False, max_witnesses=0)
+    timings["walk"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    orbit = red.state_orbit
+    walk.edges = np.unique(orbit[walk.edges >> 32] << 32 | orbit[walk.edges & LOW32])
+    cdg = _cdg(ch, walk.edges)
+    timings["cdg"] = time.perf_counter() - t1
+    if walk.bad or walk.bad_probe or cdg["cycle"] is not None:
+        return None, None
+    return walk, cdg
 
 
 def _alike(ch: Choices, switch: str) -> bool:

@@ -1,0 +1,184 @@
+"""Symmetry reduction of the union proof: walk one destination column per orbit.
+
+A candidate automorphism ``σ`` of the topology (:mod:`hpcfabric.verify.automorphism`: Dragonfly
+group rotations or XORs, flattened-butterfly shifts) is **kept** only when it commutes with the
+decisions the proof walks, checked cell by cell on :class:`~hpcfabric.verify.choices.Choices`:
+
+* every reachable state ``x`` (switch ``s``, port ``p``, PCP) has an image state
+  ``σx = (σs, σp, PCP)`` with a decided line, and ``s`` and ``σs`` agree on sending frames back
+  by ``OFPP_IN_PORT``;
+* for every host column ``c`` and both choices (unpaused, paused), the decision of ``x``'s line
+  for ``c``, its output port mapped by ``σ``, equals the decision of ``σx``'s line for ``σc``;
+  ``σc`` is the column whose host is ``σ`` of ``c``'s host (one host per column kind alike);
+* the injections map onto injections: ``(σc, σ(start))`` has the line of some start of ``σc``.
+
+Then, by induction over hops, the union walk of column ``σc`` is the image of ``c``'s, node by
+node (``σ`` maps a link to a link and a host to a host, so next states and final codes commute;
+a delivery to ``c``'s host maps to one to ``σc``'s, so correct outcomes stay correct and wrong
+ones wrong). Walking one column per orbit of the group the kept generators generate therefore
+decides delivery for every column. Dependencies: the full graph is the union of the images of
+the walked columns' graph; mapping every channel to its orbit (:func:`state_orbits`) maps a
+cycle of the full graph to a closed walk of the quotient, so an **acyclic quotient proves the
+full graph acyclic**. The converse fails, so :func:`hpcfabric.verify.proof.prove` uses the
+reduction only when the reduced walk delivers everything and its quotient is acyclic; otherwise
+it walks every column (same verdicts and witnesses as without the reduction).
+
+Cost of the check: one gather per (reachable line, image line) pair over the host columns, for
+the unpaused and the paused choices (Dragonfly a12p6h6: ~4,400 lines x 876 columns).
+Probe columns are always walked in full (their addresses have no image).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hpcfabric.verify.automorphism import Automorphism, automorphism, candidate_generators, union_find
+from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.codes import PCP_SLOTS
+
+__all__ = ["Reduction", "reduce_columns"]
+
+SLOT_MASK = (1 << SLOT_BITS) - 1
+
+
+@dataclass
+class Reduction:
+    """Kept generators, the host columns to walk and the channel orbits (see module docstring)."""
+
+    kept: tuple[str, ...]
+    dropped: dict[str, str]
+    walk: np.ndarray  # host columns to walk: one per orbit
+    state_orbit: np.ndarray  # per state: the smallest state of its orbit
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self, used: bool) -> dict[str, Any]:
+        return {"used": used, "kept": list(self.kept), "dropped": dict(self.dropped),
+                "columns_walked": int(len(self.walk)) if used else None, "seconds": round(self.seconds, 3)}
+
+
+def state_map(ch: Choices, a: Automorphism) -> np.ndarray:
+    """Per state, its image under ``a`` (-1 where the port has no image)."""
+    out = np.full(ch.n_states, -1, dtype=np.int64)
+    slots = np.arange(PCP_SLOTS, dtype=np.int64)
+    for s in ch.names:
+        i, j = ch.sw_index[s], ch.sw_index[a.switch[s]]
+        pi = a.port[s]
+        ports = np.flatnonzero(pi >= 0)
+        src = (ch.state_base[i] + ports[:, None] * PCP_SLOTS + slots).reshape(-1)
+        out[src] = (ch.state_base[j] + pi[ports][:, None] * PCP_SLOTS + slots).reshape(-1)
+    return out
+
+
+def port_map(ch: Choices, a: Automorphism) -> np.ndarray:
+    """Switch index x port -> image port (-1: none), dense."""
+    width = int(ch.max_ports.max(initial=0)) + 1
+    out = np.full((len(ch.names), width), -1, dtype=np.int64)
+    for s in ch.names:
+        pi = a.port[s]
+        out[ch.sw_index[s], :len(pi)] = pi
+    return out
+
+
+def _check(ch: Choices, cols: Any, a: Automorphism, start_col: np.ndarray, start_state: np.ndarray
+           ) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
+    """(column map, state map, None) when ``a`` commutes with the walked decisions, else (.., why)."""
+    nh = cols.n_host_columns
+    col_of = {int(h): c for c, h in enumerate(cols.host.tolist())}
+    single = np.array(cols.single[:nh], dtype=bool)
+    try:
+        cmap = np.array([col_of[ch.hid[a.host[ch.fabric.hosts[int(h)].name]]] for h in cols.host.tolist()],
+                        dtype=np.int64)
+    except KeyError:
+        return None, None, "a column's host does not map to the host of a column"
+    if len(np.unique(cmap)) != nh or (single[cmap] != single).any():
+        return None, None, "the columns do not map one to one"
+    P = state_map(ch, a)
+    reach = np.flatnonzero(ch.state_line >= 0)
+    img = P[reach]
+    if (img < 0).any() or (ch.state_line[img] < 0).any():
+        return None, None, "a reachable arrival channel has no decided image"
+    sw = ch.line_switch[ch.state_line[reach]]
+    tw = ch.line_switch[ch.state_line[img]]
+    if (ch.in_port_out[sw] != ch.in_port_out[tw]).any():
+        return None, None, "switches differ in sending frames back by OFPP_IN_PORT"
+    pairs = np.unique(ch.state_line[reach] << 32 | ch.state_line[img])
+    la, lb = pairs >> 32, pairs & 0xFFFFFFFF
+    sa, sb = ch.line_switch[la], ch.line_switch[lb]
+    pm = port_map(ch, a)
+    smap = np.array([ch.sw_index[a.switch[x]] for x in ch.names], dtype=np.int64)
+    if (sb != smap[sa]).any():  # pragma: no cover - state_map maps switch s to a.switch[s]
+        raise AssertionError("a line maps to a line of another switch than the switch's image")
+    # class correspondence: per switch, the (class of c, class of σc at the image switch) pairs over
+    # the host columns (a dense table: no sort); cells are compared once per pair, not per column
+    cls = cols.cls[:, :nh].astype(np.int64)
+    img = cls[smap][:, cmap]
+    first = np.concatenate([[0], np.cumsum(ch.n_cls)]).astype(np.int64)
+    width = int(ch.n_cls.max(initial=1))
+    seen = np.zeros(int(first[-1]) * width, dtype=bool)
+    seen[((first[:-1, None] + cls) * width + img).reshape(-1)] = True
+    pair = np.flatnonzero(seen)
+    owner = np.searchsorted(first, pair // width, side="right") - 1  # switch of each pair
+    # expand: every line pair (la, lb) at switch s x every class pair of s
+    per_sw = np.bincount(owner, minlength=len(ch.names))
+    pair_first = np.concatenate([[0], np.cumsum(per_sw)])
+    cnt = per_sw[sa]
+    rep = np.repeat(np.arange(len(la)), cnt)
+    j = pair[pair_first[sa][rep] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+    k, k2 = j // width - first[sa][rep], j % width
+    sw = sa[rep]
+    for arr, what in ((ch.base, "unpaused"), (ch.alt, "paused")):
+        x = arr[ch.line_off[la][rep] + k].astype(np.int64)
+        y = arr[ch.line_off[lb][rep] + k2].astype(np.int64)
+        out = x >= 0
+        port = np.where(out, x >> SLOT_BITS, 0)
+        mapped = np.where(out, pm[sw, port] << SLOT_BITS | (x & SLOT_MASK), x)
+        bad = np.flatnonzero(mapped != y)
+        if len(bad):
+            j = int(bad[0])
+            c = int(np.flatnonzero(cls[sw[j]] == k[j])[0])
+            return None, None, (f"{ch.names[int(sw[j])]} decides column {cols.names[c]} ({what}) unlike "
+                                f"{ch.names[int(smap[sw[j]])]} decides its image")
+    host = start_col < nh
+    have = np.zeros((nh, ch.lines), dtype=bool)  # (column, line) of every injection
+    have[start_col[host], ch.state_line[start_state[host]]] = True
+    if not have[cmap[start_col[host]], ch.state_line[P[start_state[host]]]].all():
+        return None, None, "the hosts' injections do not map onto injections"
+    return cmap, P, None
+
+
+def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: np.ndarray) -> Reduction | None:
+    """The reduction by the candidate automorphisms that commute with the decisions (``kept`` empty
+    when none does or the columns are per host: ``dropped`` says why), or None without host columns."""
+    t0 = time.perf_counter()
+    fabric = ch.fabric
+    if not cols.n_host_columns:
+        return None
+    if cols.split:
+        return Reduction((), {"all": f"{len(cols.split)} access switches have hosts other switches tell apart "
+                              "(columns per host)"}, np.arange(cols.n_host_columns), np.arange(ch.n_states))
+    dropped: dict[str, str] = {}
+    maps: list[tuple[np.ndarray, np.ndarray]] = []
+    kept: list[str] = []
+    for name, m in candidate_generators(fabric):
+        a, why = automorphism(fabric, name, m)
+        if a is not None:
+            cmap, P, why = _check(ch, cols, a, start_col, start_state)
+        if why is not None:
+            dropped[name] = why
+            continue
+        kept.append(name)
+        maps.append((cmap, P))  # type: ignore[arg-type]
+    if not kept:
+        return Reduction((), dropped, np.arange(cols.n_host_columns), np.arange(ch.n_states),
+                         time.perf_counter() - t0)
+    nh = cols.n_host_columns
+    lab = union_find(nh, [(np.arange(nh, dtype=np.int64), c) for c, _ in maps])
+    walk = np.unique(lab)
+    states = [np.flatnonzero(P >= 0) for _, P in maps]
+    orbit = union_find(ch.n_states, [(s, P[s]) for s, (_, P) in zip(states, maps)])
+    return Reduction(tuple(kept), dropped, walk, orbit, time.perf_counter() - t0)
