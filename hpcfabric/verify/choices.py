@@ -122,12 +122,20 @@ class Choices:
                 mem.setdefault(c, []).append(p)
             self.members.append(mem)
         self.egress_codes = self._egress()
+        self.key_width = (max((max(pc.values(), default=0) for pc in self.port_class), default=0) + 1) * PCP_SLOTS
+        self.line_key = np.zeros(self.n_states, dtype=np.int64)  # per state: its line's key in the work list
+        for i, pc in enumerate(self.port_class):
+            if pc:
+                ports = np.array(list(pc), dtype=np.int64)
+                at = self.state_base[i] + ports[:, None] * PCP_SLOTS + np.arange(PCP_SLOTS)
+                self.line_key[at] = i * self.key_width + np.array(list(pc.values()))[:, None] * PCP_SLOTS + \
+                    np.arange(PCP_SLOTS)
         self.timings["ports"] = time.perf_counter() - t1
 
         # the work list
         t1 = time.perf_counter()
         self.lines_at: dict[str, list[int]] = {}
-        known: set[tuple[int, int, int]] = set()
+        known = np.zeros(S * self.key_width, dtype=bool)
         line_sw: list[int] = []
         line_port: list[int] = []
         line_pcp: list[int] = []
@@ -135,9 +143,10 @@ class Choices:
         alt_parts: list[np.ndarray] = []
         todo = sorted({(i, self.port_class[i][p], UNTAGGED) for i, s in enumerate(names) for p in fabric.host_ports(s)})
         rounds = 0
+        for i, c, pcp in todo:
+            known[i * self.key_width + c * PCP_SLOTS + pcp + 1] = True
         while todo:
             rounds += 1
-            known.update(todo)
             first = len(line_sw)
             for i, c, pcp in todo:
                 line_sw.append(i)
@@ -188,23 +197,17 @@ class Choices:
         n, p, pcp, punt, err = decide(flat, wild, dstc, variant, port, pcps, own_drop, el_line, el_vk)
         return pack_choices(n, p, pcp, punt, err, self.max_ports[sw][el_line])
 
-    def _reached(self, codes: np.ndarray, sw: np.ndarray, known: set) -> list[tuple[int, int, int]]:
-        """New lines that the single outputs among ``codes`` (made at switches ``sw``) lead to."""
+    def _reached(self, codes: np.ndarray, sw: np.ndarray, known: np.ndarray) -> list[tuple[int, int, int]]:
+        """New lines that the single outputs among ``codes`` (made at switches ``sw``) lead to;
+        ``known``: per line key (:attr:`line_key` of a state) True once listed."""
         sw = np.concatenate([sw, sw])
         keep = codes >= 0
-        pairs = np.unique(sw[keep] << 32 | codes[keep])
-        out = set()
-        for x in pairs.tolist():
-            i, code = x >> 32, x & 0xFFFFFFFF
-            p, pcp = code >> SLOT_BITS, (code & ((1 << SLOT_BITS) - 1)) - 1
-            peer = self.fabric.peer(self.names[i], p)
-            if peer is None or peer.is_host:
-                continue
-            j = self.sw_index[peer.node]
-            key = (j, self.port_class[j][peer.port], pcp)
-            if key not in known:
-                out.add(key)
-        return sorted(out)
+        nxt = self.egress(sw[keep], codes[keep])  # next state, or a final code (host, dead port)
+        key = np.unique(self.line_key[nxt[nxt >= 0]])
+        key = key[~known[key]]
+        known[key] = True
+        j, rest = key // self.key_width, key % self.key_width
+        return list(zip(j.tolist(), (rest // PCP_SLOTS).tolist(), (rest % PCP_SLOTS - 1).tolist()))
 
     def _egress(self) -> np.ndarray:
         """Per (switch, port, PCP slot): the next state (>= 0) or a final code."""

@@ -14,12 +14,14 @@ error, the tables reached and, on request, the PORT_STATE entry each destination
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from hpcfabric.rules.flows import ETH_TYPE_IPV4, OFPP_IN_PORT, TABLE_PORT_STATE, FlowSpec, Output, PopVlan, PushVlan, SetField
+from hpcfabric.rules.flows import (ETH_TYPE_IPV4, OFPP_IN_PORT, TABLE_PORT_STATE, FlowSpec, Match, Output, PopVlan, PushVlan,
+                                   SetField)
 from hpcfabric.verify.codes import UNTAGGED
 from hpcfabric.verify.engine.views import Destinations, Unsupported, View
 from hpcfabric.verify.flatten import Unflattenable, inline_resubmits
@@ -48,11 +50,14 @@ def rewrites_pcp(f: FlowSpec) -> bool:
     )
 
 
+MATCH_BUT_IN_PORT = attrgetter(*(x.name for x in fields(Match) if x.name != "in_port"))  # every match field but in_port
+
+
 def entry_key(f: Any, cache: dict[int, tuple]) -> tuple:
     """What an entry does and matches, ``in_port`` left out (cached by identity in ``cache``)."""
     got = cache.get(id(f))
     if got is None or got[0] is not f:
-        key = (f.table, f.priority, replace(f.match, in_port=None), f.actions, f.goto, f.write_metadata)
+        key = (f.table, f.priority, MATCH_BUT_IN_PORT(f.match), f.actions, f.goto, f.write_metadata)
         got = cache[id(f)] = (f, key)
     return got[1]
 
