@@ -64,9 +64,11 @@ class MatchClasses:
             else:
                 self._present.append((np.unique(g * len(vals) + pos[hit]), len(vals)))
         h = pair_group.astype(np.uint64) * _MUL
+        labs = []  # per mask: the label of every pair (kept for the exact check below)
         with np.errstate(over="ignore"):
             for mi in range(len(self.masks)):
-                h = h * _MUL + (self._label(mi, pair_group, mac_id) + 1).astype(np.uint64)
+                labs.append(self._label(mi, pair_group, mac_id))
+                h = h * _MUL + (labs[-1] + 1).astype(np.uint64)
         _, first, inv = np.unique(h, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
         # number classes group by group, by first pair
@@ -81,7 +83,7 @@ class MatchClasses:
         ok = pair_group[rep] == pair_group
         self.labels = np.empty((len(order), len(self.masks)), dtype=np.int64)
         for mi in range(len(self.masks)):
-            lab = self._label(mi, pair_group, mac_id)
+            lab = labs[mi]
             ok &= lab == lab[rep]
             self.labels[:, mi] = lab[self.class_pair]
         if not ok.all():  # pragma: no cover - a 64-bit hash collision inside one switch
@@ -98,7 +100,7 @@ class MatchClasses:
             q = group * width + u
             at = np.minimum(np.searchsorted(key, q), max(len(key) - 1, 0))
             hit = key[at] == q if len(key) else np.zeros(len(q), dtype=bool)
-        return np.where(hit, u, -1)
+        return np.where(hit, u, -1).astype(np.int32)  # value ids < 2^31
 
     @property
     def n_classes(self) -> int:
