@@ -123,7 +123,7 @@ class Choices:
             self.members.append(mem)
         self.egress_codes = self._egress()
         self.key_width = (max((max(pc.values(), default=0) for pc in self.port_class), default=0) + 1) * PCP_SLOTS
-        self.line_key = np.zeros(self.n_states, dtype=np.int64)  # per state: its line's key in the work list
+        self.line_key = np.full(self.n_states, -1, dtype=np.int64)  # per state: its line's key (-1: no port)
         for i, pc in enumerate(self.port_class):
             if pc:
                 ports = np.array(list(pc), dtype=np.int64)
@@ -178,10 +178,13 @@ class Choices:
         self.line_off = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         self.base = np.concatenate(base_parts) if base_parts else np.zeros(0, dtype=np.int64)
         self.alt = np.concatenate(alt_parts) if alt_parts else np.zeros(0, dtype=np.int64)
+        # every member port of a line's port class shares the line: look states up by their line key
+        line_of_key = np.full(S * self.key_width, -1, dtype=np.int64)
+        line_of_key[self.line_key[self.state_base[self.line_switch] + np.array(line_port, dtype=np.int64) * PCP_SLOTS
+                                  + np.array(line_pcp, dtype=np.int64) + 1]] = np.arange(len(line_sw))
         self.state_line = np.full(self.n_states, -1, dtype=np.int64)
-        for line, (i, p0, pcp) in enumerate(zip(line_sw, line_port, line_pcp)):
-            for p in self.members[i][self.port_class[i][p0]]:
-                self.state_line[self.state(names[i], p, pcp)] = line
+        ported = self.line_key >= 0
+        self.state_line[ported] = line_of_key[self.line_key[ported]]
         self.rounds = rounds
         self.timings["lines"] = time.perf_counter() - t1
 
@@ -203,7 +206,7 @@ class Choices:
         sw = np.concatenate([sw, sw])
         keep = codes >= 0
         nxt = self.egress(sw[keep], codes[keep])  # next state, or a final code (host, dead port)
-        key = np.unique(self.line_key[nxt[nxt >= 0]])
+        key = np.unique(self.line_key[nxt[nxt >= 0]])  # next states are ports' states: keys >= 0
         key = key[~known[key]]
         known[key] = True
         j, rest = key // self.key_width, key % self.key_width
