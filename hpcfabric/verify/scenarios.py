@@ -113,5 +113,9 @@ def flip_port_states(flows: Sequence[Any]) -> list[Any]:
 def paused_data_flows(compiled: Any, switch: str, relevant: list[Any]) -> tuple[list[Any], bool]:
     """``switch``'s data-relevant entries with every PORT_STATE entry paused, and whether
     that changed nothing (no PORT_STATE entry: the paused line is the unpaused one)."""
-    flipped = [f for f in data_flows(flip_port_states(compiled.tables[switch].flows)) if data_relevant(f)]
+    flows = compiled.tables[switch].flows
+    if not any(f.table == TABLE_PORT_STATE and f.rule_class == RuleClass.PORT_STATE and f.match.metadata is not None
+               for f in flows):  # nothing that flip_port_states flips
+        return list(relevant), True
+    flipped = [f for f in data_flows(flip_port_states(flows)) if data_relevant(f)]
     return flipped, len(flipped) == len(relevant) and all(a is b for a, b in zip(flipped, relevant))
