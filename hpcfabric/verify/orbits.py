@@ -114,14 +114,18 @@ def _check(ch: Choices, cols: Any, a: Automorphism, start_col: np.ndarray, start
     if (sb != smap[sa]).any():  # pragma: no cover - state_map maps switch s to a.switch[s]
         raise AssertionError("a line maps to a line of another switch than the switch's image")
     # class correspondence: per switch, the (class of c, class of σc at the image switch) pairs over
-    # the host columns (a dense table: no sort); cells are compared once per pair, not per column
+    # the host columns; cells are then compared once per pair, not per column. Mostly a function of
+    # the class (one scatter); the columns where it is not add their pairs.
     cls = cols.cls[:, :nh].astype(np.int64)
     img = cls[smap][:, cmap]
     first = np.concatenate([[0], np.cumsum(ch.n_cls)]).astype(np.int64)
     width = int(ch.n_cls.max(initial=1))
-    seen = np.zeros(int(first[-1]) * width, dtype=bool)
-    seen[((first[:-1, None] + cls) * width + img).reshape(-1)] = True
-    pair = np.flatnonzero(seen)
+    at = first[:-1, None] + cls
+    f = np.full(int(first[-1]), -1, dtype=np.int64)
+    f[at] = img
+    other = f[at] != img
+    has = np.flatnonzero(f >= 0)
+    pair = np.unique(np.concatenate([has * width + f[has], at[other] * width + img[other]]))
     owner = np.searchsorted(first, pair // width, side="right") - 1  # switch of each pair
     # expand: every line pair (la, lb) at switch s x every class pair of s
     per_sw = np.bincount(owner, minlength=len(ch.names))
