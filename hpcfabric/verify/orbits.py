@@ -84,7 +84,7 @@ def port_map(ch: Choices, a: Automorphism) -> np.ndarray:
     return out
 
 
-def _check(ch: Choices, cols: Any, a: Automorphism, start_col: np.ndarray, start_state: np.ndarray
+def _check(ch: Choices, cols: Any, a: Automorphism, starts: list[tuple[Any, ...]]
            ) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
     """(column map, state map, None) when ``a`` commutes with the walked decisions, else (.., why)."""
     nh = cols.n_host_columns
@@ -135,24 +135,55 @@ def _check(ch: Choices, cols: Any, a: Automorphism, start_col: np.ndarray, start
     j = pair[pair_first[sa][rep] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
     k, k2 = j // width - first[sa][rep], j % width
     sw = sa[rep]
+    xo = ch.line_off[la][rep] + k  # cells at the switch and at its image
+    yo = ch.line_off[lb][rep] + k2
     for arr, what in ((ch.base, "unpaused"), (ch.alt, "paused")):
-        x = arr[ch.line_off[la][rep] + k].astype(np.int64)
-        y = arr[ch.line_off[lb][rep] + k2].astype(np.int64)
-        out = x >= 0
-        port = np.where(out, x >> SLOT_BITS, 0)
-        mapped = np.where(out, pm[sw, port] << SLOT_BITS | (x & SLOT_MASK), x)
+        if arr is ch.alt:  # where neither cell has a paused choice of its own, the unpaused check covers it
+            sel = np.flatnonzero((ch.alt[xo] != ch.base[xo]) | (ch.alt[yo] != ch.base[yo]))
+            xo, yo, sw, k = xo[sel], yo[sel], sw[sel], k[sel]
+        x, y = arr[xo], arr[yo]
+        out = np.flatnonzero(x >= 0)
+        mapped = x.copy()
+        mapped[out] = pm[sw[out], x[out] >> SLOT_BITS] << SLOT_BITS | (x[out] & SLOT_MASK)
         bad = np.flatnonzero(mapped != y)
         if len(bad):
             j = int(bad[0])
             c = int(np.flatnonzero(cls[sw[j]] == k[j])[0])
             return None, None, (f"{ch.names[int(sw[j])]} decides column {cols.names[c]} ({what}) unlike "
                                 f"{ch.names[int(smap[sw[j]])]} decides its image")
-    host = start_col < nh
-    have = np.zeros((nh, ch.lines), dtype=bool)  # (column, line) of every injection
-    have[start_col[host], ch.state_line[start_state[host]]] = True
-    if not have[cmap[start_col[host]], ch.state_line[P[start_state[host]]]].all():
-        return None, None, "the hosts' injections do not map onto injections"
+    for col, state, start_id, have, shared in starts:
+        got = start_id[ch.state_line[P[state]]]
+        if (got < 0).any() or not have[col if shared else cmap[col], got].all():
+            return None, None, "the hosts' injections do not map onto injections"
     return cmap, P, None
+
+
+def _starts(ch: Choices, cols: Any, start_col: np.ndarray, start_state: np.ndarray) -> list[tuple[Any, ...]]:
+    """The host columns' injections as (column, state, id per line of an injection or -1, table of
+    (column, line id) pairs that are injections, shared). Columns of several hosts are all injected
+    into from the same states (``_Columns.starts`` in :mod:`hpcfabric.verify.proof`), so the first
+    stands for them all (``shared``: one table row, the column is not mapped); per-host columns
+    skip their own host's port and are listed each."""
+    nh = cols.n_host_columns
+    single = np.array(cols.single[:nh], dtype=bool)
+    parts = []
+    many = np.flatnonzero(~single)
+    if len(many):
+        pick = start_col == many[0]
+        parts.append((np.zeros(int(pick.sum()), dtype=np.int64), start_state[pick], True))
+    pick = (start_col < nh) & single[np.minimum(start_col, nh - 1)]
+    if pick.any():
+        parts.append((start_col[pick], start_state[pick], False))
+    out = []
+    for col, state, shared in parts:
+        line = ch.state_line[state]
+        start_lines = np.unique(line)
+        start_id = np.full(ch.lines, -1, dtype=np.int64)
+        start_id[start_lines] = np.arange(len(start_lines))
+        have = np.zeros((1 if shared else nh, len(start_lines)), dtype=bool)
+        have[col, start_id[line]] = True
+        out.append((col, state, start_id, have, shared))
+    return out
 
 
 def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: np.ndarray) -> Reduction | None:
@@ -165,13 +196,14 @@ def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: n
     if cols.split:
         return Reduction((), {"all": f"{len(cols.split)} access switches have hosts other switches tell apart "
                               "(columns per host)"}, np.arange(cols.n_host_columns), np.arange(ch.n_states))
+    starts = _starts(ch, cols, start_col, start_state)
     dropped: dict[str, str] = {}
     maps: list[tuple[np.ndarray, np.ndarray]] = []
     kept: list[str] = []
     for name, m in candidate_generators(fabric):
         a, why = automorphism(fabric, name, m)
         if a is not None:
-            cmap, P, why = _check(ch, cols, a, start_col, start_state)
+            cmap, P, why = _check(ch, cols, a, starts)
         if why is not None:
             dropped[name] = why
             continue
