@@ -54,8 +54,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "updown": ("verify.updown",),
 }
 
-# packages that replaced a module of the same name: their face forwards the old module's names
-PACKAGE_FACES: dict[str, tuple[str, ...]] = {
+# modules (or packages that replaced a module of the same name) that kept their path but not all
+# their names: their ``__getattr__`` (:func:`forwarder`) forwards the names that moved out
+KEPT_PATHS: dict[str, tuple[str, ...]] = {
+    "analysis.power": ("analysis.onoff",),
     "verify": ("verify.scenarios", "verify.allpairs", "verify.probes", "verify.walk", "verify.codes", "verify.engine.core"),
     "failover": ("failover.reroute", "failover.groups"),
 }
@@ -80,7 +82,7 @@ def lookup(old: str, name: str, homes: tuple[str, ...]) -> Any:
 
 def forwarder(old: str) -> Any:
     """A module ``__getattr__`` (PEP 562) for a package face that replaced module ``old``."""
-    homes = PACKAGE_FACES[old]
+    homes = KEPT_PATHS[old]
 
     def __getattr__(name: str) -> Any:
         return lookup(old, name, homes)

@@ -18,6 +18,8 @@ MOVED = [
     ("hpcfabric.pipeline.Pipeline", "hpcfabric.verify.pipeline.Pipeline"),
     ("hpcfabric.fastfailover.resolve_groups", "hpcfabric.verify.pipeline.resolve_groups"),
     ("hpcfabric.pause.PauseState", "hpcfabric.protocols.pause.PauseState"),
+    ("hpcfabric.analysis.power.OnOffModel", "hpcfabric.analysis.onoff.OnOffModel"),
+    ("hpcfabric.analysis.power.onoff_fabric", "hpcfabric.analysis.onoff.onoff_fabric"),
     ("hpcfabric.ofwire.flow_mod_body", "hpcfabric.openflow.ofwire.flow_mod_body"),
 ]
 
