@@ -115,6 +115,8 @@ def _check_config(args: argparse.Namespace) -> int:
         f"metrics={s['metrics']}, ha={s['ha']}, fast_failover={s['fast_failover']}"
         + (f" ({s['ff_groups']} groups)" if s["fast_failover"] == "on" else "")
     )
+    print(f"  classes of service {s['cos']}, flow_control = {s['flow_control']}: deadlock {s['deadlock']}: "
+          f"{s['deadlock_explanation']}")
     return 0
 
 

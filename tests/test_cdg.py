@@ -167,8 +167,8 @@ def test_cli_verify_routing_reports_the_cdg(capsys):
     assert code == 0 and data["ok"] and data["cdg_acyclic"] is True
     assert data["cos_levels"] == 3 and data["cos"] == "top" and data["scenarios"] == 13
     assert data["scenario_failures"] == [] and data["delivered"] == data["pairs"]
-    code, out, _ = _cli(capsys, "verify", topo, "--routing", "conditional", "--paused", "g0s0:2")
-    data = json.loads(out)  # conditional defaults to untagged: the CDG has a cycle, the exit status says so
+    code, out, _ = _cli(capsys, "verify", topo, "--routing", "conditional", "--cos", "off", "--paused", "g0s0:2")
+    data = json.loads(out)  # untagged conditional tables: the CDG has a cycle, the exit status says so
     assert code == 1 and data["cdg_acyclic"] is False and data["cdg_cycle"] and data["paused"] == ["g0s0:2"]
     assert data["scenarios"] == 2 and data["cos_levels"] == 0 and data["delivered"] == data["pairs"]
     code, out, _ = _cli(capsys, "verify", topo, "--routing", "valiant")

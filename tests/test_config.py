@@ -110,14 +110,20 @@ def test_widths_and_addressing(tmp_path):
 
 def test_validate_config_summary():
     s = validate_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
-    # 84 compiled entries + 4 guard entries per host port (source check pair, metered host punts)
-    assert s["switches"] == 6 and s["rules_expected"] == 84 + 4 * 6 and s["routing"] == "conditional"
+    cfg = load_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
+    compiled = sum(len(cfg.compiled.flows(sw.name)) for sw in cfg.fabric.switches)
+    # the compiled entries (classes on by default: top/3, more than the 84 untagged ones) + 4 guard
+    # entries per host port (source check pair, metered host punts)
+    assert s["switches"] == 6 and s["rules_expected"] == compiled + 4 * 6 and s["routing"] == "conditional"
+    assert s["cos"] == "top/3" and compiled > 84
+    assert s["flow_control"] == "pfc" and s["deadlock"] == "proven"
     assert s["guards"] == "source_check,punt_meters" and s["fast_failover"] == "off"
 
 
 def test_rewrite_mode(tmp_path):
     macs = "\n".join(f"g{g}s{s}h0 = 00:16:3e:00:0{g}:0{s}" for g in range(3) for s in range(2))
-    path = write(tmp_path, base("host_mac = rewrite\nrouting = conditional\n") + "[hosts]\n" + macs + "\n")
+    path = write(tmp_path, base("host_mac = rewrite\nrouting = conditional\ncos = off\nflow_control = none\n")
+                 + "[hosts]\n" + macs + "\n")  # untagged tables: the rewrite entries alone (tagged: test_mac_rewrite_with_cos)
     cfg = load_config(path)
     real = dict(cfg.real_macs)
     assert real["g1s0h0"] == 0x00163E000100
@@ -184,7 +190,8 @@ ERRORS = [
     ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos_levels = two\n", "hpcfabric.cos_levels", "not an integer"),
     ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\ncos = off\ncos_levels = 2\n", "hpcfabric.cos_levels",
      "needs classes of service"),
-    ("[hpcfabric]\ntopology = {topo}\ncos_levels = 2\n", "hpcfabric.cos_levels", "off by default with routing = minimal"),
+    ("[hpcfabric]\ntopology = {topo}\ncos = off\ncos_levels = 2\n", "hpcfabric.cos_levels", "(cos is off)"),
+    ("[hpcfabric]\ntopology = {topo}\nflow_control = 8021qbb\n", "hpcfabric.flow_control", "pfc"),
     ("[hpcfabric]\ntopology = {topo}\nrouting = valiant\npause_reaction = switch\n", "hpcfabric.pause_reaction",
      "needs routing = conditional"),
 ]
@@ -353,14 +360,19 @@ def test_cos_configs_install_cleanly_and_deliver(tmp_path, topo, extra, sections
     assert pairs and not fails, fails[:3]
 
 
-def test_cos_off_and_default_keep_untagged_tables(tmp_path):
+def test_cos_default_is_the_proven_scheme_and_off_gives_untagged_tables(tmp_path):
     plain = load_config(write(tmp_path, base("routing = conditional\n")))
-    off = load_config(write(tmp_path, base("routing = conditional\ncos = off\n"), "off.conf"))
-    assert plain.compiled.cos is None and plain.summary()["cos"] == "off"
-    assert off.desired == plain.desired
-    assert not any(f.match.vlan_vid or f.match.vlan_pcp is not None for fl in plain.desired.values() for f in fl)
-    valiant = load_config(write(tmp_path, base("routing = valiant\ncos = off\n"), "v.conf"))
+    on = load_config(write(tmp_path, base("routing = conditional\ncos = on\n"), "on.conf"))
+    assert plain.compiled.cos == "top" and plain.compiled.cos_levels == 3 and plain.summary()["cos"] == "top/3"
+    assert on.desired == plain.desired
+    # cos = off: untagged tables, accepted only where deadlock is not claimed (pause reports, none skips)
+    off = load_config(write(tmp_path, base("routing = conditional\ncos = off\nflow_control = none\n"), "off.conf"))
+    assert off.compiled.cos is None and off.summary()["cos"] == "off"
+    assert not any(f.match.vlan_vid or f.match.vlan_pcp is not None for fl in off.desired.values() for f in fl)
+    valiant = load_config(write(tmp_path, base("routing = valiant\ncos = off\nflow_control = pause\n"), "v.conf"))
     assert valiant.compiled.cos is None and valiant.routing == "valiant"
+    ft = load_config(write(tmp_path, base("routing = conditional\n", topo="fat-tree-k4.yaml"), "ft.conf"))
+    assert ft.compiled.cos is None and ft.deadlock["verdict"] == "proven"  # up*/down*: one class suffices
 
 
 def test_cos_compile_errors_name_the_key(tmp_path):

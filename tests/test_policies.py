@@ -369,16 +369,22 @@ def test_dmp_echo_and_control_punts_keep_working_with_cos(name, routing):
                 assert [(p, o.vlan_pcp) for p, o in res.outputs] == [(h.port, None)]
 
 
-def test_minimal_and_conditional_stay_untagged_by_default():
-    """Existing consumers (controller, Mininet runner) get the tables they had: no VLAN actions."""
-    for name, routing in [("dragonfly-a4-p2-h2", "minimal"), ("dragonfly-a4-p2-h2", "conditional"), ("fb-2d-3x3", "conditional")]:
+def test_the_default_is_the_proven_scheme_untagged_only_where_one_class_suffices():
+    """cos=None compiles default_cos for every policy; tables stay untagged (no VLAN action or
+    match at all) only where that is one class: FB minimal, fat-tree up*/down*; cos=False always."""
+    for name, routing in [("dragonfly-a4-p2-h2", "minimal"), ("dragonfly-a4-p2-h2", "conditional"),
+                          ("dragonfly-a4-p2-h2", "valiant"), ("fb-2d-3x3", "conditional")]:
         comp = compiled(name, routing, cos=None)
+        assert (comp.cos, comp.cos_levels) == default_cos(comp.fabric, routing) and comp.cos != "none"
+        assert any(isinstance(a, PushVlan) for t in comp.tables.values() for x in t.flows for a in x.actions)
+    for name, routing, cos in [("fb-2d-3x3", "minimal", None), ("fat-tree-k4", "conditional", None),
+                               ("dragonfly-a4-p2-h2", "conditional", False)]:
+        comp = compiled(name, routing, cos=cos)
         assert comp.cos is None and comp.cos_levels == 0
         for t in comp.tables.values():
             for x in t.flows:
                 assert not any(isinstance(a, (PushVlan, PopVlan)) for a in x.actions)
                 assert x.match.vlan_pcp is None
-    assert compiled("dragonfly-a4-p2-h2", "valiant", cos=None).cos == "top"
 
 
 def test_port_state_entries_are_unchanged_by_policies_and_cos():

@@ -7,8 +7,15 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     addressing = compact        ; flat | per-switch | per-group | compact
     widths =                    ; optional "group=8,switch=4,host=3"
     routing = conditional       ; minimal | valiant | conditional
-    cos =                       ; on | off | none | top | hop (default: the compiler's: on for valiant, else off)
+    cos =                       ; on | off | none | top | hop (default: the proven deadlock-free scheme of
+                                ;   rules.cos.default_cos: DF top/2 minimal, top/3 otherwise; FB conditional
+                                ;   hop/N, valiant top/2; untagged for FB minimal and fat-tree/Clos)
     cos_levels =                ; optional 1..8 VLAN PCP values (default: the scheme's)
+    flow_control = pfc          ; the links' flow control: pfc (802.1Qbb, one PAUSE per class: tables whose
+                                ;   channel dependency graph the union proof does not show acyclic are
+                                ;   refused, the cycle printed) | pause (802.3x: all classes stop together,
+                                ;   classes give no protection; the class-merged graph is reported) | none
+                                ;   (lossy: deadlock does not apply; cos = off is fine). config.deadlock
     link_speed_gbps = 10        ; converts PAUSE quanta to seconds
     pause_hold_ms = 50          ; a paused port stays paused at least this long (damps PAUSE trains)
     pause_reaction = controller ; controller | switch (OVS learn: the switch reacts to PAUSE itself)
@@ -45,11 +52,13 @@ a configuration it cannot apply. Every problem raises
 Modules: :mod:`~hpcfabric.config.ini` (schema, reading, typed values),
 :mod:`~hpcfabric.config.load` (checks, topology, :func:`load_config`),
 :mod:`~hpcfabric.config.build` (address plan, compile, rewrite, guards,
-fast-failover groups), :mod:`~hpcfabric.config.model` (:class:`ControllerConfig`).
+fast-failover groups), :mod:`~hpcfabric.config.deadlock` (what is proven under
+``flow_control``), :mod:`~hpcfabric.config.model` (:class:`ControllerConfig`).
 This package exports what callers use.
 """
 
 from hpcfabric.config.build import address_plan, build_tables
+from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict
 from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
@@ -70,6 +79,7 @@ from hpcfabric.rules.mac_rewrite import rewrite_flows
 __all__ = [
     "BUNDLE_MODES",
     "COS_CHOICES",
+    "FLOW_CONTROLS",
     "FREE_SECTIONS",
     "HA_ROLES",
     "HOST_MAC_MODES",
@@ -81,6 +91,7 @@ __all__ = [
     "ControllerConfig",
     "address_plan",
     "build_tables",
+    "deadlock_verdict",
     "load_config",
     "parse_widths",
     "rewrite_flows",

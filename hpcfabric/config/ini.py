@@ -28,6 +28,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "routing": "minimal",
         "cos": "",
         "cos_levels": "",
+        "flow_control": "pfc",
         "link_speed_gbps": "10",
         "pause_hold_ms": "50",
         "pause_reaction": "controller",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcfabric.config.build import address_plan, build_tables
+from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict
 from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
@@ -42,7 +43,9 @@ from hpcfabric.topology.model import Fabric
 
 
 def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> ControllerConfig:
-    """Read, validate and (with ``compile``) compile the controller config at ``path``.
+    """Read, validate and (with ``compile``) compile the controller config at ``path``, then prove
+    its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
+    with ``pfc``, tables the proof does not show acyclic are refused).
 
     Raises
     ------
@@ -71,10 +74,11 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     cos = choice(source, "hpcfabric.cos", cos_text, COS_CHOICES) if cos_text else None
     levels_text = get_value(parser, "hpcfabric", "cos_levels")
     cos_levels = integer(source, "hpcfabric.cos_levels", levels_text, low=1, high=8) if levels_text else None
-    if cos_levels is not None and (cos == "off" or (cos is None and routing != "valiant")):
+    if cos_levels is not None and cos == "off":
         raise config_error(source, "hpcfabric.cos_levels",
-                           f"{cos_levels} needs classes of service: set cos = on|none|top|hop "
-                           f"(cos is {'off' if cos == 'off' else 'off by default with routing = ' + routing})")
+                           f"{cos_levels} needs classes of service: set cos = on|none|top|hop (cos is off)")
+    flow_control = choice(source, "hpcfabric.flow_control", get_value(parser, "hpcfabric", "flow_control"),
+                          FLOW_CONTROLS)
     link_speed = number(source, "hpcfabric.link_speed_gbps", get_value(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
     hold_ms = number(source, "hpcfabric.pause_hold_ms", get_value(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
                       low_open=False)
@@ -217,11 +221,13 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         cnm_max_hold_ms=cnm_max_hold_ms,
         cos=cos,
         cos_levels=cos_levels,
+        flow_control=flow_control,
     )
     cfg = replace(cfg, plan=address_plan(cfg))
     if not compile:
         return cfg
-    return build_tables(cfg)
+    cfg = build_tables(cfg)
+    return replace(cfg, deadlock=deadlock_verdict(cfg))
 
 
 def _hosts_section(

@@ -60,6 +60,10 @@ class ControllerConfig:
     #: ``[hpcfabric] cos`` as given (None: the compiler's default for the policy); the result is compiled.cos
     cos: str | None = None
     cos_levels: int | None = None
+    #: ``[hpcfabric] flow_control``: pfc | pause | none (hpcfabric.config.deadlock)
+    flow_control: str = "pfc"
+    #: what is proven about deadlock for the compiled tables (hpcfabric.config.deadlock.deadlock_verdict)
+    deadlock: Mapping[str, Any] | None = field(default=None, repr=False)
     #: fast-failover groups per switch (:class:`hpcfabric.rules.flows.GroupSpec`), empty unless fast_failover
     groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
@@ -111,6 +115,9 @@ class ControllerConfig:
             "pause_hold_ms": self.pause_hold_ms,
             "pause_reaction": self.pause_reaction,
             "switch_hold_s": self.switch_hold_s,
+            "flow_control": self.flow_control,
+            "deadlock": (self.deadlock or {}).get("verdict"),
+            "deadlock_explanation": (self.deadlock or {}).get("explanation"),
             "cnm": "on" if self.cnm else "off",
             "host_mac": self.host_mac,
             "rules_expected": self.rules_expected,

@@ -50,6 +50,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_ignored_frames": ("counter", "Well-formed packet-ins dropped on purpose, by reason"),
     "hpcfabric_reloads": ("counter", "Configuration reloads by result (ok, failed)"),
     "hpcfabric_config_valid": ("gauge", "0 while the last reload attempt failed (the previous config keeps running)"),
+    "hpcfabric_deadlock_proven": ("gauge", "1 if the running tables are proven deadlock-free under the declared flow "
+                                  "control (labels flow_control, scheme, levels, verdict)"),
     "hpcfabric_flow_mods_sent": ("counter", "Flow-mods sent by reconciliation (adds, modifies, deletes)"),
     "hpcfabric_flip_flow_mods": ("counter", "Flow-mods sent for PAUSE flips"),
     "hpcfabric_cnm_frames": ("counter", "802.1Qau CNMs copied to the controller, by result (used, flips)"),
@@ -210,6 +212,12 @@ class FabricCollector:
         yield m
         last = app.reloader.reloads.get("last") or {}
         yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
+        dl = app.config.deadlock or {}
+        proven = gauge("hpcfabric_deadlock_proven", labels=["flow_control", "scheme", "levels", "verdict"])
+        proven.add_metric([str(dl.get("flow_control", app.config.flow_control)), str(dl.get("scheme", "")),
+                           str(dl.get("levels", "")), str(dl.get("verdict", "not checked"))],
+                          1 if dl.get("proven") else 0)
+        yield proven
         yield counter("hpcfabric_flow_mods_sent", c["rules_sent"])
         yield counter("hpcfabric_flip_flow_mods", c["flip_flow_mods"])
         m = counter("hpcfabric_cnm_frames", labels=["result"])

@@ -58,6 +58,8 @@ class StatusReporter:
             "fabric": app.fabric.name,
             "routing": config.routing,
             "addressing": config.addressing,
+            "deadlock": {k: v for k, v in (config.deadlock or {"flow_control": config.flow_control,
+                                                              "verdict": "not checked"}).items()},
             "switches_expected": len(app.switches),
             "switches_connected": sum(1 for s in sws if s.connected),
             "switches_confirmed": sum(1 for s in sws if s.confirmed),

@@ -125,9 +125,9 @@ def compile_fabric(
         Classes of service in a VLAN tag (PCP) for deadlock freedom: False =
         untagged frames; True = the fabric's default scheme and levels
         (:func:`~hpcfabric.rules.cos.default_cos`); or a scheme name from :data:`~hpcfabric.rules.cos.COS_SCHEMES`.
-        Default: on for ``valiant``, off for ``minimal`` and ``conditional``
-        (what the controller and the Mininet runner install today; see
-        docs/routing.md for why).
+        Default (None): :func:`~hpcfabric.rules.cos.default_cos` for every policy -- the fewest
+        classes for which the channel dependency graph is proven acyclic; untagged where that
+        is one class (up*/down* fat-tree and Clos, FB minimal). docs/routing.md.
     cos_levels : int, optional
         PCP values to use (1..8); increments saturate at ``cos_levels - 1``.
         Default: :func:`~hpcfabric.rules.cos.default_cos` for ``cos=True``, else as many as the

@@ -5,6 +5,9 @@ names a frame's PCP rises by one (saturating at ``levels - 1``); the tag is
 popped before delivery to a host (:func:`pop_before_hosts`). Schemes
 (:data:`COS_SCHEMES`), the levels a fabric needs (:func:`cos_levels_needed`)
 and the defaults ``cos=True`` selects (:func:`default_cos`): docs/routing.md.
+The compiler's default (``cos=None``) is :func:`default_cos` for every fabric and policy,
+untagged where that is one class (``none``: up*/down* fat-tree and Clos, FB minimal): the
+default tables are deadlock-free under per-priority flow control (PFC).
 """
 
 from __future__ import annotations
@@ -178,8 +181,11 @@ def default_cos(fabric: Fabric, routing: str) -> tuple[str, int]:
 def resolve_cos(
     fabric: Fabric, routing: str, cos: bool | str | None, cos_levels: int | None
 ) -> tuple[str | None, int]:
-    if cos is None:
-        cos = routing == "valiant"
+    if cos is None:  # the safe default: the fewest classes the CDG check proves, untagged where one suffices
+        scheme, levels = default_cos(fabric, routing)
+        if scheme == "none" and cos_levels is None:
+            return None, 0
+        cos = True
     if cos is False:
         if cos_levels:
             raise CompileError("cos_levels needs cos enabled")
