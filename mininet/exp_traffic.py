@@ -123,10 +123,14 @@ def queue_drops(links: list[lossless.ShapedLink]) -> int:
 
 
 def run_traffic(net: Any, fabric: Any, dests: dict[str, tuple[str, ...]], pps: float, plan: Plan, seed: int,
-                work: Path, links_file: Path, links: list[lossless.ShapedLink]) -> dict[str, Any]:
-    """One measured run: emulator + one generator per host; returns the raw per-host results and emulator report."""
+                work: Path, links_file: Path, links: list[lossless.ShapedLink],
+                pfc_classes: tuple[int, ...] = ()) -> dict[str, Any]:
+    """One measured run: emulator + one generator per host; returns the raw per-host results and emulator report.
+    ``pfc_classes``: the emulator sends PFC frames pausing these priorities (the classes in use), else 802.3x."""
     emu_cmd = [sys.executable, str(LOSSLESS), str(links_file), "--xoff", str(plan.xoff), "--xon", str(plan.xon),
                "--quanta", str(plan.quanta), "--refresh-ms", str(plan.refresh_ms), "--poll-ms", str(plan.poll_ms)]
+    if pfc_classes:
+        emu_cmd += ["--pfc-classes", ",".join(map(str, pfc_classes))]
     if plan.spread:
         emu_cmd.append("--spread")
     emu = subprocess.Popen(emu_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -236,7 +240,10 @@ def measure(net: Any, fabric: Any, controller: Any, record: dict[str, Any], dest
     frames and reaction (status-file deltas) + ``alternative_frames`` (frames table ALTERNATIVE counted)."""
     st0 = controller.status() or {}
     alt0 = table_packets(net, TABLE_ALTERNATIVE)
-    raw = run_traffic(net, fabric, dests, pps, plan, seed, work, links_file, links)
+    dl = st0.get("deadlock") or {}
+    levels = int(dl.get("levels") or 0) if dl.get("scheme") not in (None, "off") else 0
+    pfc_classes = tuple(range(levels))  # the classes of service the running tables use (PCP 0..levels-1)
+    raw = run_traffic(net, fabric, dests, pps, plan, seed, work, links_file, links, pfc_classes)
     alt1 = table_packets(net, TABLE_ALTERNATIVE)
     st1 = controller.status() or {}
     rec = dict(record)
@@ -247,4 +254,6 @@ def measure(net: Any, fabric: Any, controller: Any, record: dict[str, Any], dest
     react = (p1.get("reaction_ms") or [])
     rec["controller_reaction_ms_p50"] = round(statistics.median(react), 3) if react else None
     rec["alternative_frames"] = alt1 - alt0
+    rec["cos"] = f"{dl.get('scheme')}/{dl.get('levels')}" if levels else "off"
+    rec["flow_control"] = f"pfc {','.join(map(str, pfc_classes))}" if pfc_classes else "802.3x pause"
     return rec

@@ -37,6 +37,8 @@ class Setup:
     desired: dict[str, tuple]  # switch -> flows the switch must hold
     config_path: str | None = None  # the config given to the controller (controller mode)
     compiled: Any = None
+    #: the config's deadlock verdict (hpcfabric.config.deadlock), None in static mode without a config
+    deadlock: Any = None
 
 
 def conditional_ok(fabric: Fabric, mode: str) -> bool:
@@ -121,6 +123,7 @@ def setup_from_config(path: Path) -> Setup:
         {k: resolve_groups(v, cfg.groups.get(k, ()), ()) for k, v in cfg.desired.items()},
         str(path),
         cfg.compiled,
+        dict(cfg.deadlock) if cfg.deadlock else None,
     )
 
 
@@ -148,7 +151,11 @@ def describe(setup: Setup) -> dict[str, Any]:
         "addressing": setup.plan.mode,
         "routing": setup.routing,
         "cos": f"{compiled.cos}/{compiled.cos_levels}" if compiled is not None and compiled.cos is not None else "off",
+        "cos_scheme": (compiled.cos if compiled is not None else None) or "off",
+        "cos_levels": compiled.cos_levels if compiled is not None and compiled.cos is not None else 1,
         "link_speed_gbps": setup.link_speed_gbps,
+        "flow_control": (setup.deadlock or {}).get("flow_control"),
+        "deadlock": (setup.deadlock or {}).get("verdict"),
     }
 
 

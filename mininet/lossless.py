@@ -11,7 +11,8 @@ links for conditional rules to matter:
   polls every shaped queue's backlog over rtnetlink (one dump for all of
   them) and plays the lossless receiver of that link: when the backlog of
   ``s:x -> t:y`` reaches ``xoff_bytes`` it writes an 802.3x PAUSE (XOFF,
-  ``quanta``) into ``t-ethy``, so switch ``s`` receives it on port ``x``;
+  ``quanta``) -- or, with ``pfc_classes`` (``--pfc-classes``), a PFC frame
+  (802.1Qbb, opcode 0x0101) pausing the classes of service in use -- into ``t-ethy``, so switch ``s`` receives it on port ``x``;
   it repeats the XOFF every ``refresh_s`` while the backlog stays above
   ``xon_bytes`` and sends XON (quanta 0) once it drains below. Frames are
   written with ``PACKET_QDISC_BYPASS`` so a PAUSE never waits behind data
@@ -48,6 +49,7 @@ LEAF_HANDLE = "10:"
 LEAF_HANDLE_ID = 0x00100000  # tc reads "10:" as hex
 PAUSE_DST = bytes.fromhex("0180c2000001")
 ETH_TYPE_MAC_CONTROL = 0x8808
+OPCODE_PFC = 0x0101
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 
@@ -243,11 +245,22 @@ class PauseSettings:
     poll_s: float = 0.002
     #: congestion spreading: a congested queue of switch s also pauses the fabric links *into* s
     spread: bool = False
+    #: PFC (802.1Qbb) priorities paused per XOFF (the classes of service in use); () = 802.3x PAUSE
+    pfc_classes: tuple[int, ...] = ()
 
 
-def pause_frame(src: bytes, quanta: int) -> bytes:
-    """An 802.3x PAUSE (opcode 1) from ``src`` with ``quanta``, padded to 60 bytes."""
-    return (PAUSE_DST + src + struct.pack("!HHH", ETH_TYPE_MAC_CONTROL, 1, quanta)).ljust(60, b"\0")
+def pause_frame(src: bytes, quanta: int, pfc_classes: Iterable[int] = ()) -> bytes:
+    """The XOFF (``quanta`` > 0) or XON (0) frame from ``src``, padded to 60 bytes: an 802.3x PAUSE
+    (opcode 0x0001) without ``pfc_classes``, else a PFC frame (802.1Qbb, opcode 0x0101) whose
+    class-enable vector names those priorities, each with ``quanta`` (the others 0)."""
+    classes = sorted(set(pfc_classes))
+    if not classes:
+        return (PAUSE_DST + src + struct.pack("!HHH", ETH_TYPE_MAC_CONTROL, 1, quanta)).ljust(60, b"\0")
+    if not all(0 <= c <= 7 for c in classes):
+        raise LosslessError(f"PFC priorities must be 0..7, got {classes}")
+    vector = sum(1 << c for c in classes)
+    times = [quanta if c in classes else 0 for c in range(8)]
+    return (PAUSE_DST + src + struct.pack("!HHH8H", ETH_TYPE_MAC_CONTROL, OPCODE_PFC, vector, *times)).ljust(60, b"\0")
 
 
 @dataclass
@@ -301,7 +314,8 @@ class PauseEmulator:
             with open(f"/sys/class/net/{link.peer_iface}/address") as f:
                 src = bytes.fromhex(f.read().strip().replace(":", ""))
             idx = ifindex(link.iface)
-            self.states[idx] = LinkState(link, idx, sock, pause_frame(src, settings.quanta), pause_frame(src, 0))
+            self.states[idx] = LinkState(link, idx, sock, pause_frame(src, settings.quanta, settings.pfc_classes),
+                                         pause_frame(src, 0, settings.pfc_classes))
 
     def step(self, now: float) -> None:
         """One poll: read every backlog, send the XOFF/XON frames due.
@@ -415,7 +429,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", action="store_true",
                     help="congestion spreading: a switch with a congested output also pauses its upstream fabric links")
     ap.add_argument("--realtime", action="store_true", help="run SCHED_FIFO (steadier polling on a busy machine)")
+    ap.add_argument("--pfc-classes", default="", metavar="P,P,...",
+                    help="send PFC (802.1Qbb) frames pausing these priorities (the classes of service in use) "
+                         "instead of 802.3x PAUSE")
     args = ap.parse_args(argv)
+    try:
+        pfc = tuple(sorted({int(x) for x in args.pfc_classes.split(",") if x.strip()}))
+    except ValueError:
+        pfc = (-1,)
+    if not all(0 <= c <= 7 for c in pfc):
+        print(f"lossless.py: --pfc-classes must be priorities 0..7, got {args.pfc_classes!r}", file=sys.stderr)
+        return 2
     if not 0 <= args.xon < args.xoff:
         print(f"lossless.py: need 0 <= --xon ({args.xon}) < --xoff ({args.xoff})", file=sys.stderr)
         return 2
@@ -424,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args.links) as f:
         links = [ShapedLink(**d) for d in json.load(f)]
-    settings = PauseSettings(args.xoff, args.xon, args.quanta, args.refresh_ms / 1000, args.poll_ms / 1000, args.spread)
+    settings = PauseSettings(args.xoff, args.xon, args.quanta, args.refresh_ms / 1000, args.poll_ms / 1000, args.spread,
+                             pfc)
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))

@@ -190,6 +190,7 @@ def pause_test(
     controller: Any,
     progress: Callable[[str], None],
     window: float = 0.4,
+    pfc_classes: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """Steady ping src->dst, PAUSE the port, check the flip, the diversion and the restoration.
 
@@ -226,8 +227,10 @@ def pause_test(
             res["error"] = f"default path not in use before the PAUSE (PORT_STATE {c1['actions']}, counters {d})"
             return res
         train = PauseTrain(
-            fabric, target.switch, target.port, int(plan_["quanta"]), plan_["interval_s"], plan_["hold_s"], prefix
+            fabric, target.switch, target.port, int(plan_["quanta"]), plan_["interval_s"], plan_["hold_s"], prefix,
+            pfc_classes,
         )
+        res["frame_kind"] = f"pfc vector {train.vector:#04x}" if train.vector else "802.3x pause"
         t_inject = train.start()
         if controller is None:  # static mode: we are the controller
             set_port_state(bridge, target.port, True)

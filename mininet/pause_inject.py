@@ -1,4 +1,4 @@
-"""802.3x PAUSE frames that arrive at a switch port as if its neighbour had sent them.
+"""802.3x PAUSE and 802.1Qbb PFC frames that arrive at a switch port as if its neighbour had sent them.
 
 A frame for ``switch:port`` is written (AF_PACKET, root namespace) into the interface at the *other*
 end of the link; the veth carries it to ``switch-ethPORT``. :func:`inject_pause` sends one frame from
@@ -22,7 +22,7 @@ import time
 from fabric_topo import FabricNetError, intf_name  # mininet/fabric_topo.py
 from runkit import CheckFailed
 
-from hpcfabric.protocols.pause import QUANTUM_BITS, build_pause
+from hpcfabric.protocols.pause import QUANTUM_BITS, build_pause, build_pfc
 from hpcfabric.topology.model import Fabric
 
 MAX_QUANTA = 0xFFFF
@@ -38,10 +38,19 @@ def peer_intf(fabric: Fabric, switch: str, port: int, prefix: str = "") -> str:
     return intf_name(peer.node, peer.port, prefix)
 
 
+def pfc_vector(classes: tuple[int, ...] | list[int]) -> int:
+    """The PFC class-enable vector of ``classes`` (priorities 0..7)."""
+    if not all(0 <= c <= 7 for c in classes):
+        raise FabricNetError(f"PFC priorities must be 0..7, got {list(classes)}")
+    return sum(1 << c for c in set(classes))
+
+
 def inject_pause(
-    fabric: Fabric, switch: str, port: int, quanta: int, *, prefix: str = "", src: bytes | None = None
+    fabric: Fabric, switch: str, port: int, quanta: int, *, prefix: str = "", src: bytes | None = None,
+    pfc_classes: tuple[int, ...] = (),
 ) -> bytes:
-    """Make an 802.3x PAUSE frame arrive at ``switch`` on ``port`` (a fabric port).
+    """Make an 802.3x PAUSE frame (with ``pfc_classes``: a PFC frame pausing those priorities) arrive at
+    ``switch`` on ``port`` (a fabric port).
 
     ``src`` defaults to the peer interface's MAC. Returns the frame.
     """
@@ -49,7 +58,7 @@ def inject_pause(
     if src is None:
         with open(f"/sys/class/net/{iface}/address") as f:
             src = bytes.fromhex(f.read().strip().replace(":", ""))
-    frame = build_pause(src, quanta)
+    frame = build_pfc(src, {c: quanta for c in pfc_classes}) if pfc_classes else build_pause(src, quanta)
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
         sock.bind((iface, 0))
         sock.send(frame)
@@ -74,8 +83,8 @@ def pause_plan(link_speed_gbps: float, hold_s: float, quanta: int | None, interv
 
 
 #: Stand-alone (stdlib only, starts in ~20 ms) PAUSE sender, run as
-#: ``python -c PAUSE_TRAIN_SCRIPT IFACE QUANTA INTERVAL_S HOLD_S``: sends one
-#: 802.3x PAUSE frame into IFACE, prints ``first T``, then one every INTERVAL_S
+#: ``python -c PAUSE_TRAIN_SCRIPT IFACE QUANTA INTERVAL_S HOLD_S [VECTOR]``: sends one
+#: 802.3x PAUSE frame (with a non-zero VECTOR: a PFC frame pausing those priorities) into IFACE, prints ``first T``, then one every INTERVAL_S
 #: until HOLD_S has passed (none if INTERVAL_S <= 0) and prints
 #: ``last T count N``; T on CLOCK_MONOTONIC (= time.monotonic() in any
 #: process). SIGTERM stops it early. A separate process, because a thread
@@ -89,7 +98,12 @@ stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 with open("/sys/class/net/%s/address" % iface) as f:
     src = bytes.fromhex(f.read().strip().replace(":", ""))
-frame = (bytes.fromhex("0180c2000001") + src + struct.pack("!HHH", 0x8808, 1, quanta)).ljust(60, b"\0")
+vector = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+if vector:  # PFC (802.1Qbb): opcode 0x0101, class-enable vector, eight per-priority times
+    times = [quanta if vector >> i & 1 else 0 for i in range(8)]
+    frame = (bytes.fromhex("0180c2000001") + src + struct.pack("!HHH8H", 0x8808, 0x0101, vector, *times)).ljust(60, b"\0")
+else:  # 802.3x PAUSE: opcode 0x0001, one time
+    frame = (bytes.fromhex("0180c2000001") + src + struct.pack("!HHH", 0x8808, 1, quanta)).ljust(60, b"\0")
 try:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 except (AttributeError, OSError):
@@ -126,9 +140,13 @@ print("last %.9f count %d" % (last, count), flush=True)
 class PauseTrain:
     """A PAUSE train sent by a separate process (:data:`PAUSE_TRAIN_SCRIPT`) into ``switch:port``."""
 
-    def __init__(self, fabric: Fabric, switch: str, port: int, quanta: int, interval: float, hold: float, prefix: str = ""):
+    def __init__(self, fabric: Fabric, switch: str, port: int, quanta: int, interval: float, hold: float, prefix: str = "",
+                 pfc_classes: tuple[int, ...] = ()):
         self.iface = peer_intf(fabric, switch, port, prefix)
-        self.args = [sys.executable, "-c", PAUSE_TRAIN_SCRIPT, self.iface, str(quanta), repr(interval), repr(hold)]
+        #: PFC class-enable vector (0: 802.3x PAUSE frames)
+        self.vector = pfc_vector(pfc_classes)
+        self.args = [sys.executable, "-c", PAUSE_TRAIN_SCRIPT, self.iface, str(quanta), repr(interval), repr(hold),
+                     str(self.vector)]
         self.proc: subprocess.Popen | None = None
         self.first = self.last = 0.0
         self.sent = 0

@@ -12,8 +12,10 @@ plays the controller's part in the PAUSE test itself (flow-table baseline).
 Steps (progress on stderr): controller -> Mininet net -> wait until every
 switch is confirmed and rules_installed == rules_expected (and each bridge
 holds exactly the compiled flows) -> DMP on every host -> every host's MAC
-equals the plan -> static neighbour entries -> all-pairs ping -> PAUSE test
-(flip to table 3, traffic diverted, expiry restores the default path) ->
+equals the plan -> static neighbour entries -> all-pairs ping -> PCP capture (tcpdump
+before and after a global hop: the PCP rises on it) -> PAUSE test (PFC frames for the
+classes in use, or 802.3x without classes: flip to table 3, traffic diverted, expiry
+restores the default path) ->
 teardown (also on Ctrl-C / SIGTERM / errors). The last stdout line is a
 one-line JSON summary; exit 0 only if every check passed (1 failed checks,
 2 bad arguments or environment, 130 interrupted).
@@ -46,6 +48,7 @@ from fabric_setup import describe, rules_in_place, setup_from_config, setup_from
 from fabric_topo import FabricNetError, build_net, cleanup_all_mininet, ovs_running, stop_net  # noqa: E402
 from pause_check import choose_pause_target, pause_skip_reason, pause_step, pause_test  # noqa: E402
 from pause_inject import MAX_QUANTA, pause_plan  # noqa: E402
+from pcp_capture import capture_step, choose_capture  # noqa: E402
 from reachability import ping_step  # noqa: E402
 from runkit import (  # noqa: E402
     EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, UsageError,
@@ -156,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
         set_static_neighbours(net, plan)  # 5. neighbours
         report.add(ping_step(net, fabric, progress))  # 6. all-pairs ping
+        report.add(capture_step(net, fabric, choose_capture(setup.compiled), progress))  # 6b. PCP on the wire
 
         report.update(pause_flips=0, pause_reaction_ms=None, diverted=None, restored=None)  # 7. PAUSE
         if target is None:
@@ -169,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{pplan['frames']} frame(s) of {pplan['quanta']} quanta ({pplan['frame_s'] * 1000:.3g} ms each at "
                 f"{setup.link_speed_gbps:g} Gb/s) for {pplan['hold_s']:.3g} s"
             )
-            res = pause_test(net, fabric, target, pplan, controller, progress)
+            compiled = setup.compiled
+            # PFC (802.1Qbb) for the classes in use (PCP 0..levels-1), 802.3x PAUSE on untagged tables
+            pfc = tuple(range(compiled.cos_levels)) if compiled is not None and compiled.cos else ()
+            res = pause_test(net, fabric, target, pplan, controller, progress, pfc_classes=pfc)
             report.add(pause_step(res, target, setup.link_speed_gbps, progress))
         if controller is not None:
             status = controller.status() or {}

@@ -236,8 +236,12 @@ def test_pause_diverts_then_expiry_restores(fab: FabricRun):
     target = find_pause_targets(fab.fabric, fab.plan, fab.setup.desired)[0]
     plan = pause_plan(fab.setup.link_speed_gbps, 1.5, None)
     assert plan["frames"] == 1  # one frame, 1.5 s
-    res = pause_test(fab.net, fab.fabric, target, plan, fab.controller, Progress(quiet=True))
+    comp = fab.setup.compiled
+    assert comp.cos is not None  # the shipped configs run the deadlock-free default: classes on
+    pfc = tuple(range(comp.cos_levels))  # PFC (802.1Qbb) for the classes in use, as a lossless fabric sends it
+    res = pause_test(fab.net, fab.fabric, target, plan, fab.controller, Progress(quiet=True), pfc_classes=pfc)
     assert not res.get("error"), res
+    assert res["frame_kind"] == f"pfc vector {(1 << comp.cos_levels) - 1:#04x}", res
     assert res["flipped"] and res["diverted"] and res["restored"], res
     assert 0.95 <= res["diverted_fraction"] <= 1.05 and res["during"]["tx"] <= _lldp_allowance(res), res
     assert res["ping_lost"] == 0, res
@@ -247,6 +251,22 @@ def test_pause_diverts_then_expiry_restores(fab: FabricRun):
         status = fab.controller.status()
         assert status["pause"]["paused_ports"] == []
         assert status["pause"]["frames"] >= res["frames"]
+
+
+@pytest.mark.parametrize("fab", [p for p in ALL if p[0].startswith("dragonfly")], indirect=True, ids=_ids)
+def test_pcp_rises_on_the_global_hop_on_the_wire(fab: FabricRun):
+    """tcpdump on the sending interfaces of a global link and of the hop after it: the tagged ping carries
+    the PCP the tables say, and it is one higher after the global hop (top scheme)."""
+    from pcp_capture import capture_step, choose_capture  # mininet/pcp_capture.py
+
+    prepared(fab)
+    target = choose_capture(fab.setup.compiled)
+    assert target is not None and target.top.pcp is not None and target.after.pcp == target.top.pcp + 1
+    step = capture_step(fab.net, fab.fabric, target, Progress(quiet=True))
+    cap = step.fields["pcp_capture"]
+    assert not step.failures, cap
+    assert cap["raised"] and cap["global"]["pcp_seen"] == [target.top.pcp], cap
+    assert cap["after_global"]["pcp_seen"] == [target.after.pcp] and cap["global"]["frames"] >= 1, cap
 
 
 @pytest.mark.parametrize("fab", CONTROLLER, indirect=True, ids=_ids)
