@@ -84,9 +84,11 @@ def choose_capture(compiled: Any, max_pairs: int = 400) -> CaptureTarget | None:
 _PCP = re.compile(r"vlan \d+, p (\d)")
 
 
-def _tcpdump(iface: str, seconds: float) -> subprocess.Popen:
+def _tcpdump(iface: str, src_ip: str, seconds: float) -> subprocess.Popen:
+    """tcpdump of the source's echo requests on ``iface`` (the replies cross the same wire the other way)."""
     return subprocess.Popen(
-        ["timeout", str(seconds), "tcpdump", "-l", "-e", "-n", "-c", "3", "-i", iface, "vlan and icmp"],
+        ["timeout", str(seconds), "tcpdump", "-l", "-e", "-n", "-c", "3", "-i", iface,
+         f"vlan and src host {src_ip} and icmp[icmptype] == icmp-echo"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -104,7 +106,7 @@ def capture_step(net: Any, fabric: Any, target: CaptureTarget | None, progress: 
         iface = intf_name(hop.switch, hop.port, prefix)
         peer = fabric.peer(hop.switch, hop.port).node
         out[key] = {"link": f"{hop.switch}:{hop.port} -> {peer}", "iface": iface, "pcp_expected": hop.pcp}
-        procs[key] = _tcpdump(iface, seconds)
+        procs[key] = _tcpdump(iface, net.hf_ips[target.src], seconds)
     time.sleep(1.0)  # tcpdump attached
     node(net, target.src).cmd(f"ping -n -q -c 4 -i 0.2 -W 1 {net.hf_ips[target.dst]}")
     ok = True

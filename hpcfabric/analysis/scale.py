@@ -68,6 +68,8 @@ class RuleCounts:
     jobs: int
     sampled: bool = False
     notes: list[str] = field(default_factory=list)
+    routing: str = "minimal"
+    cos: tuple[str | None, int] = (None, 0)  # (scheme, levels) compiled
 
     @property
     def access(self) -> list[SwitchCount]:
@@ -90,6 +92,11 @@ class RuleCounts:
             "rules_max": max(acc),
             "all_rules_min": min(every),
             "all_rules_max": max(every),
+            "routing": self.routing,
+            "cos": f"{self.cos[0]}/{self.cos[1]}" if self.cos[0] else "off",
+            # every entry of every table of an access switch (CoS push/step entries and pop twins included)
+            "flows_mean": round(mean([c.flows for c in self.access] or [0]), 3),
+            "flows_max": max([c.flows for c in self.access] or [0]),
             "lower_bound_met": all(c.rules == c.ports for c in self.counts),
             "overlaps": sum(c.overlaps for c in self.counts),
             "bad_ports": sum(c.bad_ports for c in self.counts),
@@ -198,6 +205,8 @@ def count_rules(
     checks: bool = True,
     progress: bool = False,
     desc: str | None = None,
+    routing: str = "minimal",
+    cos: bool | str | None = None,
 ) -> RuleCounts:
     """Compile the switches of ``fabric`` (all, or the indices in ``switches``)
     and return their counts and structural check results (no tables kept).
@@ -213,7 +222,12 @@ def count_rules(
         Run the per-switch structural checks (overlaps, ports).
     progress : bool
         Show a progress bar on stderr.
+    routing, cos
+        As :func:`~hpcfabric.rules.compiler.compile_fabric`: the default ``cos=None`` counts the
+        tables the compiler installs by default (the proven deadlock-free classes,
+        :func:`~hpcfabric.rules.cos.default_cos`); ``cos=False`` the untagged ones.
     """
+    from hpcfabric.rules.cos import resolve_cos
     from hpcfabric.rules.context import Context
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -222,8 +236,10 @@ def count_rules(
     if isinstance(plan, str):
         plan = plan_addresses(fabric, plan)
     idx = list(range(len(fabric.switches))) if switches is None else sorted(set(switches))
+    scheme, levels = resolve_cos(fabric, routing, cos, None)
     with gc_paused():
-        ctx = Context(fabric, plan)
+        ctx = Context(fabric, plan, routing)
+        ctx.cos, ctx.cos_levels = scheme, levels
     _WORK.update(ctx=ctx, checks=checks, groups=_group_sizes(fabric))
     results: list[tuple[int, SwitchCount]] = []
     pb = bar(len(idx), desc or f"{fabric.name} {plan.mode}", progress)
@@ -247,7 +263,8 @@ def count_rules(
         _WORK.clear()
     results.sort(key=lambda r: r[0])
     return RuleCounts(
-        fabric, plan, [c for _, c in results], time.perf_counter() - t0, jobs, sampled=switches is not None
+        fabric, plan, [c for _, c in results], time.perf_counter() - t0, jobs, sampled=switches is not None,
+        routing=routing, cos=(scheme, levels),
     )
 
 
