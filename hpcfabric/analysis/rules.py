@@ -70,7 +70,7 @@ TCAM_4K = 4096
 CSV_FIELDS = (
     "topology", "ports", "params", "switches", "hosts", "table1_hosts", "G", "S", "T",
     "mode", "closed_form", "closed_form_max", "measured", "compiled", "rules_min", "rules_mean",
-    "rules_max", "matches_closed_form",
+    "rules_max", "matches_closed_form", "cos", "flows_mean", "flows_mean_untagged",
 )  # fmt: skip
 
 
@@ -196,8 +196,14 @@ def measure(
             chosen = spread(list(range(len(fabric.switches))), MAX_BAND_SWITCHES)
     elif expected > max_entries:
         chosen = sorted(i for members in classes for i in spread(members, sample))
-    counts = count_rules(fabric, mode, switches=chosen, jobs=jobs)
+    counts = count_rules(fabric, mode, switches=chosen, jobs=jobs)  # the default tables: proven classes
     problems = counts.problems()
+    summary = counts.summary()
+    if counts.cos[0] is not None:  # the same switches untagged: what the classes cost beside the paper's tables
+        plain = count_rules(fabric, counts.plan, switches=chosen, jobs=jobs, checks=False, cos=False).summary()
+        cost = (summary["cos"], summary["flows_mean"], plain["flows_mean"])
+    else:
+        cost = ("off", summary["flows_mean"], summary["flows_mean"])
     if problems:
         raise AssertionError(f"{fabric.name} {mode}: {'; '.join(problems)}")  # a compiler bug, not user input
     acc = [c.rules for c in counts.access]
@@ -213,10 +219,13 @@ def measure(
         match = mx <= hi  # never above the band's top (ORTC never grows the Eq. 1 table)
     else:
         match = mn == lo and mx == hi
-    return _row(cfg, mode, measured, len(counts.counts), mn, round(sum(acc) / len(acc), 3), mx, match)
+    return _row(cfg, mode, measured, len(counts.counts), mn, round(sum(acc) / len(acc), 3), mx, match, cost)
 
 
-def _row(cfg: Config, mode: str, measured: str, compiled: int, mn: Any, mean: Any, mx: Any, match: Any) -> dict[str, Any]:
+def _row(cfg: Config, mode: str, measured: str, compiled: int, mn: Any, mean: Any, mx: Any, match: Any,
+         cost: tuple[Any, Any, Any] = ("", "", "")) -> dict[str, Any]:
+    """One CSV row; ``rules_*`` are forwarding entries (the paper's count, the same with or without classes),
+    ``cost`` = (cos of the default tables, their flows per access switch, the untagged tables' flows)."""
     lo, hi = cfg.closed_form(mode)
     return {
         "topology": cfg.topology,
@@ -237,6 +246,9 @@ def _row(cfg: Config, mode: str, measured: str, compiled: int, mn: Any, mean: An
         "rules_mean": mean,
         "rules_max": mx,
         "matches_closed_form": match,
+        "cos": cost[0],
+        "flows_mean": cost[1],
+        "flows_mean_untagged": cost[2],
     }
 
 
