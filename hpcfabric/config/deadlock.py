@@ -71,8 +71,12 @@ def deadlock_verdict(cfg: Any, *, refuse: bool = True) -> dict[str, Any]:
         out.update(proven=rep.acyclic, verdict="proven" if rep.acyclic else "cycle",
                    cycle=list(rep.cycle) if rep.cycle else None, seconds=round(time.perf_counter() - t0, 3))
         if rep.acyclic:
-            out["explanation"] = (f"pfc: every class's queues pause separately; the channel dependency graph "
-                                  f"({rep.channels} channels, {rep.dependencies} dependencies, classes "
+            reduced = bool((rep.symmetry or {}).get("used"))
+            out["symmetry_reduced"] = reduced
+            per = "every class's queues pause separately" if scheme else "one untagged class"
+            out["explanation"] = (f"pfc ({per}): the channel dependency graph ({rep.channels} "
+                                  f"{'channel orbits' if reduced else 'channels'}, {rep.dependencies} dependencies"
+                                  f"{' of the symmetry quotient' if reduced else ''}, classes "
                                   f"{', '.join(rep.classes_used)}) is acyclic under any set of paused ports: "
                                   f"deadlock-free")
             return out
