@@ -180,3 +180,12 @@ def test_pause_train_script_sends_pfc_frames_on_a_veth(tmp_path):
         assert f.opcode == OPCODE_PFC and f.priorities == (1234, 1234, 0, 0, 0, 0, 0, 0)
     finally:
         subprocess.run(["ip", "link", "del", a], check=False)
+
+
+def test_deadlock_check_off_skips_the_proof_and_says_so(tmp_path):
+    cfg = load_config(write(tmp_path, "routing = conditional\ncos = off\ndeadlock_check = off\n"))
+    assert cfg.compiled.cos is None and cfg.deadlock["verdict"] == "not checked" and not cfg.deadlock["proven"]
+    assert "nothing is proven" in cfg.deadlock["explanation"]
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "deadlock_check = maybe\n", name="bad.conf"))
+    assert info.value.field == "hpcfabric.deadlock_check"

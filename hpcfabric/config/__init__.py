@@ -16,6 +16,7 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
                                 ;   refused, the cycle printed) | pause (802.3x: all classes stop together,
                                 ;   classes give no protection; the class-merged graph is reported) | none
                                 ;   (lossy: deadlock does not apply; cos = off is fine). config.deadlock
+    deadlock_check = on         ; off: skip the proof at load (huge flat-addressed fabrics; verdict "not checked")
     link_speed_gbps = 10        ; converts PAUSE quanta to seconds
     pause_hold_ms = 50          ; a paused port stays paused at least this long (damps PAUSE trains)
     pause_reaction = controller ; controller | switch (OVS learn: the switch reacts to PAUSE itself)

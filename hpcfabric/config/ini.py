@@ -29,6 +29,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "cos": "",
         "cos_levels": "",
         "flow_control": "pfc",
+        "deadlock_check": "on",
         "link_speed_gbps": "10",
         "pause_hold_ms": "50",
         "pause_reaction": "controller",

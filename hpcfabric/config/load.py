@@ -79,6 +79,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
                            f"{cos_levels} needs classes of service: set cos = on|none|top|hop (cos is off)")
     flow_control = choice(source, "hpcfabric.flow_control", get_value(parser, "hpcfabric", "flow_control"),
                           FLOW_CONTROLS)
+    deadlock_check = choice(source, "hpcfabric.deadlock_check", get_value(parser, "hpcfabric", "deadlock_check"),
+                            ON_OFF) == "on"
     link_speed = number(source, "hpcfabric.link_speed_gbps", get_value(parser, "hpcfabric", "link_speed_gbps"), low=0, high=1e4)
     hold_ms = number(source, "hpcfabric.pause_hold_ms", get_value(parser, "hpcfabric", "pause_hold_ms"), low=0, high=60000,
                       low_open=False)
@@ -222,6 +224,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         cos=cos,
         cos_levels=cos_levels,
         flow_control=flow_control,
+        deadlock_check=deadlock_check,
     )
     cfg = replace(cfg, plan=address_plan(cfg))
     if not compile:

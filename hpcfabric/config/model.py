@@ -62,6 +62,8 @@ class ControllerConfig:
     cos_levels: int | None = None
     #: ``[hpcfabric] flow_control``: pfc | pause | none (hpcfabric.config.deadlock)
     flow_control: str = "pfc"
+    #: ``[hpcfabric] deadlock_check``: run the proof at load (off: verdict "not checked")
+    deadlock_check: bool = True
     #: what is proven about deadlock for the compiled tables (hpcfabric.config.deadlock.deadlock_verdict)
     deadlock: Mapping[str, Any] | None = field(default=None, repr=False)
     #: fast-failover groups per switch (:class:`hpcfabric.rules.flows.GroupSpec`), empty unless fast_failover

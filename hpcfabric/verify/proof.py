@@ -138,6 +138,7 @@ def prove(
     keep: bool = False,
     symmetry: bool = True,
     progress: Callable[[int, int, float], None] | None = None,
+    overlaps: bool = True,
 ) -> ProofReport:
     """Prove delivery and deadlock freedom of ``compiled`` under any set of paused ports
     (module docstring), or report what fails.
@@ -147,7 +148,8 @@ def prove(
     (:func:`hpcfabric.verify.symmetry.symmetric_sweep`); its report lands in ``fallback``.
     ``symmetry``: walk one destination column per orbit of the automorphisms that commute with
     the decisions (:mod:`hpcfabric.verify.orbits`) when that proves ``ok``; otherwise, and with
-    ``keep``, every column is walked.
+    ``keep``, every column is walked. ``overlaps=False`` skips the equal-priority overlap check
+    (quadratic in a table's entries: minutes on flat-addressed fabrics; not part of deadlock freedom).
     Raises :class:`VerificationError` for rules the engine does not model (MAC rewrites,
     source-dependent entries, groups).
     """
@@ -157,7 +159,7 @@ def prove(
     timings: dict[str, float] = {}
     fabric, plan = compiled.fabric, compiled.plan
     relevant = forward_data_flows(compiled, "the union proof", VerificationError, actions=True)
-    overlaps, examples = overlap_summary(compiled)
+    overlaps, examples = overlap_summary(compiled) if overlaps else (0, [])
     hosts = fabric.hosts
     host_macs = np.array([plan.host_mac[h.name] for h in hosts], dtype=np.uint64)
     groups = groups_of_hosts(hosts)
