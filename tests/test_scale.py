@@ -206,12 +206,13 @@ def test_verify_at_scale_states_coverage():
 def test_bench_one_fabric_line():
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compile_scale.py"), "--jobs", "1", "--modes", "compact,per-group",
-         str(ROOT / "topologies" / "clos-4stage-small.yaml")],
+         "--cos", "default", str(ROOT / "topologies" / "clos-4stage-small.yaml")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines()]
     assert [x["addressing"] for x in lines] == ["compact", "per-group"]
+    assert all(x["cos"] == "off" for x in lines)  # up*/down* Clos: the proven default is untagged
     for x in lines:
         for key in ("fabric", "switches", "hosts", "seconds", "peak_rss_mb", "rules_min", "rules_mean", "rules_max", "under_4k"):
             assert key in x
@@ -230,3 +231,17 @@ def test_replace_reuses_index_only_for_identical_tuples():
     bad = f.links + (Link("g0s0", 1, "g0s1", 99),)  # port 1 of g0s0 is a host port
     with pytest.raises(TopologyError, match="used twice"):
         dataclasses.replace(f, links=bad)
+
+
+def test_bench_prices_the_default_classes_beside_untagged():
+    """compile_scale --cos off,default: same forwarding rules, more flows with the default classes."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compile_scale.py"), "--jobs", "1", "--cos", "off,default",
+         str(ROOT / "topologies" / "dragonfly-a4-p2-h2.yaml")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    off, default = (json.loads(x) for x in out.stdout.splitlines())
+    assert (off["cos"], default["cos"]) == ("off", "top/2")  # minimal Dragonfly needs 2 classes
+    assert default["rules_mean"] == off["rules_mean"] and default["flows_mean"] > off["flows_mean"]
+    assert default["install_s_per_switch_est"] > off["install_s_per_switch_est"] > 0
