@@ -112,6 +112,8 @@ def test_pause_frame_layout():
     f = lossless.pause_frame(src, 400)
     assert len(f) == 60 and f[:6] == bytes.fromhex("0180c2000001") and f[6:12] == src
     assert struct.unpack("!HHH", f[12:18]) == (0x8808, 1, 400)
+    pfc = lossless.pause_frame(src, 400, (1, 0))  # PFC: opcode 0x0101, vector 0b11, times of priorities 0 and 1
+    assert len(pfc) == 60 and struct.unpack("!HHH8H", pfc[12:34]) == (0x8808, 0x0101, 3, 400, 400, 0, 0, 0, 0, 0, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -183,6 +185,34 @@ def test_pause_emulator_sends_xoff_into_the_peer_then_xon_when_drained(veth):
         rep = emu.report(3, 1.0, 0.01)
         assert rep.xoff_frames == 1 and rep.xon_frames == 1 and rep.episodes == 1
         assert rep.links["s1:3"]["max_backlog"] >= 4000
+    finally:
+        cap.close()
+
+
+@root_only
+def test_pause_emulator_sends_pfc_for_the_classes_in_use(veth):
+    """With pfc_classes (the running tables' PCP values) XOFF and XON are 802.1Qbb frames whose
+    class-enable vector names exactly those classes; the controller's parser reads them as PFC."""
+    from hpcfabric.protocols.pause import OPCODE_PFC, parse_mac_control
+
+    lossless.shape_links([veth], lossless.LinkShape(0.2, 20000))
+    settings = lossless.PauseSettings(xoff_bytes=4000, xon_bytes=1500, quanta=300, refresh_s=10.0, poll_s=0.005,
+                                      pfc_classes=(0, 1, 2))
+    emu = lossless.PauseEmulator([veth], settings)
+    cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x8808))
+    cap.bind((veth.iface, 0))
+    cap.settimeout(2.0)
+    try:
+        _fill(veth.iface, 8)
+        emu.step(time.monotonic())
+        xoff = parse_mac_control(cap.recv(100))
+        assert xoff.opcode == OPCODE_PFC and xoff.priorities == (300, 300, 300, 0, 0, 0, 0, 0)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and emu.states[lossless.ifindex(veth.iface)].paused:
+            emu.step(time.monotonic())
+            time.sleep(0.01)
+        xon = parse_mac_control(cap.recv(100))
+        assert xon.opcode == OPCODE_PFC and xon.is_xon
     finally:
         cap.close()
 
