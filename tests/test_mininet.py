@@ -163,7 +163,9 @@ def test_installed_flows_equal_the_compiler(fab: FabricRun):
         assert counts == wanted
         # host_mac = dmp: the controller installs the compiled tables plus the shipped configs' guards;
         # fast-failover groups only replace outputs (setup.desired has them resolved, every link up)
-        guarded = guard_flows(fab.fabric, fab.plan, compiled, source_check=True, punt_meters=True)
+        # (classes on by default: the guards' host-ingress entries push the tag, as config.build asks)
+        guarded = guard_flows(fab.fabric, fab.plan, compiled, source_check=True, punt_meters=True,
+                              cos=fab.setup.compiled.cos is not None)
         assert {n: tuple(f) for n, f in fab.setup.desired.items()} == {n: tuple(f) for n, f in guarded.items()}
         cfg = load_config(fab.setup.config_path)
         for name, groups in cfg.groups.items():  # the groups are on the switches, fast-failover type
