@@ -195,3 +195,158 @@ def test_kill_9_of_the_master_process_standby_takes_over(tmp_path, etcd_cluster)
         if run is not None:
             run.stop()
             run.ha.release()
+
+
+def test_etcd_leader_killed_roles_kept_never_two_masters(tmp_path, etcd_cluster):
+    prefix = f"/t-{uuid.uuid4().hex[:6]}"
+    a = instance(tmp_path, etcd_cluster, "a", prefix)
+    b = instance(tmp_path, etcd_cluster, "b", prefix)
+    runs = [Runner(a), Runner(b)]
+    [r.start() for r in runs]
+    sampler = Sampler([a, b])
+    try:
+        wait(lambda: {k: len(v) for k, v in owners([a, b]).items()} == {"p0": 1, "p1": 1, "p2": 1}, 15)
+        sampler.start()
+        before = {p: owners([a, b])[p] for p in ("p0", "p1", "p2")}
+        changes = len(runs[0].changes) + len(runs[1].changes)
+        leader = etcd_cluster.leader()
+        etcd_cluster.kill_member(leader)
+        t0 = time.monotonic()
+        elected = wait(lambda: etcd_cluster.leader() not in (None, leader), 15)
+        time.sleep(3 * a.granted)  # several lease periods on the new leader
+        print(f"\netcd leader m{leader} killed: new leader after {elected:.2f} s; role changes "
+              f"{len(runs[0].changes) + len(runs[1].changes) - changes}; errors a={a.errors} b={b.errors}")
+        assert sampler.double == 0
+        after = owners([a, b])
+        assert all(len(after.get(p, [])) == 1 for p in ("p0", "p1", "p2")), after
+        assert time.monotonic() - t0 > 2 * a.granted
+        kept = after == before
+        print(f"roles kept: {kept}; ownerless samples {sampler.ownerless}")
+    finally:
+        sampler.stop()
+        [r.stop() for r in runs]
+        a.release()
+        b.release()
+        etcd_cluster.start_member(leader)
+        etcd_cluster.wait_healthy()
+
+
+def test_all_etcd_stopped_master_stops_at_lease_expiry_and_resumes(tmp_path, etcd_cluster):
+    prefix = f"/t-{uuid.uuid4().hex[:6]}"
+    a = instance(tmp_path, etcd_cluster, "a", prefix, partitions=1)
+    run = Runner(a)
+    run.start()
+    try:
+        wait(lambda: a.master_of("g0s0"), 10)
+        gen = a.generation_of("g0s0")
+        etcd_cluster.kill_all()
+        t_down = time.monotonic()
+        last_ok = a.lease_ok
+        wait(lambda: not a.master_of("g0s0"), 3 * a.granted)
+        t_stop = time.monotonic()
+        # it stopped acting once its lease (counted from the start of its last renewal) had run out,
+        # never later -- etcd itself expires the lease only after that
+        assert t_stop - last_ok <= a.granted + 0.1
+        assert t_stop - last_ok >= a.granted - 0.4
+        assert a.errors > 0 and "unreachable" in a.last_error
+        time.sleep(1.0)
+        assert not a.master and run.changes[-1][1] == {"p0": "slave"}
+        for i in range(etcd_cluster.size):
+            etcd_cluster.start_member(i)
+        t_up = time.monotonic()
+        back = wait(lambda: a.master_of("g0s0"), 30)
+        print(f"\nall etcd down: master stopped {t_stop - last_ok:.2f} s after its last renewal "
+              f"(ttl {a.granted} s); etcd restarted, master again after {back:.2f} s, "
+              f"generation {gen} -> {a.generation_of('g0s0')}; etcd down {t_up - t_down:.1f} s")
+        assert a.generation_of("g0s0") >= gen
+    finally:
+        run.stop()
+        a.release()
+        for i in range(etcd_cluster.size):
+            if i not in etcd_cluster.running():
+                etcd_cluster.start_member(i)
+        etcd_cluster.wait_healthy()
+
+
+class Blackhole(threading.Thread):
+    """A TCP relay to one etcd endpoint that can be blackholed: connections stay open, nothing passes."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(daemon=True)
+        host, _, port = target.rpartition("//")[2].rpartition(":")
+        self.target = (host, int(port))
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.dropping = threading.Event()
+        self.closed = False
+
+    def run(self) -> None:
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                c.close()
+                continue
+            for src, dst in ((c, u), (u, c)):
+                threading.Thread(target=self.pipe, args=(src, dst), daemon=True).start()
+
+    def pipe(self, src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if not self.dropping.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+
+def test_blackholed_instance_never_two_masters(tmp_path, etcd_cluster):
+    """One instance's only etcd endpoint is blackholed: it stops acting before the other takes over."""
+    prefix = f"/t-{uuid.uuid4().hex[:6]}"
+    hole = Blackhole(etcd_cluster.endpoints[0])
+    hole.start()
+    a = instance(tmp_path, etcd_cluster, "a", prefix, endpoints=[hole.endpoint])
+    b = instance(tmp_path, etcd_cluster, "b", prefix)
+    runs = [Runner(a), Runner(b)]
+    sampler = Sampler([a, b])
+    try:
+        [r.start() for r in runs]
+        wait(lambda: {k: len(v) for k, v in owners([a, b]).items()} == {"p0": 1, "p1": 1, "p2": 1}, 15)
+        sampler.start()
+        assert sorted(a.active) == ["p0", "p2"]
+        hole.dropping.set()
+        t0 = time.monotonic()
+        took = wait(lambda: sorted(b.active) == ["p0", "p1", "p2"], 20)
+        print(f"\na blackholed: b master of a's partitions after {took:.2f} s; a stopped acting "
+              f"{[t - t0 for t, ch in runs[0].changes if 'slave' in ch.values()][-1:]} s after the blackhole")
+        assert not a.active and not a.master
+        assert sampler.double == 0
+        assert gens(etcd_cluster, prefix + "/")["p0"] == 2
+        hole.dropping.clear()  # healed: a renews nothing (its lease expired), joins again, gets its share back
+        wait(lambda: sorted(a.active) == ["p0", "p2"], 30)
+        assert sampler.double == 0 and gens(etcd_cluster, prefix + "/")["p0"] == 3
+    finally:
+        sampler.stop()
+        [r.stop() for r in runs]
+        hole.close()
+        a.release()
+        b.release()
