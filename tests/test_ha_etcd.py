@@ -350,3 +350,55 @@ def test_blackholed_instance_never_two_masters(tmp_path, etcd_cluster):
         hole.close()
         a.release()
         b.release()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("hpcfabric")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_status_command_shows_master_standbys_generation_lease_age(tmp_path, etcd_cluster):
+    prefix = f"/t-{uuid.uuid4().hex[:6]}"
+    a = instance(tmp_path, etcd_cluster, "a", prefix)
+    b = instance(tmp_path, etcd_cluster, "b", prefix)
+    try:
+        for _ in range(4):
+            a.tick()
+            b.tick()
+        r = cli("status", "--config", str(config(tmp_path, etcd_cluster, "c", prefix=prefix)), "--json")
+        assert r.returncode == 0, r.stderr
+        view = json.loads(r.stdout)
+        assert view["members"] == ["a", "b"]
+        rows = {p["partition"]: p for p in view["partitions"]}
+        assert [rows[p]["master"] for p in ("p0", "p1", "p2")] == ["a", "b", "a"]
+        assert rows["p1"]["standbys"] == ["a"] and rows["p1"]["generation"] == 2 and rows["p0"]["generation"] == 1
+        assert all(0 <= rows[p]["lease_age"] <= 2 for p in rows) and rows["p0"]["switches"] == 12
+        text = cli("status", "--config", str(config(tmp_path, etcd_cluster, "c", prefix=prefix))).stdout
+        assert "p1         groups 3..5" in text and "live instances: a, b" in text
+    finally:
+        a.release()
+        b.release()
+    # nobody holds anything after a clean stop (the leases were revoked)
+    view = json.loads(cli("status", "--config", str(config(tmp_path, etcd_cluster, "c", prefix=prefix)), "--json").stdout)
+    assert view["members"] == [] and [p["master"] for p in view["partitions"]] == [None] * 3
+
+
+def test_config_errors_exit_2_with_file_and_field(tmp_path):
+    base = f"[hpcfabric]\ntopology = {TOPO}\n[ha]\n"
+    cases = {"backend = zookeeper\n": "ha.backend",
+             "backend = etcd\n": "ha.endpoints",
+             "backend = etcd\nendpoints = 127.0.0.1:2379\n": "ha.endpoints",
+             "backend = etcd\nendpoints = http://127.0.0.1:2379\nttl = 0\n": "ha.ttl",
+             "backend = etcd\nendpoints = http://127.0.0.1:2379\npartitions = 37\n": "ha.partitions",
+             "backend = etcd\nendpoints = http://127.0.0.1:2379\nrole = slave\n": "ha.role",
+             "endpoints = http://127.0.0.1:2379\n": "ha.endpoints"}
+    for i, (text, field) in enumerate(cases.items()):
+        path = tmp_path / f"bad{i}.conf"
+        path.write_text(base + text)
+        r = cli("status", "--config", str(path))
+        assert r.returncode == 2 and f"{path}: {field}:" in r.stderr and "Traceback" not in r.stderr, (text, r.stderr)
+    # a valid config whose etcd is down: a clear error, exit 1
+    path = tmp_path / "down.conf"
+    path.write_text(base + f"backend = etcd\nendpoints = http://127.0.0.1:{free_port()}\n")
+    r = cli("status", "--config", str(path))
+    assert r.returncode == 1 and "etcd unreachable" in r.stderr and "Traceback" not in r.stderr, r.stderr
