@@ -109,7 +109,27 @@ def ha_of(ctl: Controller) -> dict[str, Any]:
 
 
 def mastered(ctl: Controller) -> list[str]:
-    return sorted(p["partition"] for p in ha_of(ctl).get("partitions", []) if p.get("master") == ha_of(ctl).get("instance"))
+    """The partitions ``ctl`` acts as master for (its status file)."""
+    return list(ha_of(ctl).get("active", []))
+
+
+def logged_at(ctl: Controller, text: str, after: float) -> float | None:
+    """Wall time of the first line of ``ctl``'s log containing ``text`` logged at or after ``after``."""
+    from datetime import datetime
+
+    try:
+        lines = ctl.log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if text in line:
+            try:
+                t = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                continue
+            if t >= after - 0.002:
+                return t
+    return None
 
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:
@@ -163,19 +183,29 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
         survivor = b if victim is a else a
         info: dict[str, Any] = {}
 
+        lost_part = part_of[parts[0].switches[0]]
+
         def kill_master():
-            t0 = time.monotonic()
+            t0, w0 = time.monotonic(), time.time()
             victim.stop(signal.SIGKILL)
+            wait_until(lambda: len(mastered(survivor)) == 2 or None, 30, "the survivor master of both partitions")
+            t_claim = logged_at(survivor, f"is now MASTER of partition {lost_part}", w0)
+            info["takeover_s"] = round(t_claim - w0, 3) if t_claim else None
             wait_until(lambda: all(v == {port_of[id(survivor)]} for v in sampler.masters().values()) or None, 30,
                        "the switches report the survivor MASTER of both partitions")
-            info["takeover_s"] = round(time.monotonic() - t0, 2)
+            info["roles_s"] = round(time.monotonic() - t0, 2)
+            time.sleep(2)  # the reconcile of the taken partition
+            st = survivor.status() or {}
+            per = st.get("per_switch") or {}
+            info["flow_mods"] = status_changes({"per_switch": {k: v for k, v in per.items() if part_of.get(k) == lost_part}})
             return info
 
         res = steady_across(net, src, dst, pings, kill_master)
         f.update(etcd_kill_pings=res["sent"], etcd_kill_lost=res["lost"], etcd_kill_takeover_s=info.get("takeover_s"),
-                 etcd_kill_flow_mods=status_changes(survivor.status() or {}))
+                 etcd_kill_roles_seen_s=info.get("roles_s"), etcd_kill_flow_mods=info.get("flow_mods"))
         log(f"etcd kill -9 master: {res['sent']} pings, {res['lost']} lost, takeover {info.get('takeover_s')} s "
-            "(switch roles)")
+            f"(kill -> MASTER claim logged), switch roles read as such after {info.get('roles_s')} s, "
+            f"{info.get('flow_mods')} flow-mods on the taken partition")
 
         # 2. the etcd leader is killed
         changes0 = ha_of(survivor).get("takeovers", 0)
@@ -199,23 +229,24 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
 
         # 3. all etcd stopped, then back
         def all_down():
+            w0 = time.time()
             cluster.kill_all()
-            t0 = time.monotonic()
-            wait_until(lambda: all(not v for v in sampler.masters().values()) or
-                       (ha_of(survivor).get("role") == "slave" and not mastered(survivor)) or None, 30,
-                       "the survivor stops acting as master")
-            info["stopped_s"] = round(time.monotonic() - t0, 2)
+            wait_until(lambda: not mastered(survivor) or None, 30, "the survivor stops acting as master")
+            t_stop = logged_at(survivor, "is now SLAVE of partition", w0)
+            info["stopped_s"] = round(t_stop - w0, 3) if t_stop else None
             time.sleep(4)
+            w1 = time.time()
             for i in range(cluster.size):
                 cluster.start_member(i)
-            t1 = time.monotonic()
             wait_until(lambda: len(mastered(survivor)) == 2 or None, 60, "the survivor master again")
-            info["resumed_s"] = round(time.monotonic() - t1, 2)
+            t_back = logged_at(survivor, "is now MASTER of partition", w1)
+            info["resumed_s"] = round(t_back - w1, 3) if t_back else None
+            info["generation"] = ha_of(survivor).get("generation")
             return info
 
         res = steady_across(net, src, dst, pings, all_down)
         f.update(etcd_down_pings=res["sent"], etcd_down_lost=res["lost"], etcd_down_stopped_s=info.get("stopped_s"),
-                 etcd_down_resumed_s=info.get("resumed_s"))
+                 etcd_down_resumed_s=info.get("resumed_s"), etcd_down_generation_after=info.get("generation"))
         log(f"all etcd down: {res['sent']} pings, {res['lost']} lost; survivor stopped being master "
             f"{info.get('stopped_s')} s after the stop, master again {info.get('resumed_s')} s after the restart")
         sampler.stop()

@@ -196,4 +196,5 @@ class EtcdHa:
         return {"mode": self.mode, "backend": "etcd", "role": self.role, "generation": self.generation,
                 "instance": self.instance, "lease_holder": self.holder, "takeovers": self.takeovers,
                 "handovers": self.handovers, "since": self.changed_at, "etcd_errors": self.errors,
-                "etcd_last_error": self.last_error, "members": self.members, "partitions": parts}
+                "etcd_last_error": self.last_error, "members": self.members, "active": sorted(self.active),
+                "partitions": parts}
