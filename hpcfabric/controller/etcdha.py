@@ -55,6 +55,7 @@ class EtcdHa:
         self.free_since: dict[str, float] = {}
         self.takeovers = 0
         self.handovers = 0
+        self.claims = 0  # claim transactions that succeeded
         self.errors = 0
         self.last_error = ""
         self.role = "slave"
@@ -139,7 +140,7 @@ class EtcdHa:
                 gens[name] = (int(kv["value"] or 0), kv["mod_revision"])
         self.members = sorted(members)
         desired = assign([p.name for p in self.parts], members)
-        owned, view = {}, {}
+        owned, view, claimed = {}, {}, set()
         for part in self.parts:
             p = part.name
             m = masters.get(p)
@@ -154,6 +155,8 @@ class EtcdHa:
                                ("put", self.prefix + "master/" + p, value, self.lease)]):
                         m = {"instance": self.instance, "generation": g + 1, "lease": self.lease, "raw": value}
                         taken = g > 0
+                        claimed.add(p)
+                        self.claims += 1
             if m is not None:
                 self.free_since.pop(p, None)
                 if m["instance"] == self.instance and m["lease"] == self.lease:
@@ -162,9 +165,10 @@ class EtcdHa:
             view[p] = {"master": m["instance"] if m else None, "generation": int(m["generation"]) if m else
                        gens.get(p, (0, 0))[0], "standbys": [x for x in self.members if not m or x != m["instance"]],
                        "lease": m["lease"] if m else 0, "taken": taken}
-        # balance: hand one partition per round to its balanced owner (it claims it on its next round)
+        # balance: hand one partition per round to its balanced owner (it claims it on its next round);
+        # not one claimed in this very round (the members may have changed since; the next round decides)
         for p in sorted(owned):
-            if desired.get(p) not in (None, self.instance) and p not in self.free_since:
+            if desired.get(p) not in (None, self.instance) and p not in claimed:
                 key = self.prefix + "master/" + p
                 if st.txn([(key, "value", self.values[p])], [("delete", key)]):
                     del owned[p]
@@ -195,6 +199,6 @@ class EtcdHa:
                           "lease_age": round(now - self.lease_ok, 3) if mine else None})
         return {"mode": self.mode, "backend": "etcd", "role": self.role, "generation": self.generation,
                 "instance": self.instance, "lease_holder": self.holder, "takeovers": self.takeovers,
-                "handovers": self.handovers, "since": self.changed_at, "etcd_errors": self.errors,
+                "handovers": self.handovers, "claims": self.claims, "since": self.changed_at, "etcd_errors": self.errors,
                 "etcd_last_error": self.last_error, "members": self.members, "active": sorted(self.active),
                 "partitions": parts}

@@ -107,7 +107,7 @@ class EtcdStore:
         out = self.call("kv/lease/timetolive", {"ID": lease})
         if out.get("lease_not_found"):
             return -1, 0
-        return int(out.get("TTL", -1)), int(out.get("grantedTTL", 0))
+        return int(out.get("TTL", 0)), int(out.get("grantedTTL", 0))  # the gateway leaves zero fields out
 
     def revoke(self, lease: int) -> None:
         self.call("kv/lease/revoke", {"ID": lease})
