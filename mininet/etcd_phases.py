@@ -7,8 +7,10 @@ connected to both. Under a steady ping at 10 ms across the two partitions (summa
 1. ``kill -9`` of the master of the pinging host's partition: the other instance takes both partitions
    (``etcd_kill_lost``, ``etcd_kill_takeover_s``: kill -> the switches report the survivor MASTER);
 2. the etcd raft leader is killed (``etcd_leader_lost``, ``etcd_leader_role_changes``);
-3. all etcd members are stopped for 3 lease TTLs, then restarted (``etcd_down_lost``; the survivor stops
-   writing: ``etcd_down_stopped_s`` after the stop; ``etcd_down_resumed_s`` after the restart).
+3. all etcd members are stopped for ~6 s, then restarted (``etcd_down_lost``; the survivor stops
+   writing: ``etcd_down_stopped_s`` after the stop; ``etcd_down_resumed_s`` after the restart). A PAUSE
+   injected while etcd is down must not be written as a PORT_STATE flip (``etcd_down_flip_written``
+   False), the same PAUSE once the survivor is master again must (``etcd_back_flip_written`` True).
 
 Throughout, a sampler reads every switch's controller roles from Open vSwitch (``ovs-vsctl list
 controller``) and counts samples where one partition has masters from two instances
@@ -27,6 +29,8 @@ from typing import Any, Callable
 from controller_proc import Controller, free_port, status_changes  # mininet/controller_proc.py
 from dmp_hosts import run_dmp, set_static_neighbours
 from fabric_topo import build_net, run_cmd, stop_net
+from ovs_flows import port_state_entry
+from pause_inject import inject_pause
 from reachability import all_pairs_ping, steady_across
 from runkit import Report, wait_until
 
@@ -44,7 +48,7 @@ def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], parti
     path = tmp / "etcd.conf"
     path.write_text(
         f"[hpcfabric]\ntopology = {topology}\nrouting = conditional\nlldp_interval = 0.5\nreload_poll = 0\n"
-        "log_level = INFO\n[metrics]\npoll_interval = 1\n"
+        "log_level = INFO\nlink_speed_gbps = 0.01\n[metrics]\npoll_interval = 1\n"
         f"[ha]\nbackend = etcd\nendpoints = {','.join(endpoints)}\npartitions = {partitions}\nttl = {ttl}\n"
         f"prefix = /rel{int(time.time())}\n")
     return path
@@ -130,6 +134,18 @@ def logged_at(ctl: Controller, text: str, after: float) -> float | None:
             if t >= after - 0.002:
                 return t
     return None
+
+
+def pause_written(fabric: Any, prefix: str, switch: str, port: int, wait: float) -> bool:
+    """Inject a PAUSE at ``switch:port``; True if a controller flipped its PORT_STATE entry within ``wait`` s."""
+    inject_pause(fabric, switch, port, 0xFFFF, prefix=prefix)
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        ps = port_state_entry(prefix + switch, port)
+        if ps is not None and "goto_table:3" in ps.actions:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:
@@ -234,7 +250,9 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
             wait_until(lambda: not mastered(survivor) or None, 30, "the survivor stops acting as master")
             t_stop = logged_at(survivor, "is now SLAVE of partition", w0)
             info["stopped_s"] = round(t_stop - w0, 3) if t_stop else None
-            time.sleep(4)
+            # a PAUSE now would make a master flip PORT_STATE: an instance without a live lease must not
+            info["flip_written_while_down"] = pause_written(fabric, prefix, probe[0], probe[1], 1.5)
+            time.sleep(2.5)
             w1 = time.time()
             for i in range(cluster.size):
                 cluster.start_member(i)
@@ -242,11 +260,22 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
             t_back = logged_at(survivor, "is now MASTER of partition", w1)
             info["resumed_s"] = round(t_back - w1, 3) if t_back else None
             info["generation"] = ha_of(survivor).get("generation")
+            time.sleep(1.5)  # the resumed sessions: role claim, reconcile
+            # the control: the same PAUSE once master again is written
+            info["flip_written_after"] = pause_written(fabric, prefix, probe[0], probe[1], 3.0)
             return info
 
+        probe_link = next(l for l in fabric.links if part_of.get(l.a) == parts[0].name and part_of.get(l.b)
+                          and l.a != parts[0].switches[0])  # a fabric port off the pinging host's switch
+        probe = (probe_link.a, probe_link.a_port)
         res = steady_across(net, src, dst, pings, all_down)
         f.update(etcd_down_pings=res["sent"], etcd_down_lost=res["lost"], etcd_down_stopped_s=info.get("stopped_s"),
-                 etcd_down_resumed_s=info.get("resumed_s"), etcd_down_generation_after=info.get("generation"))
+                 etcd_down_resumed_s=info.get("resumed_s"), etcd_down_generation_after=info.get("generation"),
+                 etcd_down_flip_written=info.get("flip_written_while_down"),
+                 etcd_back_flip_written=info.get("flip_written_after"))
+        if info.get("flip_written_while_down") or not info.get("flip_written_after"):
+            report.fail(f"etcd: PAUSE flip written while etcd was down {info.get('flip_written_while_down')}, "
+                        f"after it returned {info.get('flip_written_after')} (expected False, True)")
         log(f"all etcd down: {res['sent']} pings, {res['lost']} lost; survivor stopped being master "
             f"{info.get('stopped_s')} s after the stop, master again {info.get('resumed_s')} s after the restart")
         sampler.stop()
