@@ -76,3 +76,5 @@ def test_etcd_ha_kill_master_leader_and_all_etcd_lose_nothing_never_two_masters(
     assert result["etcd_leader_role_changes"] == 0 and result["etcd_leader_masters"] == ["p0", "p1"]
     assert result["etcd_down_stopped_s"] is not None and result["etcd_down_resumed_s"] is not None
     assert result["etcd_role_samples"] >= 10 and result["etcd_double_master_samples"] == 0
+    # no write without a live lease: a PAUSE while etcd is down is not flipped; once master again it is
+    assert result["etcd_down_flip_written"] is False and result["etcd_back_flip_written"] is True
