@@ -96,6 +96,9 @@ class EtcdHa:
         except EtcdUnavailable as err:
             self.errors += 1
             self.last_error = str(err)
+        except (KeyError, ValueError, TypeError) as err:  # a reply we cannot read: as if unreachable
+            self.errors += 1
+            self.last_error = f"unexpected etcd reply: {type(err).__name__}: {err}"
         live = time.monotonic() < self.deadline()
         new = dict(self.owned) if live else {}
         changes = {p: "master" for p, g in new.items() if self.active.get(p) != g}

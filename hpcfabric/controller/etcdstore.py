@@ -58,6 +58,7 @@ class EtcdStore:
     # ------------------------------------------------------------ transport
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` on the current endpoint, failing over to the others in turn."""
+        import requests
         from etcd3gw import exceptions as ex
 
         errors = []
@@ -67,6 +68,9 @@ class EtcdStore:
             self.requests += 1
             try:
                 out = cl.post(cl.get_url(path), data=json.dumps(body))
+            except (requests.RequestException, ValueError) as err:  # reset mid-reply, not JSON, ...
+                errors.append(f"{self.endpoints[i]}: {type(err).__name__}")
+                continue
             except ex.Etcd3Exception as err:  # unreachable, timed out, 'etcdserver: no leader', ...
                 detail = str(err.detail_text or type(err).__name__)
                 if "lease not found" in detail:
