@@ -43,9 +43,23 @@ def test_more_partitions_than_groups_split_switches_and_limits():
     assert [p.switches for p in fb] == [("s0_0", "s1_0", "s2_0"), ("s0_1", "s1_1", "s2_1"), ("s0_2", "s1_2", "s2_2")]
 
 
-def test_assign_balances_round_robin_over_live_members():
+def test_assign_balances_and_moves_as_few_as_possible():
     parts = [f"p{i}" for i in range(10)]
-    a = assign(parts, ["b", "a", "c"])
+    a = assign(parts, ["b", "a", "c"])  # nothing held yet: least loaded first, ties by name
     assert [a[p] for p in parts] == ["a", "b", "c"] * 3 + ["a"]
     assert assign(parts, []) == {}
     assert set(assign(parts, ["x"]).values()) == {"x"}
+    # a alone holds everything; b joins: a keeps p0..p4, b gets p5..p9
+    two = assign(parts, ["a", "b"], {p: "a" for p in parts})
+    assert [two[p] for p in parts] == ["a"] * 5 + ["b"] * 5
+    # c joins: a and b keep three each (their lowest), c gets the rest; nobody else moves
+    three = assign(parts, ["a", "b", "c"], two)
+    loads = {m: sum(1 for p in parts if three[p] == m) for m in "abc"}
+    assert sorted(loads.values()) == [3, 3, 4]
+    assert all(three[p] == two[p] for p in parts if three[p] != "c")
+    # b dies: only b's partitions move, to the least loaded survivors
+    after = assign(parts, ["a", "c"], {p: m for p, m in three.items() if m != "b"})
+    assert all(after[p] == three[p] for p in parts if three[p] != "b")
+    assert sorted(sum(1 for p in parts if after[p] == m) for m in "ac") == [5, 5]
+    # a current owner that is not live is ignored
+    assert assign(["p0"], ["a"], {"p0": "gone"}) == {"p0": "a"}

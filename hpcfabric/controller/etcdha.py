@@ -13,9 +13,9 @@ generation only grows. The holder renews its lease every ``tick``; it stops acti
 ``granted TTL`` has passed since the start of its last successful renewal (etcd's own expiry comes later,
 so the old master is silent before any standby can claim). Partitions are derived from the topology
 (:func:`hpcfabric.topology.partition.partition_fabric`) and balanced over the live instances
-(:func:`~hpcfabric.topology.partition.assign`): a free partition is claimed by its balanced owner at
-once, by anybody after one TTL; a master hands over one partition per tick that belongs to another
-live instance.
+(:func:`~hpcfabric.topology.partition.assign`, sticky: as few moves as balance allows): a free partition
+is claimed by its balanced owner at once, by anybody after one TTL; a master hands over one partition
+per tick that balance gives to another live instance.
 """
 
 from __future__ import annotations
@@ -142,7 +142,8 @@ class EtcdHa:
             elif kind == "gen":
                 gens[name] = (int(kv["value"] or 0), kv["mod_revision"])
         self.members = sorted(members)
-        desired = assign([p.name for p in self.parts], members)
+        desired = assign([p.name for p in self.parts], members,
+                         {p: m.get("instance") for p, m in masters.items() if m.get("instance") in members})
         owned, view, claimed = {}, {}, set()
         for part in self.parts:
             p = part.name

@@ -67,12 +67,35 @@ def partition_fabric(fabric: Fabric, count: int) -> tuple[Partition, ...]:
     return tuple(Partition(f"p{i}", f"switches {run[0]}..{run[-1]}", tuple(run)) for i, run in enumerate(runs))
 
 
-def assign(partitions: list[str], members: list[str]) -> dict[str, str]:
-    """Balanced owner of each partition among live ``members``: round robin over both in sorted order."""
-    live = sorted(members)
+def assign(partitions: list[str], members: list[str], current: dict[str, str | None] | None = None) -> dict[str, str]:
+    """Balanced owner of each partition among live ``members``, moving as few as possible from ``current``.
+
+    Every member ends with ``len(partitions) // len(members)`` or one more. Current owners that are live
+    keep their partitions up to that share (the lowest-numbered first); the rest go one by one to the
+    least-loaded member (ties: by name). Deterministic: instances that read the same store agree.
+    """
+    live = sorted(set(members))
     if not live:
         return {}
-    return {p: live[i % len(live)] for i, p in enumerate(sorted(partitions, key=_pkey))}
+    current = current or {}
+    order = sorted(partitions, key=_pkey)
+    base, extra = divmod(len(order), len(live))
+    held: dict[str, list[str]] = {m: [] for m in live}
+    for p in order:
+        owner = current.get(p)
+        if owner in held and len(held[owner]) < base + 1:
+            held[owner].append(p)
+    # at most `extra` members may keep base + 1: the others give their last one back
+    full = [m for m in live if len(held[m]) == base + 1]
+    for m in full[extra:] if len(full) > extra else ():
+        held[m].pop()
+    out = {p: m for m, ps in held.items() for p in ps}
+    for p in order:
+        if p not in out:
+            m = min(live, key=lambda x: (len(held[x]), x))
+            held[m].append(p)
+            out[p] = m
+    return out
 
 
 def _pkey(name: str) -> tuple[int, str]:
