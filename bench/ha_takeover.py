@@ -89,6 +89,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
+    import importlib.util
+    import shutil
+
+    if shutil.which("etcd") is None or importlib.util.find_spec("etcd3gw") is None:
+        print("skipped: needs etcd and etcd3gw (scripts/bootstrap.sh --etcd)")
+        return 0
     print("kill -9 of the master -> standby master (etcd backend, one partition)")
     a = run_setting(100, 1000, 2, args.runs)
     b = run_setting(50, 500, 1, args.runs)
