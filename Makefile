@@ -11,7 +11,7 @@ BOOTSTRAP    := scripts/bootstrap.sh
 
 # Flags for the bootstrap run before `make test`.
 # The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch.
-TEST_BOOTSTRAP_FLAGS ?=
+TEST_BOOTSTRAP_FLAGS ?= --etcd
 PYTEST_ARGS  ?= -q
 TESTS        ?= tests
 
@@ -57,7 +57,7 @@ demo:
 	$(DEMO_CMD)
 
 reliability:
-	@bash $(BOOTSTRAP)
+	@bash $(BOOTSTRAP) --etcd
 	$(PY) mininet/run_reliability.py $(RELIABILITY_ARGS)
 
 experiment:

@@ -23,6 +23,7 @@ setup(
     extras_require={
         "controller": ["os-ken==3.1.0"],
         "test": ["pytest>=7"],
+        "etcd": ["etcd3gw>=2.4"],
     },
     entry_points={
         "console_scripts": [

@@ -455,6 +455,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status-file", default=None, metavar="F", help="override [hpcfabric] status_file")
     p.add_argument("--listen-port", type=int, default=None, metavar="N", help="override [openflow] listen_port")
 
+    def cmd_status(args: argparse.Namespace) -> int:
+        from hpcfabric.config import load_config
+        from hpcfabric.controller.coord import describe, format_status
+
+        view = describe(load_config(args.config, compile=False))
+        print(json.dumps(view, indent=2) if args.json else format_status(view))
+        return 0
+
+    p = sub.add_parser("status", help="HA: per partition its master, standbys, generation and lease age",
+                       description="read the HA coordination store (etcd or the lease file) of a controller "
+                       "config; see docs/ha.md")
+    p.set_defaults(func=cmd_status)
+    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
     from hpcfabric.analysis.cli import add_analyze_parser
 
     add_analyze_parser(sub)  # analyze rules | power | onoff | scale (docs/analysis.md)

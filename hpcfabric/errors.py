@@ -54,6 +54,12 @@ class VerificationError(HpcfabricError):
     exit_code = 1
 
 
+class CoordinationError(HpcfabricError):
+    """The HA coordination store (lease file, etcd) cannot be read (``hpcfabric status``)."""
+
+    exit_code = 1
+
+
 def read_user_file(path: str, expected: str, missing: "str | Callable[[], str]") -> str:
     """The UTF-8 text of a file the user named, or a :class:`ConfigError` saying why not.
 

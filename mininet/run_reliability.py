@@ -21,7 +21,10 @@ names prefixed so it can run next to another Mininet) with guards on:
    the controller reroutes (``link_recovery_ms``, ``link_traffic_gap_ms``),
    all-pairs ping with the link down, link up, all-pairs ping again. With
    ``--fast-failover`` the config turns the groups on (the cut link is one
-   protected at both ends) and ``ff_link_recovery_ms`` is the traffic gap.
+   protected at both ends) and ``ff_link_recovery_ms`` is the traffic gap;
+5. etcd (``etcd_phases.py``): two controllers on a real 3-member etcd cluster, two partitions; kill -9
+   of a master, kill of the etcd leader, all etcd stopped and restarted, under steady pings
+   (``etcd_*_lost``, ``etcd_kill_takeover_s``; the switches' roles sampled: ``etcd_double_master_samples``).
 
 The last stdout line is one JSON object; exit 0 if every check passed.
 Only processes this script started are stopped (by PID); never ``mn -c``.
@@ -52,11 +55,12 @@ from reliability_phases import (  # noqa: E402
 )  # fmt: skip
 from runkit import CheckFailed, Progress, Report, wait_until  # noqa: E402
 from spoof_fuzz import fuzz_phase  # noqa: E402
+from etcd_phases import etcd_phase  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 
 PROG = "run_reliability"
-PHASES = ("restart", "failover", "fuzz", "link")
+PHASES = ("restart", "failover", "fuzz", "link", "etcd")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -98,35 +102,43 @@ def main(argv: list[str] | None = None) -> int:
     ctls: list[Controller] = []
     net = None
     try:
-        conf = write_conf(tmp, Path(args.topology).resolve(), tmp / "ha.lease", fast_failover=args.fast_failover)
-        cfg = load_config(conf)
-        fabric, plan = cfg.fabric, cfg.plan
-        n = len(fabric.switches)
-        ports = [free_port(), free_port()]
-        a = Controller(conf, tmp / "a.json", ports[0], tmp / "a.log")
-        b = Controller(conf, tmp / "b.json", ports[1], tmp / "b.log")
-        ctls += [a, b]
-        a.start()
-        net = build_net(fabric, plan, controller_port=ports[0], prefix=args.prefix, seed=11)
-        wait_until(lambda: is_master_ready(a, n), 90, "controller A master with every switch confirmed")
-        log(f"fabric up: {n} switches, controller A master (pid {a.pid})")
-        run_dmp(net)
-        set_static_neighbours(net, plan)
-        base = all_pairs_ping(net, fabric)
-        report.update(baseline_lost=base["lost"])
-        if base["lost"]:
-            report.fail(f"baseline all-pairs ping lost {base['lost']}")
-        link = pick_link(cfg)
-        src, dst = fabric.hosts_on(link.a)[0].name, fabric.hosts_on(link.b)[0].name
-        bed = Testbed(net, cfg, args.prefix, a, b, ports, src, dst, link, master=a, st0=status_of(a))
-        if "restart" in phases:  # 1. kill -9 + restart
-            restart_phase(bed, args.pings, report, log)
-        if "failover" in phases:  # 2. HA failover
-            failover_phase(bed, args.pings, report, log)
-        if "fuzz" in phases:  # 3. spoofing and fuzzing
-            fuzz_phase(bed, args.spoof, args.fuzz, report, log)
-        if "link" in phases:  # 4. link failure
-            link_phase(bed, args.pings, args.link_interval, args.fast_failover, report, log)
+        if [p for p in phases if p != "etcd"]:  # the lease-file phases share one fabric
+            conf = write_conf(tmp, Path(args.topology).resolve(), tmp / "ha.lease", fast_failover=args.fast_failover)
+            cfg = load_config(conf)
+            fabric, plan = cfg.fabric, cfg.plan
+            n = len(fabric.switches)
+            ports = [free_port(), free_port()]
+            a = Controller(conf, tmp / "a.json", ports[0], tmp / "a.log")
+            b = Controller(conf, tmp / "b.json", ports[1], tmp / "b.log")
+            ctls += [a, b]
+            a.start()
+            net = build_net(fabric, plan, controller_port=ports[0], prefix=args.prefix, seed=11)
+            wait_until(lambda: is_master_ready(a, n), 90, "controller A master with every switch confirmed")
+            log(f"fabric up: {n} switches, controller A master (pid {a.pid})")
+            run_dmp(net)
+            set_static_neighbours(net, plan)
+            base = all_pairs_ping(net, fabric)
+            report.update(baseline_lost=base["lost"])
+            if base["lost"]:
+                report.fail(f"baseline all-pairs ping lost {base['lost']}")
+            link = pick_link(cfg)
+            src, dst = fabric.hosts_on(link.a)[0].name, fabric.hosts_on(link.b)[0].name
+            bed = Testbed(net, cfg, args.prefix, a, b, ports, src, dst, link, master=a, st0=status_of(a))
+            if "restart" in phases:  # 1. kill -9 + restart
+                restart_phase(bed, args.pings, report, log)
+            if "failover" in phases:  # 2. HA failover
+                failover_phase(bed, args.pings, report, log)
+            if "fuzz" in phases:  # 3. spoofing and fuzzing
+                fuzz_phase(bed, args.spoof, args.fuzz, report, log)
+            if "link" in phases:  # 4. link failure
+                link_phase(bed, args.pings, args.link_interval, args.fast_failover, report, log)
+        if "etcd" in phases:  # 5. controllers on etcd: own fabric, own cluster (etcd_phases.py)
+            err, net = stop_net(net), None
+            if err is not None:
+                report.fail(f"net.stop: {err}")
+            for c in ctls:
+                c.stop()
+            etcd_phase(Path(args.topology).resolve(), args.prefix + "e", args.pings, report, log, tmp)
     except (CheckFailed, FabricNetError) as err:
         report.fail(str(err))
     except KeyboardInterrupt:

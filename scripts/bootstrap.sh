@@ -7,6 +7,7 @@
 #   scripts/bootstrap.sh            apt packages + .venv + pip install + OVS
 #   scripts/bootstrap.sh --no-ovs   skip starting Open vSwitch (pure unit tests)
 #   scripts/bootstrap.sh --ovs-only only make sure OVS is installed and running
+#   scripts/bootstrap.sh --etcd     also etcd (Debian etcd-server 3.4, not started) + etcd3gw (docs/ha.md)
 #
 # Environment:
 #   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
@@ -22,10 +23,12 @@ usage() {
 DO_OVS=1
 DO_PY=1
 DO_APT=1
+DO_ETCD=0
 for arg in "$@"; do
     case "$arg" in
         --no-ovs)   DO_OVS=0 ;;
         --ovs-only) DO_PY=0 ;;
+        --etcd)     DO_ETCD=1 ;;
         -h|--help)  usage; exit 0 ;;
         *)          usage >&2; die "unknown option: $arg" ;;
     esac
@@ -48,6 +51,8 @@ APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv etht
 if [[ $DO_PY -eq 0 ]]; then
     APT_PKGS=(openvswitch-switch)
 fi
+# --etcd: the HA tests start their own 3-member cluster; the Debian service stays off (no systemd here).
+[[ $DO_ETCD -eq 1 ]] && APT_PKGS+=(etcd-server)
 # Extra PyPI packages installed on top of setup.py's '.[controller,test]'.
 # Editing this list (i.e. this file) triggers a reinstall on the next run.
 PIP_EXTRA=(prometheus_client)
@@ -126,6 +131,11 @@ if [[ $DO_PY -eq 1 ]]; then
         touch "$STAMP"
     else
         log "python packages up to date (stamp newer than setup.py)"
+    fi
+    if [[ $DO_ETCD -eq 1 ]] && ! "$VENV/bin/python" -c 'import etcd3gw' >/dev/null 2>&1; then
+        log "pip install etcd3gw (the etcd HA backend's client)"
+        "$VENV/bin/python" -m pip --disable-pip-version-check -q install 'etcd3gw>=2.4' >/dev/null \
+            || die "pip install etcd3gw failed"
     fi
 
     # Sanity check: mininet (Debian, system site) + os_ken importable, and our

@@ -65,6 +65,11 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "lease_timeout": "2.0",
         "instance": "",
         "switches": "",
+        "backend": "file",
+        "endpoints": "",
+        "ttl": "2",
+        "partitions": "1",
+        "prefix": "/hpcfabric",
     },
     "failover": {
         "fast_failover": "off",
@@ -72,6 +77,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
     },
 }
 HA_ROLES = ("equal", "auto", "master", "slave")
+HA_BACKENDS = ("file", "etcd")
 ON_OFF = ("on", "off")
 #: sections that hold free-form keys
 FREE_SECTIONS = ("hosts",)

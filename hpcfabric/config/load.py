@@ -18,6 +18,7 @@ from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict
 from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
+    HA_BACKENDS,
     HA_ROLES,
     HOST_MAC_MODES,
     LOG_LEVELS,
@@ -140,9 +141,13 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         if metrics_listen[1] == listen_port and metrics_listen[0] in (listen_host, "0.0.0.0", "::"):
             raise config_error(source, "metrics.listen", f"port {metrics_listen[1]} is the OpenFlow listen port; pick another")
     ha_role = choice(source, "ha.role", get_value(parser, "ha", "role"), HA_ROLES)
+    ha_backend = choice(source, "ha.backend", get_value(parser, "ha", "backend"), HA_BACKENDS)
+    ha_endpoints, ha_ttl, ha_partitions, ha_prefix = _etcd_keys(source, parser, ha_backend, ha_role)
+    if ha_backend == "etcd":
+        ha_role = "auto"
     lease_text = get_value(parser, "ha", "lease_file")
     ha_lease_file = resolve_path(base, lease_text) if lease_text else None
-    if ha_role in ("auto", "slave") and not ha_lease_file:
+    if ha_role in ("auto", "slave") and not ha_lease_file and ha_backend == "file":
         raise config_error(source, "ha.lease_file",
                            f"role = {ha_role} needs a lease file shared by the instances (e.g. /run/hpcfabric.lease)")
     if ha_lease_file and not os.path.isdir(os.path.dirname(ha_lease_file) or "."):
@@ -184,6 +189,10 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
             if not any(fnmatch.fnmatchcase(n, pat) for n in names):
                 raise config_error(source, "ha.switches", f"pattern {pat!r} matches no switch of {fabric.name}{closest(pat, names)}")
 
+    if ha_backend == "etcd" and ha_partitions > len(fabric.switches):
+        raise config_error(source, "ha.partitions", f"{ha_partitions} partitions for {len(fabric.switches)} switches "
+                           f"of {fabric.name}; expected 1..{len(fabric.switches)}")
+
     cfg = ControllerConfig(
         path=source,
         topology=topology,
@@ -215,6 +224,11 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         ha_lease_timeout=ha_lease_timeout,
         ha_instance=ha_instance,
         ha_switches=ha_switches,
+        ha_backend=ha_backend,
+        ha_endpoints=ha_endpoints,
+        ha_ttl=ha_ttl,
+        ha_partitions=ha_partitions,
+        ha_prefix=ha_prefix,
         fast_failover=fast_failover,
         recompute=recompute,
         pause_reaction=pause_reaction,
@@ -277,3 +291,35 @@ def _hosts_section(
 def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load and compile ``path`` completely; return its summary (raises ConfigError)."""
     return load_config(path).summary()
+
+
+def _etcd_keys(source: str, parser: Any, backend: str, role: str) -> tuple[tuple[str, ...], int, int, str]:
+    """``[ha] endpoints, ttl, partitions, prefix`` (checked; used with ``backend = etcd``, docs/ha.md)."""
+    endpoints = tuple(e for e in (x.strip() for x in get_value(parser, "ha", "endpoints").split(",")) if e)
+    ttl = integer(source, "ha.ttl", get_value(parser, "ha", "ttl"), low=1, high=600)
+    partitions = integer(source, "ha.partitions", get_value(parser, "ha", "partitions"), low=1, high=100000)
+    prefix = get_value(parser, "ha", "prefix")
+    if backend != "etcd":
+        if endpoints:
+            raise config_error(source, "ha.endpoints", "is only used with backend = etcd (this config has backend = file)")
+        return endpoints, ttl, partitions, prefix
+    if role in ("master", "slave"):
+        raise config_error(source, "ha.role", f"{role} cannot be combined with backend = etcd (etcd elects the "
+                           "master of each partition); expected auto")
+    if not endpoints:
+        raise config_error(source, "ha.endpoints", "backend = etcd needs the etcd client URLs, e.g. "
+                           "http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379")
+    for ep in endpoints:
+        scheme, sep, rest = ep.partition("://")
+        host, colon, port = rest.rstrip("/").rpartition(":")
+        if scheme not in ("http", "https") or not sep or not colon or not host or not port.isdigit() \
+                or not 0 < int(port) < 65536:
+            raise config_error(source, "ha.endpoints", f"{ep!r}: expected http://HOST:PORT (or https://HOST:PORT)")
+    if not prefix.startswith("/") or any(c.isspace() for c in prefix):
+        raise config_error(source, "ha.prefix", f"{prefix!r}: expected a key prefix starting with '/', no spaces")
+    import importlib.util
+
+    if importlib.util.find_spec("etcd3gw") is None:
+        raise config_error(source, "ha.backend", "etcd needs the Python package etcd3gw (pip install etcd3gw; "
+                           "scripts/bootstrap.sh --etcd installs it)")
+    return endpoints, ttl, partitions, prefix

@@ -51,6 +51,12 @@ class ControllerConfig:
     ha_lease_timeout: float = 2.0
     ha_instance: str = ""
     ha_switches: tuple[str, ...] = ()
+    #: ``[ha] backend = etcd``: endpoints, lease TTL (s), partition count, key prefix (docs/ha.md)
+    ha_backend: str = "file"
+    ha_endpoints: tuple[str, ...] = ()
+    ha_ttl: int = 2
+    ha_partitions: int = 1
+    ha_prefix: str = "/hpcfabric"
     fast_failover: bool = False
     recompute: bool = True
     pause_reaction: str = "controller"

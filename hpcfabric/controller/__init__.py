@@ -85,7 +85,7 @@ from hpcfabric.controller.framework import (
     set_ev_cls,
     set_ev_handler,
 )
-from hpcfabric.controller.ha import HaAgent, HaState
+from hpcfabric.controller.ha import HaAgent, make_ha
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.metrics import MetricsServer
 from hpcfabric.controller.pausing import Pausing
@@ -123,7 +123,7 @@ class HpcfabricController(App):
         self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
         self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
         self.cache = ofwire.FlowModCache()
-        self.ha = HaState(config)
+        self.ha = make_ha(config)
         self.channel = Channel(self.counters, lambda dpid: self.by_dpid.get(dpid))
         self.sessions = Sessions(self)
         self.installer = Installer(self)
@@ -282,7 +282,8 @@ class HpcfabricController(App):
             if not isinstance(in_port, int):
                 c["no_in_port"] += 1
                 return
-            if not self.ha.master:
+            sw_in = self.by_dpid.get(msg.datapath.id)
+            if not self.ha.master or (sw_in is not None and not self.ha.master_of(sw_in.name)):
                 c["not_master_packet_ins"] += 1
                 return
             if eth_type == ETH_TYPE_PAUSE:

@@ -50,6 +50,16 @@ class HaState:
         """May this instance write to the switches?"""
         return self.role in ("equal", "master")
 
+    def master_of(self, switch: str) -> bool:
+        """May this instance write to ``switch``? (The file lease covers the whole fabric.)"""
+        return self.master
+
+    def generation_of(self, switch: str) -> int:
+        return self.generation
+
+    def switches_of(self, partitions: Any) -> set[str]:  # pragma: no cover - the file lease has no partitions
+        return set()
+
     def _locked(self, update: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
         import fcntl
 
@@ -141,6 +151,15 @@ class HaState:
                 "lease_holder": self.holder, "takeovers": self.takeovers, "since": self.changed_at}
 
 
+def make_ha(config: ControllerConfig) -> Any:
+    """The HA state for ``[ha] backend``: the lease file (default, one host) or etcd (several machines)."""
+    if config.ha_backend == "etcd":
+        from hpcfabric.controller.etcdha import EtcdHa
+
+        return EtcdHa(config)
+    return HaState(config)
+
+
 class HaAgent:
     """Keeps the lease of the app ``app`` (``app.ha``) and applies role changes to its switches."""
 
@@ -160,7 +179,7 @@ class HaAgent:
             except OSError as err:
                 change = None
                 app.counters["lease_errors"] += 1
-                LOG.error("HA lease file %s: %s", ha.lease_file, err)
+                LOG.error("HA lease %s: %s", getattr(ha, "lease_file", None) or "store", err)
                 if ha.role == "master" and time.monotonic() - last_ok > ha.timeout:
                     ha.set_role("slave")  # we cannot renew: the lease is gone by now, so are we
                     change = "slave"
@@ -168,15 +187,27 @@ class HaAgent:
                 self.changed(change)
             hub.sleep(max(0.05, ha.timeout / 5))
 
-    def changed(self, role: str) -> None:
-        """The role changed: a new session on every connected switch (claim, then reconcile if master)."""
+    def changed(self, role: str | dict[str, str]) -> None:
+        """The role changed (a dict: per partition): a new session on every connected switch concerned."""
         app = self.app
-        LOG.warning("HA: this instance (%s) is now %s (generation %d)", app.ha.instance, role.upper(), app.ha.generation)
+        names = None
+        if isinstance(role, dict):
+            for part, r in sorted(role.items()):
+                LOG.warning("HA: this instance (%s) is now %s of partition %s", app.ha.instance, r.upper(), part)
+            names = app.ha.switches_of(role)
+            role = "master" if "master" in role.values() else "slave"
+        else:
+            LOG.warning("HA: this instance (%s) is now %s (generation %d)", app.ha.instance, role.upper(),
+                        app.ha.generation)
         for st in app.switches.values():
-            if st.connected and st.dp is not None:
+            if st.connected and st.dp is not None and (names is None or st.name in names):
                 st.gen += 1
-                st.confirmed = False if role != "master" else st.confirmed
+                st.confirmed = False if not app.ha.master_of(st.name) else st.confirmed
                 hub.spawn(app.sessions.session, st, st.dp, st.gen)
-        if role != "master":
+        if not app.ha.master:
             app.pausing.forget()
+        else:
+            for st in app.switches.values():
+                if not app.ha.master_of(st.name):
+                    app.pausing.forget(st.dpid)
         app.mark()

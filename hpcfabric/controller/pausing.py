@@ -142,7 +142,7 @@ class Pausing:
         if flip.cause == "expiry":
             app.counters["expiries"] += 1
         dp = sw.dp
-        if dp is None or not app.ha.master:
+        if dp is None or not app.ha.master_of(sw.name):
             return  # desired() carries the state into the next sync
         if sw.syncing:
             sw.flipped_during_sync.add(flip.port)

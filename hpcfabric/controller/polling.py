@@ -39,7 +39,7 @@ class StatsPoller:
                 continue
             for sw in list(app.switches.values()):
                 dp = sw.dp
-                if dp is None or not sw.confirmed:
+                if dp is None or not sw.confirmed or not app.ha.master_of(sw.name):
                     continue
                 try:
                     self.poll(sw.name, dp)

@@ -29,7 +29,8 @@ from hpcfabric.protocols.pause import PauseState
 LOG = logging.getLogger("hpcfabric.controller")
 
 #: settings a running controller cannot change (a reload keeps the running value and says so)
-RESTART_KEYS = ("listen_host", "listen_port", "metrics_listen", "ha_role", "ha_lease_file", "ha_instance")
+RESTART_KEYS = ("listen_host", "listen_port", "metrics_listen", "ha_role", "ha_lease_file", "ha_instance", "ha_backend",
+                "ha_endpoints", "ha_ttl", "ha_partitions", "ha_prefix")
 
 
 def file_stamps(paths: Iterable[str]) -> tuple:

@@ -136,8 +136,9 @@ class Sessions:
         if ha.mode == "equal":
             return True
         ch = self.app.channel
-        role = ofwire.OFPCR_ROLE_MASTER if ha.role == "master" else ofwire.OFPCR_ROLE_SLAVE
-        generation = ha.generation
+        master = ha.master_of(sw.name)
+        role = ofwire.OFPCR_ROLE_MASTER if master else ofwire.OFPCR_ROLE_SLAVE
+        generation = ha.generation_of(sw.name)
         xid = ch.xids(dp, 1)
         w = ch.wait(dp, xid, ofwire.role_request(xid, role, generation), timeout=10.0)
         ch.pop_error(dp.id, xid)
@@ -146,7 +147,7 @@ class Sessions:
                             f"{generation} rejected: {err_text(w.error)}")
         if sw.gen != gen:
             raise Disconnected("superseded")
-        if role == ofwire.OFPCR_ROLE_MASTER and ha.role == "master" and ha.generation == generation:
+        if role == ofwire.OFPCR_ROLE_MASTER and ha.master_of(sw.name) and ha.generation_of(sw.name) == generation:
             sw.role_gen = generation
             return True
         sw.role_gen = None
@@ -157,7 +158,7 @@ class Sessions:
         app = self.app
         attempt = 0
         while app.is_active and sw.gen == gen:
-            if not app.ha.master:
+            if not app.ha.master_of(sw.name):
                 return
             try:
                 app.installer.sync(sw, dp, gen)

@@ -129,7 +129,7 @@ class Wiring:
         while app.is_active:
             t = time.monotonic()
             for sw in list(app.switches.values()) if app.ha.master else ():
-                if sw.dp is not None and sw.connected:
+                if sw.dp is not None and sw.connected and app.ha.master_of(sw.name):
                     try:
                         self.send_lldp(sw)
                     except Disconnected:
@@ -172,7 +172,7 @@ class Wiring:
         wanted = app.discovery.quarantine()
         for sw in app.switches.values():
             dp = sw.dp
-            if dp is None:
+            if dp is None or not app.ha.master_of(sw.name):
                 continue
             mine = {(n, p) for (n, p) in wanted if n == sw.name and p not in sw.probing}
             current = {(sw.name, p) for p in sw.no_fwd if p not in sw.probing}
