@@ -10,8 +10,9 @@ PY           := $(VENV)/bin/python
 BOOTSTRAP    := scripts/bootstrap.sh
 
 # Flags for the bootstrap run before `make test`.
-# The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch.
-TEST_BOOTSTRAP_FLAGS ?=
+# The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch;
+# --ryu: the ryu-manager test needs the Ryu venv (.venv-ryu).
+TEST_BOOTSTRAP_FLAGS ?= --ryu
 PYTEST_ARGS  ?= -q
 TESTS        ?= tests
 

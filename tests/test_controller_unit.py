@@ -562,3 +562,61 @@ def test_only_the_framework_seam_imports_os_ken():
             if any(n.split(".")[0] in ("os_ken", "ryu", "eventlet") for n in names):
                 users.add(path)
     assert users == {seam}
+
+
+def test_framework_choice_rule():
+    """The manager that loaded the app wins, then HPCFABRIC_FRAMEWORK, then os-ken if importable, else Ryu."""
+    from hpcfabric.controller.framework import FrameworkError, choose
+
+    both = lambda name: True  # noqa: E731
+    assert choose({"ryu": 1}, {"HPCFABRIC_FRAMEWORK": "os_ken"}, both) == "ryu"  # ryu-manager loaded us
+    assert choose({"os_ken": 1}, {"HPCFABRIC_FRAMEWORK": "ryu"}, both) == "os_ken"
+    assert choose({}, {"HPCFABRIC_FRAMEWORK": "ryu"}, both) == "ryu"
+    assert choose({}, {"HPCFABRIC_FRAMEWORK": "os-ken"}, both) == "os_ken"
+    assert choose({}, {}, both) == "os_ken"
+    assert choose({}, {}, lambda name: name == "ryu") == "ryu"
+    with pytest.raises(FrameworkError, match="expected os_ken or ryu"):
+        choose({}, {"HPCFABRIC_FRAMEWORK": "pox"}, both)
+    with pytest.raises(FrameworkError, match="'ryu' is not installed"):
+        choose({}, {"HPCFABRIC_FRAMEWORK": "ryu"}, lambda name: name == "os_ken")
+    with pytest.raises(FrameworkError, match="neither"):
+        choose({}, {}, lambda name: False)
+
+
+def test_listen_check_works_under_ryus_green_getaddrinfo():
+    """Under ryu-manager (real eventlet 0.33.2 from the Ryu venv, sockets greened as the manager does) the
+    keyword call the listen check used to make fails, and the seam's positional call works."""
+    import subprocess
+
+    py = ROOT / ".venv-ryu" / "bin" / "python"
+    if not py.exists():
+        pytest.skip("no Ryu venv (scripts/bootstrap.sh --ryu)")
+    script = """
+import socket, sys
+from ryu.lib import hub
+hub.patch(thread=False)
+import eventlet
+from hpcfabric.controller import framework, launch
+print(framework.NAME, eventlet.__version__)
+try:
+    socket.getaddrinfo("127.0.0.1", 6653, type=socket.SOCK_STREAM)
+    print("keyword ok")
+except TypeError:
+    print("keyword TypeError")
+print(framework.stream_addresses("127.0.0.1", 6653)[0][4])
+busy = socket.socket(); busy.bind(("127.0.0.1", 0)); busy.listen()
+try:
+    launch.check_listen_address("127.0.0.1", busy.getsockname()[1])
+except launch.ListenError as err:
+    print("busy:", err)
+launch.check_listen_address("127.0.0.1", 0)
+print("free ok")
+"""
+    out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "ryu 0.33.2"
+    assert lines[1] == "keyword TypeError"  # the reason for the seam's stream_addresses
+    assert lines[2] == "('127.0.0.1', 6653)"
+    assert lines[3].startswith("busy:") and "another controller" in lines[3]
+    assert lines[4] == "free ok"
