@@ -111,7 +111,8 @@ def test_widths_and_addressing(tmp_path):
 def test_validate_config_summary():
     s = validate_config(CONFIGS / "dragonfly-a2-p1-h1.conf")
     # 84 compiled entries + 4 guard entries per host port (source check pair, metered host punts)
-    assert s["switches"] == 6 and s["rules_expected"] == 84 + 4 * 6 and s["routing"] == "conditional"
+    # + 2 per switch for the h = 1 neighbour detour (one ALTERNATIVE detour, one bounce entry; docs/rules.md)
+    assert s["switches"] == 6 and s["rules_expected"] == 84 + 4 * 6 + 2 * 6 and s["routing"] == "conditional"
     assert s["guards"] == "source_check,punt_meters" and s["fast_failover"] == "off"
 
 
