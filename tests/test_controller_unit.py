@@ -442,7 +442,7 @@ def test_lldp_is_sent_on_fabric_and_unused_ports_only():
 STATUS_KEYS = {
     "time", "switches_expected", "switches_connected", "switches_confirmed", "unknown_dpids", "rules_expected",
     "rules_installed", "per_switch", "links_expected", "links_discovered", "missing_links", "extra_links", "miswired",
-    "pause",
+    "pause", "framework",
 }
 PER_SWITCH_KEYS = {"dpid", "connected", "confirmed", "rules_expected", "rules_installed", "added", "deleted"}
 PAUSE_KEYS = {"flips", "paused_ports", "reaction_ms", "frames", "malformed", "host_port_frames"}
@@ -456,7 +456,7 @@ def test_status_file_keys(tmp_path):
     assert STATUS_KEYS <= set(data)
     assert PER_SWITCH_KEYS <= set(data["per_switch"]["g0s0"]) and PAUSE_KEYS <= set(data["pause"])
     assert data["switches_expected"] == 6 and data["switches_connected"] == 1 and data["switches_confirmed"] == 0
-    assert data["rules_expected"] == 84 + 4 * 6 and data["rules_installed"] == 0  # compiled + guards and data["links_expected"] == 6
+    assert data["rules_expected"] == 84 + 4 * 6 + 2 * 6 and data["rules_installed"] == 0  # compiled + guards + h=1 detours and data["links_expected"] == 6
     assert data["per_switch"]["g0s0"]["dpid"] == "0000000000000001"
     assert not list(tmp_path.glob("*.tmp.*"))  # written atomically
 
