@@ -10,8 +10,9 @@ PY           := $(VENV)/bin/python
 BOOTSTRAP    := scripts/bootstrap.sh
 
 # Flags for the bootstrap run before `make test`.
-# The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch.
-TEST_BOOTSTRAP_FLAGS ?= --etcd
+# The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch;
+# --etcd: the HA tests' etcd cluster; --ryu: the ryu-manager test needs the Ryu venv (.venv-ryu).
+TEST_BOOTSTRAP_FLAGS ?= --etcd --ryu
 PYTEST_ARGS  ?= -q
 TESTS        ?= tests
 

@@ -1,6 +1,6 @@
-"""Controller step: ``hpcfabric controller`` as a subprocess, and what its status file says.
+"""Controller step: ``hpcfabric controller`` (or ``osken-manager``/``ryu-manager``) as a subprocess, and its status file.
 
-:class:`Controller` starts the controller in its own session (Ctrl-C reaches only the runner), waits
+:class:`Controller` starts the controller (``manager``: :data:`MANAGERS`) in its own session (Ctrl-C reaches only the runner), waits
 until it listens, stops it by PID (SIGTERM, then SIGKILL), reads its status file and waits until
 every switch is confirmed and every rule installed (:meth:`Controller.wait_ready`). The status helpers
 (:func:`ready`, :func:`summarise_status`, :func:`status_changes`) read the file's JSON.
@@ -59,6 +59,42 @@ def controller_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "hpcfabric.cli"]
 
 
+#: how the controller can be started: ``hpcfabric controller`` (this venv), ``osken-manager`` (this
+#: venv), ``ryu-manager`` (the Ryu venv, ``.venv-ryu`` made by ``scripts/bootstrap.sh --ryu``)
+MANAGERS = ("hpcfabric", "osken", "ryu")
+#: the Ryu venv (``HPCFABRIC_RYU_VENV`` overrides it)
+RYU_VENV = Path(os.environ.get("HPCFABRIC_RYU_VENV") or ROOT / ".venv-ryu")
+
+
+def manager_executable(manager: str) -> Path:
+    """The ``osken-manager`` next to this Python, or the Ryu venv's ``ryu-manager``."""
+    if manager == "osken":
+        return Path(sys.executable).with_name("osken-manager")
+    if manager == "ryu":
+        return RYU_VENV / "bin" / "ryu-manager"
+    raise ValueError(f"manager {manager!r}: expected one of {', '.join(MANAGERS)}")
+
+
+def manager_available(manager: str) -> str | None:
+    """None if ``manager`` can be started here, else why not."""
+    if manager == "hpcfabric":
+        return None if controller_available() else "the package hpcfabric.controller is not installed"
+    exe = manager_executable(manager)
+    if not exe.exists():
+        hint = " (scripts/bootstrap.sh --ryu makes it)" if manager == "ryu" else ""
+        return f"{exe} does not exist{hint}"
+    return None
+
+
+def manager_command(manager: str, config: Path, status_file: Path, port: int) -> list[str]:
+    """The command line that starts the app with ``manager`` (the status file comes from ``config`` for the managers)."""
+    if manager == "hpcfabric":
+        return controller_command() + ["controller", "--config", str(config), "--status-file", str(status_file),
+                                       "--listen-port", str(port)]
+    return [str(manager_executable(manager)), "--config-file", str(config), "--ofp-tcp-listen-port", str(port),
+            "hpcfabric.controller"]
+
+
 # ---------------------------------------------------------------------------
 # status file
 
@@ -92,9 +128,17 @@ def status_changes(status: dict[str, Any]) -> int:
 
 
 class Controller:
-    """``hpcfabric controller`` as a subprocess in its own session (Ctrl-C reaches only us)."""
+    """The controller as a subprocess in its own session (Ctrl-C reaches only us).
 
-    def __init__(self, config: Path, status_file: Path, listen_port: int, log_path: Path):
+    ``manager``: ``hpcfabric`` (``hpcfabric controller``, the default), ``osken`` (``osken-manager``) or
+    ``ryu`` (``ryu-manager`` from the Ryu venv); with a manager the status file must be the config's
+    ``status_file`` (``fabric_setup.write_config`` writes it).
+    """
+
+    def __init__(self, config: Path, status_file: Path, listen_port: int, log_path: Path, manager: str = "hpcfabric"):
+        if manager not in MANAGERS:
+            raise ValueError(f"manager {manager!r}: expected one of {', '.join(MANAGERS)}")
+        self.manager = manager
         self.config = config
         self.status_file = status_file
         self.port = listen_port
@@ -109,15 +153,7 @@ class Controller:
             self.status_file.unlink()
         except FileNotFoundError:
             pass
-        cmd = controller_command() + [
-            "controller",
-            "--config",
-            str(self.config),
-            "--status-file",
-            str(self.status_file),
-            "--listen-port",
-            str(self.port),
-        ]
+        cmd = manager_command(self.manager, self.config, self.status_file, self.port)
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(

@@ -42,7 +42,7 @@ for _p in (str(HERE), str(ROOT)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from controller_proc import Controller, controller_available, free_port  # noqa: E402  (mininet/, by path)
+from controller_proc import MANAGERS, Controller, free_port, manager_available  # noqa: E402  (mininet/, by path)
 from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
 from fabric_setup import describe, rules_in_place, setup_from_config, setup_from_topology, write_config  # noqa: E402
 from fabric_topo import FabricNetError, build_net, cleanup_all_mininet, ovs_running, stop_net  # noqa: E402
@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--topology", help="topology YAML (default: the config's)")
     p.add_argument("--config", help="controller config (INI); the runner gives the controller a copy with overrides")
+    p.add_argument("--manager", choices=MANAGERS, default="hpcfabric",
+                   help="how the controller is started: hpcfabric controller (default), osken-manager, or ryu-manager "
+                        "(from .venv-ryu: scripts/bootstrap.sh --ryu)")
     p.add_argument("--static", action="store_true", help="no controller: install flows with ovs-ofctl, flip PAUSE ports itself")
     p.add_argument("--addressing", choices=("flat", "per-switch", "per-group", "compact"), help="override the addressing mode")
     p.add_argument("--routing", choices=("minimal", "valiant", "conditional"), help="override the routing policy")
@@ -119,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         setLogLevel("error" if args.json_only else "warning")
         port = free_port()
         config_path = None
-        if not args.static and not controller_available():
-            raise UsageError("controller package hpcfabric.controller is not available; use --static")
+        missing = None if args.static else manager_available(args.manager)
+        if missing:
+            raise UsageError(f"cannot start the controller with --manager {args.manager}: {missing}")
         if not args.static or args.config:
             config_path = write_config(args, tmp, port, tmp / "status.json")
             setup = setup_from_config(config_path)
@@ -137,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         target = None if pause_skip else choose_pause_target(fabric, plan, setup.desired, args.pause_port)
 
         if not args.static:  # 1. controller
-            controller = Controller(config_path, tmp / "status.json", port, tmp / "controller.log")
+            controller = Controller(config_path, tmp / "status.json", port, tmp / "controller.log", args.manager)
             took = controller.start()
             summary["controller_pid"] = controller.pid
-            progress(f"controller listening on 127.0.0.1:{port} after {took:.1f} s (pid {controller.pid}, log {controller.log_path})")
+            summary["manager"] = args.manager
+            progress(f"controller ({args.manager}) listening on 127.0.0.1:{port} after {took:.1f} s (pid {controller.pid}, log {controller.log_path})")
 
         t = time.monotonic()  # 2. Mininet
         net = build_net(fabric, plan, controller_port=controller.port if controller else None, link_bw=args.link_bw,
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             report.add(pause_step(res, target, setup.link_speed_gbps, progress))
         if controller is not None:
             status = controller.status() or {}
-            report.update(**{k: status.get(k) for k in ("links_expected", "links_discovered", "miswired")})
+            report.update(**{k: status.get(k) for k in ("links_expected", "links_discovered", "miswired", "framework")})
         if args.keep:
             from mininet.cli import CLI
 

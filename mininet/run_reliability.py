@@ -68,7 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--topology", default=str(ROOT / "topologies" / "dragonfly-a2-p1-h1.yaml"))
     ap.add_argument("--prefix", default="rl", help="prefix of Mininet node names (default rl)")
     ap.add_argument("--pings", type=int, default=1000, help="pings per steady-traffic phase (10 ms apart)")
-    ap.add_argument("--fuzz", type=int, default=3000, help="garbage frames from the host and into fabric links, each")
+    ap.add_argument("--fuzz", type=int, default=10000,
+                    help="garbage frames in all (default 10000): half from a host, half into the fabric links' ends")
     ap.add_argument("--spoof", type=int, default=1000, help="spoofed frames")
     ap.add_argument("--phases", default=",".join(PHASES),
                     help=f"comma-separated subset of {','.join(PHASES)} (default: all)")

@@ -104,8 +104,10 @@ print("spoof %d ctrl %d" % (n[b"HFSPOOF!"], n[b"HFCTRL!!"]), flush=True)
 
 
 def fuzz_phase(bed: Testbed, spoof: int, fuzz: int, report: Report, log: Callable[[str], None]) -> None:
-    """``spoof`` spoofed frames and ``fuzz`` garbage frames from the first host, ``fuzz`` more into the fabric
-    links, while the other hosts' sniffers count what arrives and a steady ping runs between two of them."""
+    """``spoof`` spoofed frames, then at least ``fuzz`` garbage frames in all: half from the first host, the
+    rest spread over both ends of every fabric link (rounded up per link end), while the other hosts'
+    sniffers count what arrives and a steady ping runs between two of them. ``fuzz_frames`` is what the
+    injectors report as sent; ``fuzz_s`` how long the injection took."""
     net, fabric, plan, master = bed.net, bed.fabric, bed.cfg.plan, bed.master
     hosts = [h.name for h in fabric.hosts]
     spoofer = hosts[0]
@@ -122,16 +124,21 @@ def fuzz_phase(bed: Testbed, spoof: int, fuzz: int, report: Report, log: Callabl
     spoofing = node(net, spoofer).popen([sys.executable, "-c", FUZZ_SCRIPT, host_intf(net, spoofer), "spoof",
                                          str(spoof), "7", me, *dsts], stdout=subprocess.PIPE, text=True)
     spoofing.communicate(timeout=60)
-    fuzz_host = node(net, spoofer).popen([sys.executable, "-c", FUZZ_SCRIPT, host_intf(net, spoofer), "host",
-                                          str(fuzz), "8"], stdout=subprocess.PIPE, text=True)
-    fuzz_host.communicate(timeout=120)
+    t_fuzz = time.monotonic()
+    from_host = fuzz // 2
     fabric_ifs = [intf_name(l.b, l.b_port, bed.prefix) for l in fabric.links] + \
                  [intf_name(l.a, l.a_port, bed.prefix) for l in fabric.links]
-    per = max(1, fuzz // len(fabric_ifs))
-    procs = [subprocess.Popen([sys.executable, "-c", FUZZ_SCRIPT, i, "fabric", str(per), str(k)],
-                              stdout=subprocess.PIPE, text=True) for k, i in enumerate(fabric_ifs)]
+    per = max(1, -(-(fuzz - from_host) // len(fabric_ifs)))  # rounded up: the total is at least ``fuzz``
+    procs = [node(net, spoofer).popen([sys.executable, "-c", FUZZ_SCRIPT, host_intf(net, spoofer), "host",
+                                       str(from_host), "8"], stdout=subprocess.PIPE, text=True)]
+    procs += [subprocess.Popen([sys.executable, "-c", FUZZ_SCRIPT, i, "fabric", str(per), str(k)],
+                               stdout=subprocess.PIPE, text=True) for k, i in enumerate(fabric_ifs)]
+    sent = []  # host and fabric injectors at once: the same frames in less time
     for p in procs:
-        p.communicate(timeout=120)
+        out, _ = p.communicate(timeout=180)
+        words = (out or "").split()
+        sent.append(int(words[words.index("sent") + 1]) if "sent" in words else 0)
+    fuzz_s = time.monotonic() - t_fuzz
     spoofed = ctrl = 0
     for p in sniffers.values():
         text, _ = p.communicate(timeout=30)
@@ -146,13 +153,16 @@ def fuzz_phase(bed: Testbed, spoof: int, fuzz: int, report: Report, log: Callabl
     report.update(
         spoof_sent=spoof, spoof_delivered=spoofed, spoof_control_delivered=ctrl,
         spoof_dropped=(st.get("guards") or {}).get("spoofed_dropped"),
-        fuzz_frames=fuzz + per * len(fabric_ifs), fuzz_crashes=crashes,
+        fuzz_frames=sum(sent), fuzz_host_frames=sent[0], fuzz_fabric_frames=sum(sent[1:]), fuzz_s=round(fuzz_s, 2),
+        fuzz_crashes=crashes,
         fuzz_packet_ins=sum((st.get("packet_ins") or {}).values()) - sum((st0.get("packet_ins") or {}).values()),
         meter_drops=(st.get("guards") or {}).get("meter_drops"),
         others_pings=w["sent"], others_lost=w["lost"],
     )
     log(f"spoof: {spoofed} of {spoof} delivered, {ctrl} own-source control frames delivered; fuzz: "
-        f"{report.summary['fuzz_frames']} frames, {crashes} crashes, {report.summary['fuzz_packet_ins']} packet-ins; "
+        f"{report.summary['fuzz_frames']} frames in {fuzz_s:.1f} s, {crashes} crashes, {report.summary['fuzz_packet_ins']} packet-ins; "
         f"others lost {w['lost']}")
+    if sum(sent) < fuzz:
+        report.fail(f"fuzz: only {sum(sent)} of {fuzz} frames sent")
     if spoofed or not ctrl or crashes or w["lost"]:
         report.fail(f"spoof/fuzz: delivered {spoofed}, control {ctrl}, crashes {crashes}, others {w}")

@@ -8,6 +8,7 @@
 #   scripts/bootstrap.sh --no-ovs   skip starting Open vSwitch (pure unit tests)
 #   scripts/bootstrap.sh --ovs-only only make sure OVS is installed and running
 #   scripts/bootstrap.sh --etcd     also etcd (Debian etcd-server 3.4, not started) + etcd3gw (docs/ha.md)
+#   scripts/bootstrap.sh --ryu      also the Ryu venv .venv-ryu (ryu-manager; make test uses it)
 #
 # Environment:
 #   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
@@ -17,16 +18,18 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 DO_OVS=1
 DO_PY=1
 DO_APT=1
 DO_ETCD=0
+DO_RYU=0
 for arg in "$@"; do
     case "$arg" in
         --no-ovs)   DO_OVS=0 ;;
+        --ryu)      DO_RYU=1 ;;
         --ovs-only) DO_PY=0 ;;
         --etcd)     DO_ETCD=1 ;;
         -h|--help)  usage; exit 0 ;;
@@ -146,6 +149,40 @@ import mininet.net, os_ken  # noqa: F401
 if importlib.util.find_spec("hpcfabric") is None:
     sys.exit("hpcfabric is not installed in the venv")
 PYEOF
+fi
+
+# --------------------------------------------------------------------------
+# 2b. the Ryu venv (--ryu): ryu-manager from csle-ryu-fork 4.37.dev
+# --------------------------------------------------------------------------
+# csle-ryu-fork needs eventlet==0.33.2 and dnspython<2.3; in .venv that would
+# downgrade os-ken's eventlet (0.41) and dnspython (2.9), so Ryu gets its own
+# venv (docs/controller.md, "os-ken and Ryu"). Same stamp logic as .venv.
+RYU_VENV="$ROOT/.venv-ryu"
+RYU_STAMP="$RYU_VENV/.hpcfabric-bootstrap.stamp"
+RYU_PKGS=(csle-ryu-fork==4.37.0.dev3357 eventlet==0.33.2 'dnspython<2.3' prometheus_client)
+if [[ $DO_PY -eq 1 && $DO_RYU -eq 1 ]]; then
+    if [[ ! -x "$RYU_VENV/bin/python" ]]; then
+        log "creating $RYU_VENV (Ryu: system site packages, $SYS_PY)"
+        rm -rf "$RYU_VENV"
+        "$SYS_PY" -m venv --system-site-packages "$RYU_VENV" || die "venv creation failed ($RYU_VENV)"
+        rm -f "$RYU_STAMP"
+        "$RYU_VENV/bin/python" -m pip --disable-pip-version-check -q install --upgrade pip \
+            >/dev/null 2>&1 || die "pip upgrade failed ($RYU_VENV)"
+    fi
+    if [[ ${BOOTSTRAP_FORCE_PIP:-0} == 1 || ! -f $RYU_STAMP || setup.py -nt $RYU_STAMP \
+            || $ROOT/scripts/bootstrap.sh -nt $RYU_STAMP || ! -x $RYU_VENV/bin/ryu-manager ]]; then
+        log "pip install -e . ${RYU_PKGS[*]} into $RYU_VENV"
+        if ! "$RYU_VENV/bin/python" -m pip --disable-pip-version-check -q install -e . "${RYU_PKGS[@]}" \
+                >"$RYU_VENV/pip-install.log" 2>&1; then
+            tail -n 40 "$RYU_VENV/pip-install.log" >&2
+            die "pip install into $RYU_VENV failed (full log: $RYU_VENV/pip-install.log)"
+        fi
+        touch "$RYU_STAMP"
+    else
+        log "Ryu venv up to date"
+    fi
+    "$RYU_VENV/bin/python" -c 'import eventlet, ryu, mininet.net; assert eventlet.__version__ == "0.33.2", eventlet.__version__' \
+        || die "Ryu venv check failed ($RYU_VENV)"
 fi
 
 # --------------------------------------------------------------------------

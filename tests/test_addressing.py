@@ -127,3 +127,48 @@ def test_layout_match_pins_flags_and_unused_high_bits():
     assert layout.decode(value) == {"group": 3, "switch": 0, "host": 0}
     with pytest.raises(AddressingError, match="above"):
         layout.decode(to_mac(1 << 20))
+
+
+# ---------------------------------------------------------------------------
+# frames to unassigned addresses (docs/addressing.md, "Addresses nobody owns")
+
+
+def _unassigned_walks(name: str, routing: str):
+    from collections import Counter
+    from pathlib import Path
+
+    from hpcfabric.rules.compiler import compile_fabric
+    from hpcfabric.topology import load_topology
+    from hpcfabric.verify.allpairs import walk_pair
+    from hpcfabric.verify.codes import DROP
+
+    f = load_topology(Path(__file__).resolve().parent.parent / "topologies" / f"{name}.yaml")
+    plan = plan_addresses(f, "compact")
+    comp = compile_fabric(f, plan, routing=routing)
+    owned = set(plan.host_mac.values())
+    used = plan.layout.used_bits
+    base = min(owned) & ~((1 << used) - 1)
+    free = [base | v for v in range(1 << used) if base | v not in owned]  # every unassigned value of every field
+    codes, visited = Counter(), Counter()
+    for h in f.hosts:
+        for mac in free:
+            w = walk_pair(comp, h.name, mac)
+            codes["dropped" if w.code == DROP else w.code] += 1
+            visited[len(w.path)] += 1
+    return len(free), codes, visited
+
+
+@pytest.mark.parametrize("name,routing,free,farthest", [
+    ("dragonfly-a2-p1-h1", "conditional", 10, 4),  # host=1 on every switch, group=3: travel to the owner's switch
+    ("fb-2d-3x3", "minimal", 14, 2),
+    ("fb-2d-3x3", "conditional", 14, 2),
+    ("dragonfly-a4-p2-h2", "conditional", 56, 1),  # groups 9..15 only: no route covers them
+])
+def test_frames_to_unassigned_addresses_are_dropped_but_may_travel(name, routing, free, farthest):
+    """Compaction covers unassigned values with the prefixes of real ones: such a frame follows the
+    route of its prefix and is dropped by the switch that owns the prefix -- never delivered,
+    looped or flooded, but not necessarily at the first switch (the docs said so; they were wrong)."""
+    n, codes, visited = _unassigned_walks(name, routing)
+    assert n == free
+    assert set(codes) == {"dropped"}
+    assert max(visited) == farthest

@@ -59,7 +59,7 @@ def test_union_cdg_is_acyclic_per_class_with_the_default_cos(name, routing):
         ("dragonfly-a2-p1-h1", "minimal", "top", 2),  # l-g-l
         ("dragonfly-a2-p1-h1", "valiant", "top", 3),  # g-l-g-l
         ("dragonfly-a2-p1-h1", "conditional", "top", 3),  # the paper says 2: the check finds a cycle
-        ("dragonfly-a2-p1-h1", "conditional", "hop", 3),
+        ("dragonfly-a2-p1-h1", "conditional", "hop", 4),  # h = 1: the neighbour detour l-g-l-g-l (docs/routing.md)
         ("fb-2d-3x3", "minimal", "none", 1),  # dimension order
         ("fb-2d-3x3", "valiant", "top", 2),
         ("fb-2d-3x3", "conditional", "hop", 2),  # N = 2 dimensions

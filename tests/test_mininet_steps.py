@@ -76,7 +76,8 @@ def test_pause_target_and_skip_reasons():
                           "routing": "conditional", "link_speed_gbps": None})()
     setup = setup_from_topology(args)
     target = choose_pause_target(setup.fabric, setup.plan, setup.desired, None)
-    assert (target.switch, target.port, target.src) == ("g0s0", 3, "g0s0h0") and target.alt_port != 3
+    # the global port: with the h = 1 neighbour detour it has a real alternative (local port 3)
+    assert (target.switch, target.port, target.src, target.alt_port) == ("g0s0", 2, "g0s0h0", 3)
     with pytest.raises(UsageError, match="not a fabric port"):
         choose_pause_target(setup.fabric, setup.plan, setup.desired, f"g0s0:{setup.fabric.hosts_on('g0s0')[0].port}")
     assert pause_skip_reason("conditional", False) is None

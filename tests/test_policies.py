@@ -296,6 +296,57 @@ def test_transit_frames_keep_their_path_when_the_default_port_is_paused():
     assert injected.ports and injected.ports != (glob,)
 
 
+@pytest.mark.parametrize("cos", [True, False])
+def test_h1_dragonfly_detours_through_a_neighbours_global_port(cos):
+    """Dragonfly a=2 p=1 h=1 (one global port per switch), conditional: with a switch's global port
+    paused, every frame its host injects towards a remote group leaves by a local port, and the
+    neighbour sends it on through *its* global port (the bounce entry); none uses the paused port.
+    Unpaused, nothing changes: the bounce entries match only such detours."""
+    comp = compiled("dragonfly-a2-p1-h1", "conditional", cos=cos)
+    f = comp.fabric
+    base = verify(comp)
+    assert base.ok and base.max_hops == 4
+    for sw in f.switches:
+        glob = next(p for p, peer in f.fabric_ports(sw.name).items() if peer.kind == "global")
+        behind = f.peer(sw.name, glob).node
+        paused, _ = apply_paused(comp, [(sw.name, glob)])
+        assert verify(paused).ok
+        host = f.hosts_on(sw.name)[0]
+        remote = [d for d in f.hosts if f.switch(d.switch).group != sw.group]
+        for d in remote:
+            before = walk_pair(comp, host.name, comp.plan.host_mac[d.name])
+            after = walk_pair(paused, host.name, comp.plan.host_mac[d.name])
+            assert before.host == after.host == d.name
+            assert after.path[1] != behind, (sw.name, d.name, after.path)  # not through the paused port
+            nb = f.switch(after.path[1])
+            assert nb.group == sw.group and after.path[2] == f.peer(nb.name, next(
+                p for p, peer in f.fabric_ports(nb.name).items() if peer.kind == "global")).node
+            assert len(after.path) <= 6  # l-g-l-g-l: six switches
+        # transit frames still wait on the paused port
+        local = next(p for p, peer in f.fabric_ports(sw.name).items() if peer.kind == "local")
+        dst = next(d for d in remote if f.switch(d.switch).group == f.switch(behind).group)
+        transit = Pipeline(paused.flows(sw.name)).process(
+            Frame(in_port=local, eth_src=0x020000000000, eth_dst=comp.plan.host_mac[dst.name], vlan_pcp=0 if cos else None))
+        assert transit.ports == (glob,)
+    if cos:
+        rep = check_deadlock_freedom(comp)  # every single paused port, CoS top/3
+        assert rep.ok and rep.acyclic and rep.failed_scenarios == 0 and rep.scenarios == 13
+
+
+def test_h1_dragonfly_detour_rule_cost():
+    """What the h = 1 detour costs: per switch one bounce entry per local port and one ALTERNATIVE entry
+    per host; other Dragonflies (h > 1) get none."""
+    comp = compiled("dragonfly-a2-p1-h1", "conditional", cos=False)
+    for t in comp.tables.values():
+        bounce = [fl for fl in t.flows if fl.table == TABLE_PORT_STATE and fl.match.in_port is not None]
+        detour = [fl for fl in t.flows if fl.table == TABLE_ALTERNATIVE and fl.match.in_port is not None
+                  and fl.match.metadata is not None]
+        assert len(bounce) == 1 and len(detour) == 1
+    other = compiled("dragonfly-a4-p2-h2", "conditional", cos=False)
+    assert not any(fl.table == TABLE_PORT_STATE and fl.match.in_port is not None
+                   for t in other.tables.values() for fl in t.flows)
+
+
 # ---------------------------------------------------------------------------
 # classes of service in the rules
 

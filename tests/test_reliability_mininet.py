@@ -58,7 +58,8 @@ def test_ha_failover_loses_nothing_and_sends_nothing(result):
 def test_spoofing_and_fuzzing(result):
     assert result["spoof_delivered"] == 0 and result["spoof_control_delivered"] > 0, result
     assert result["spoof_dropped"] >= result["spoof_sent"]
-    assert result["fuzz_frames"] >= 5000 and result["fuzz_crashes"] == 0
+    assert result["fuzz_frames"] >= 10000 and result["fuzz_crashes"] == 0
+    assert result["fuzz_host_frames"] >= 5000 and result["fuzz_fabric_frames"] >= 5000
     assert result["others_lost"] == 0, result
 
 

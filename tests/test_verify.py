@@ -28,6 +28,7 @@ from hpcfabric.rules.flows import (
     MAC_EXACT,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
+    TABLE_PORT_STATE,
     TABLE_ROUTE,
     FlowSpec,
     Match,
@@ -193,7 +194,12 @@ def test_conditional_routing_with_each_port_of_a_switch_paused(name, mode):
     comp = compile_fabric(f, plan_addresses(f, mode), routing="conditional", cos=False)  # one row per switch untagged
     base = verify(comp)
     assert base.ok and base.max_hops == expected_max_hops(f)
-    assert len(_Engine(comp).rows) == len(f.switches), "per-host-port ALTERNATIVE entries are unreachable"
+    # one row per switch: per-host-port ALTERNATIVE entries are unreachable from fabric ports; the only
+    # fabric in_port matches are the h = 1 Dragonfly's bounce entries (one more row per such port)
+    bounce = sum(1 for s in f.switches for fl in comp.flows(s.name)
+                 if fl.table == TABLE_PORT_STATE and fl.match.in_port is not None)
+    assert bounce == (len(f.switches) if name.startswith("dragonfly-a2-p1-h1") else 0)
+    assert len(_Engine(comp).rows) == len(f.switches) + bounce
     assert pair_outcomes(comp) == pair_outcomes(comp, engine="scalar")
     sw = f.switches[0].name
     changed = 0
@@ -201,7 +207,8 @@ def test_conditional_routing_with_each_port_of_a_switch_paused(name, mode):
         broken = paused(comp, sw, port)
         r = verify(broken)
         assert r.ok, (port, r.failures[:2])
-        assert r.max_hops <= expected_max_hops(f) + 1
+        # a Valiant detour adds one switch; the h = 1 Dragonfly's neighbour detour (l-g-l-g-l) two
+        assert r.max_hops <= expected_max_hops(f) + (2 if name.startswith("dragonfly-a2-p1-h1") else 1)
         changed += r.hop_histogram != base.hop_histogram
         assert pair_outcomes(broken) == pair_outcomes(broken, engine="scalar"), port
     assert changed

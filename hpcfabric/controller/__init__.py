@@ -4,6 +4,7 @@ Run it with either::
 
     hpcfabric controller --config configs/dragonfly-a4-p2-h2.conf
     osken-manager --config-file configs/dragonfly-a4-p2-h2.conf hpcfabric.controller
+    .venv-ryu/bin/ryu-manager --config-file configs/dragonfly-a4-p2-h2.conf hpcfabric.controller
 
 (or set ``HPCFABRIC_CONFIG=FILE`` for ``osken-manager hpcfabric.controller``).
 See docs/controller.md. The application class is defined in this module on
@@ -27,9 +28,9 @@ live in pure modules below the controller (:mod:`hpcfabric.openflow.reconcile`,
 :mod:`hpcfabric.failover.reroute`, :mod:`hpcfabric.config`), with time passed in
 as ``now``. Collaborators (module: class as app attribute -- what it owns):
 
-* ``framework``: the seam to os-ken, the only module that imports it (app
+* ``framework``: the seam to os-ken or Ryu, the only module that imports them (app
   base class, events, decorators, OpenFlow 1.3 modules, hub, app manager,
-  its CONF; Ryu has the same API and would be chosen there);
+  its CONF; which one: the manager that loaded the app, else ``HPCFABRIC_FRAMEWORK``);
 * ``launch``: :func:`~hpcfabric.controller.launch.run` (``hpcfabric controller``),
   the startup config under osken-manager, logging, listen address checks, signals;
 * ``channel``: ``Channel`` as ``channel`` -- xids, sends, waiters for replies,

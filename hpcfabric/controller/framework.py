@@ -1,4 +1,4 @@
-"""The seam to the OpenFlow framework: the only module of hpcfabric that imports os-ken.
+"""The seam to the OpenFlow framework: the only module of hpcfabric that imports os-ken or Ryu.
 
 Everything else names the framework through this module: the application base
 class and the event decorators (:data:`App`, :data:`ofp_event`,
@@ -6,31 +6,101 @@ class and the event decorators (:data:`App`, :data:`ofp_event`,
 protocol modules (:data:`ofproto`, :data:`ofproto_parser`), the green-thread
 :data:`hub`, the in-process app manager, its configuration object and the
 green-thread helpers built on eventlet (a native thread, a WSGI server).
-Ryu (``ryu-manager``) has the same API under the package ``ryu``; choosing
-between the two belongs here and nowhere else.
+
+Which framework (:data:`NAME`, ``"os_ken"`` or ``"ryu"``; :func:`choose`):
+
+1. the one whose manager loads this app: ``osken-manager`` has imported
+   ``os_ken``, ``ryu-manager`` has imported ``ryu`` before it loads any app
+   (exactly one of the two is in ``sys.modules``) -- the app must subclass that
+   manager's base class, so nothing overrides this;
+2. else ``HPCFABRIC_FRAMEWORK=os_ken|ryu`` (``hpcfabric controller``, tests);
+3. else os-ken if it is importable, else Ryu.
+
+Ryu is the PyPI package ``csle-ryu-fork`` (4.37.dev, package ``ryu``), which
+needs ``eventlet==0.33.2`` and ``dnspython<2.3``: it lives in its own venv
+(``.venv-ryu``, ``scripts/bootstrap.sh --ryu``) so that os-ken keeps its own
+eventlet (docs/controller.md, "os-ken and Ryu"). eventlet 0.33's green
+``getaddrinfo`` takes its arguments positionally only (no ``type=`` keyword):
+:func:`stream_addresses` is the one call that works with both.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import socket
+import sys
 from typing import Any, Callable
 
-from os_ken.base import app_manager
-from os_ken.controller import ofp_event
-from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls, set_ev_handler
-from os_ken.lib import hub
-from os_ken.ofproto import ofproto_v1_3 as ofproto
-from os_ken.ofproto import ofproto_v1_3_parser as ofproto_parser
+from hpcfabric.errors import HpcfabricError
+
+FRAMEWORKS = ("os_ken", "ryu")
+ENV = "HPCFABRIC_FRAMEWORK"
+_ALIASES = {"os_ken": "os_ken", "os-ken": "os_ken", "osken": "os_ken", "ryu": "ryu"}
+
+
+class FrameworkError(HpcfabricError):
+    """No usable OpenFlow framework (bad ``HPCFABRIC_FRAMEWORK``, neither os-ken nor Ryu installed)."""
+
+    exit_code = 2
+
+
+def choose(modules: Any = None, environ: Any = None, importable: Callable[[str], bool] | None = None) -> str:
+    """The framework to use: the one already loaded by a manager, else ``HPCFABRIC_FRAMEWORK``, else
+    os-ken if importable, else Ryu (module docstring). Arguments default to this process's."""
+    modules = sys.modules if modules is None else modules
+    environ = os.environ if environ is None else environ
+    if importable is None:
+        importable = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    loaded = [name for name in FRAMEWORKS if name in modules]
+    if len(loaded) == 1:
+        return loaded[0]
+    wanted = environ.get(ENV, "").strip()
+    if wanted:
+        name = _ALIASES.get(wanted.lower())
+        if name is None:
+            raise FrameworkError(f"{ENV}={wanted!r}: expected os_ken or ryu")
+        if not importable(name):
+            raise FrameworkError(f"{ENV}={wanted}: the package {name!r} is not installed in {sys.prefix}")
+        return name
+    for name in FRAMEWORKS:
+        if importable(name):
+            return name
+    raise FrameworkError("neither os-ken (pip install os-ken==3.1.0) nor Ryu (csle-ryu-fork) is installed")
+
+
+#: the framework this process uses: ``"os_ken"`` or ``"ryu"``
+NAME = choose()
+
+
+def _mod(path: str) -> Any:
+    return importlib.import_module(f"{NAME}.{path}")
+
+
+app_manager = _mod("base.app_manager")
+ofp_event = _mod("controller.ofp_event")
+_handler = _mod("controller.handler")
+DEAD_DISPATCHER = _handler.DEAD_DISPATCHER
+MAIN_DISPATCHER = _handler.MAIN_DISPATCHER
+set_ev_cls = _handler.set_ev_cls
+set_ev_handler = _handler.set_ev_handler
+hub = _mod("lib.hub")
+ofproto = _mod("ofproto.ofproto_v1_3")
+ofproto_parser = _mod("ofproto.ofproto_v1_3_parser")
 
 __all__ = [
-    "App", "DEAD_DISPATCHER", "LOGGER_NAME", "MAIN_DISPATCHER", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
+    "App", "DEAD_DISPATCHER", "FrameworkError", "LOGGER_NAME", "MAIN_DISPATCHER", "NAME", "VERSION", "choose", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
     "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "serve_wsgi",
-    "service_brick", "set_flow_stats_body",
+    "service_brick", "set_flow_stats_body", "stream_addresses",
 ]
 
 #: base class of an application the framework's app manager loads
-App = app_manager.OSKenApp
+App = app_manager.OSKenApp if NAME == "os_ken" else app_manager.RyuApp
 #: the framework's logger (quietened by ``hpcfabric controller``)
-LOGGER_NAME = "os_ken"
+LOGGER_NAME = NAME
+#: the framework's version (os-ken: ``os_ken.__version__``; Ryu: ``ryu.version``)
+VERSION = str(getattr(sys.modules[NAME], "__version__", None) or getattr(sys.modules[NAME], "version", "?"))
 
 
 def service_brick(name: str) -> Any:
@@ -40,18 +110,13 @@ def service_brick(name: str) -> Any:
 
 def conf() -> Any:
     """The framework's configuration object (oslo.config ``CONF``)."""
-    from os_ken import cfg
-
-    return cfg.CONF
+    return _mod("cfg").CONF
 
 
 def init_conf() -> None:
     """Register the OpenFlow listener options and parse an empty command line (in-process app manager)."""
-    from os_ken import __version__
-
-    import os_ken.controller.controller  # noqa: F401  (registers the ofp_* options)
-
-    conf()(args=[], project="os_ken", version=f"hpcfabric/os-ken {__version__}", default_config_files=[])
+    _mod("controller.controller")  # registers the ofp_* options
+    conf()(args=[], project=NAME, version=f"hpcfabric/{NAME} {VERSION}", default_config_files=[])
 
 
 def manager() -> Any:
@@ -94,3 +159,14 @@ def serve_wsgi(host: str, port: int, family: int, wsgi_app: Any, log: Any) -> tu
     sock = eventlet.listen((host, port), family=family)
     thread = hub.spawn(eventlet.wsgi.server, sock, wsgi_app, log=log, log_output=False)
     return sock, thread
+
+
+def stream_addresses(host: str, port: int) -> list[tuple[Any, ...]]:
+    """``socket.getaddrinfo(host, port)`` for TCP, the same under every manager.
+
+    Under ``ryu-manager`` the standard library is greened by eventlet 0.33.2, whose
+    ``getaddrinfo(host, port, family=0, socktype=0, proto=0, flags=0)`` has no ``type``
+    keyword (``getaddrinfo(..., type=SOCK_STREAM)`` raises TypeError there); the positional
+    form means the same to the standard library and to every eventlet.
+    """
+    return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)

@@ -4,7 +4,7 @@ Two ways in. ``hpcfabric controller`` calls :func:`run`, which loads nothing
 twice: it hands its config to the app through :data:`PRELOADED` (and the
 ``--status-file`` override through :data:`OVERRIDES`) and runs the framework's
 app manager in this process until SIGTERM/SIGINT. Under ``osken-manager
-hpcfabric.controller`` the app calls :func:`startup_config`, which finds the
+hpcfabric.controller`` (or ``ryu-manager hpcfabric.controller``) the app calls :func:`startup_config`, which finds the
 config file (:func:`config_path`), applies ``[openflow] listen_*`` and checks
 the address is free (:func:`check_listen_address`). Either way a bad config
 is one logged line and exit 2 before anything listens.
@@ -20,7 +20,9 @@ import sys
 from typing import Any, Callable
 
 from hpcfabric.config import ControllerConfig, load_config
-from hpcfabric.controller.framework import LOGGER_NAME, conf, hub, init_conf, manager, patch, set_flow_stats_body
+from hpcfabric.controller.framework import (
+    LOGGER_NAME, conf, hub, init_conf, manager, patch, set_flow_stats_body, stream_addresses,
+)
 from hpcfabric.errors import ConfigError, HpcfabricError
 from hpcfabric.openflow import ofwire
 
@@ -39,7 +41,7 @@ class ListenError(HpcfabricError):
 
 
 def config_path() -> str | None:
-    """``HPCFABRIC_CONFIG``, else the last ``--config-file`` given to osken-manager that has [hpcfabric]."""
+    """``HPCFABRIC_CONFIG``, else the last ``--config-file`` given to osken-manager/ryu-manager that has [hpcfabric]."""
     env = os.environ.get("HPCFABRIC_CONFIG")
     if env:
         return env
@@ -65,7 +67,7 @@ def startup_config() -> ControllerConfig:
         return config
     path = config_path()
     if not path:
-        LOG.error("no configuration: pass --config-file FILE to osken-manager or set HPCFABRIC_CONFIG")
+        LOG.error("no configuration: pass --config-file FILE to osken-manager/ryu-manager or set HPCFABRIC_CONFIG")
         raise SystemExit(2)
     try:
         config = load_config(path)
@@ -95,7 +97,7 @@ def setup_logging(level: str, quiet_osken: bool = True) -> None:
 
 
 def apply_listen_overrides(config: ControllerConfig) -> tuple[str, int]:
-    """Under osken-manager: use [openflow] listen_* unless given on its command line."""
+    """Under osken-manager/ryu-manager: use [openflow] listen_* unless given on its command line."""
     cfg = conf()
     argv = " ".join(sys.argv)
     if "--ofp-listen-host" not in argv:
@@ -113,7 +115,7 @@ def check_listen_address(host: str, port: int) -> None:
     two. A plain bind (no SO_REUSEPORT) detects the other listener.
     """
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = stream_addresses(host, port)  # not getaddrinfo(type=...): eventlet 0.33 under ryu-manager
     except OSError as err:
         raise ConfigError(f"cannot resolve listen address {host!r}: {err}", field="openflow.listen_host") from None
     family, _, _, _, addr = infos[0]

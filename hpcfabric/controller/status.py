@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from hpcfabric.config import ControllerConfig
-from hpcfabric.controller.framework import hub
+from hpcfabric.controller.framework import NAME, VERSION, hub
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -53,6 +53,7 @@ class StatusReporter:
             "time": time.time(),
             "running": running,
             "pid": os.getpid(),
+            "framework": f"{NAME} {VERSION}",
             "started": app.started,
             "config": config.path,
             "fabric": app.fabric.name,

@@ -33,6 +33,7 @@ PRIO_MISS = 0
 
 PRIO_PORT_STATE = 100
 PRIO_VALIANT_ALWAYS = 200  # table PORT_STATE, valiant policy: injected frames -> intermediate
+PRIO_BOUNCE = 150  # table PORT_STATE, conditional Dragonfly h=1: a neighbour's detour -> own global port
 PRIO_ALT_DIM = 30
 PRIO_VALIANT = 20
 PRIO_ALT_UP = 10  # fat-tree: another uplink while the default one is paused
