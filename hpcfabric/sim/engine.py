@@ -126,6 +126,7 @@ class Simulator:
         self.xoff = np.zeros(self.Q, dtype=bool)
         self.hist = np.zeros((self.D, self.Q), dtype=bool)
         self.busy = np.zeros(P, dtype=np.int64)  # output port free from this tick
+        self.demand = np.zeros(P, dtype=np.int64)  # frames in this switch's buffers decided for the port
         # host source queues
         SQ = params.source_queue
         self.sqbuf = np.zeros((self.H, SQ), dtype=np.int32)
@@ -149,7 +150,7 @@ class Simulator:
     def _grow(self, n: int) -> None:
         old = getattr(self, "nf", 0)
         names = {"dst": np.int64, "src": np.int64, "tgen": np.int64, "state": np.int64, "out": np.int64,
-                 "nstate": np.int64, "ncls": np.int64, "ready": np.int64, "aux": np.int64, "q": np.int64}
+                 "nstate": np.int64, "ncls": np.int64, "ready": np.int64, "aux": np.int64, "aux2": np.int64, "q": np.int64}
         for name, dt in names.items():
             a = np.zeros(n, dtype=dt)
             if old:
@@ -213,6 +214,7 @@ class Simulator:
             f, q = f[~full], q[~full]
         self.qbuf[q, (self.qhead[q] + self.qlen[q]) % self.cap] = f
         self.qlen[q] += 1
+        self.demand += np.bincount(self.out[f], minlength=len(self.demand))
 
     def _lose(self, f: np.ndarray) -> None:
         tg = self.tgen[f]
@@ -270,6 +272,7 @@ class Simulator:
         self.qlen[q] -= 1
         self.last_move[q] = t
         self.busy[o] = t + self.k
+        self.demand[o] -= 1
         self.stats["hops"] += len(f)
         self._schedule(f, t + self.k + self.delay[o])
 
@@ -293,6 +296,7 @@ class Simulator:
                 if measure[0] <= t < measure[1]:
                     self.outstanding += len(f)
                 self.aux[f] = -1
+                self.aux2[f] = 0
                 self.sqbuf[gen, (self.sqhead[gen] + self.sqlen[gen]) % self.sqbuf.shape[1]] = f
                 self.sqlen[gen] += 1
         h = np.flatnonzero((self.sqlen > 0) & (self.hbusy <= t))
