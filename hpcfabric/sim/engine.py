@@ -6,7 +6,9 @@ tables right away (the router: :class:`TableRouter` for compiled tables, or the 
 router); they may leave ``switch_ns`` later; (2) every input buffer computes XOFF/XON from its
 occupancy (hysteresis) and the upstream port sees that PAUSE/PFC state one link latency later;
 (3) PORT_STATE flips follow the pause state seen on each port after the reaction delay and stay
-flipped ``pause_hold_ns`` after it ends; (4) every output port that is free (one frame time per
+flipped ``pause_hold_ns`` after it ends (``pause_from="egress"``: a port whose own backlog -- frames
+of this switch waiting for it -- reaches XOFF counts as paused too, as the Mininet experiment's
+PAUSE emulator does); (4) every output port that is free (one frame time per
 frame) takes the head frame of one input buffer waiting for it (random arbitration) unless the
 next buffer of that class is paused; (5) hosts generate frames (Bernoulli per frame time) into a
 source queue and send the head one when their access port is not paused.
@@ -97,8 +99,9 @@ class RunResult:
 class Simulator:
     """One run of one router on one fabric (module docstring)."""
 
-    def __init__(self, router: Any, traffic: Traffic, params: SimParams, seed: int = 0) -> None:
+    def __init__(self, router: Any, traffic: Traffic, params: SimParams, seed: int = 0, *, trace: bool = False) -> None:
         self.r = router
+        self.trace: list[np.ndarray] | None = [] if trace else None  # (src, dst, latency ticks) of measured frames
         self.pm = pm = router.pm
         self.tr = traffic
         self.p = params
@@ -188,6 +191,8 @@ class Simulator:
             tg = self.tgen[g]
             m = (tg >= measure[0]) & (tg < measure[1])
             self.lat.append((t - tg[m]).astype(np.int64))
+            if self.trace is not None:
+                self.trace.append(np.stack([self.src[g[m]], self.dst[g[m]], t - tg[m]], axis=1))
             self.outstanding -= int(m.sum())
             if measure[0] <= t < measure[1]:
                 self.accepted_window += len(g)
@@ -235,6 +240,8 @@ class Simulator:
         seen = np.zeros(len(pids), dtype=bool)
         for c in range(self.C):
             seen |= self._seen_paused(t, pids, np.full(len(pids), c))
+        if self.p.pause_from == "egress":  # the Mininet experiment's PAUSE emulator: the sender's own backlog
+            seen |= self.demand[pids] >= self.p.xoff
         if self.R == 0 and self.hold == 0:
             now = seen
         else:

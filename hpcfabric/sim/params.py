@@ -40,6 +40,7 @@ class SimParams:
     xon_frames: int | None = None  # default: xoff / 2
     reaction: str | float = "ideal"  # a REACTIONS name or ns
     pause_hold_ns: float = 0.0  # a flipped PORT_STATE entry stays flipped this long after the last PAUSE
+    pause_from: str = "receiver"  # who PAUSEs a port: its receiver's buffer (802.3x); "egress": also its own backlog
     source_queue: int = 64  # frames a host holds before refusing new ones
     warmup_slots: int = 1000
     window_slots: int = 1000
@@ -55,6 +56,8 @@ class SimParams:
         for name in ("switch_ns", "local_ns", "global_ns", "host_ns", "pause_hold_ns", "warmup_slots", "drain_slots"):
             if getattr(self, name) < 0:
                 raise ParamError(f"simulator parameter {name} must be >= 0, got {getattr(self, name)}")
+        if self.pause_from not in ("receiver", "egress"):
+            raise ParamError(f"pause_from must be 'receiver' or 'egress', got {self.pause_from!r}")
         if isinstance(self.reaction, str) and self.reaction not in REACTIONS:
             raise ParamError(f"reaction must be one of {', '.join(REACTIONS)} or a delay in ns, got {self.reaction!r}")
         if self.xoff_frames is not None and not 0 < self.xoff_frames <= self.buffer_frames - self.headroom:

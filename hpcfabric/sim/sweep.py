@@ -28,6 +28,10 @@ _POLICY = {"MIN": "minimal", "VAL": "valiant", "PB": "minimal", "COND-ideal": "c
            "COND-switch": "conditional", "COND-controller": "conditional"}
 
 
+#: flip hold per COND-* router (ns): none, the switch-local learn timeout (1 s), the controller's pause_hold_ms
+HOLDS_NS = {"ideal": 0.0, "switch": 1.0e9, "controller": 50.0e6}
+
+
 class Routers:
     """Compiles each policy once per fabric and builds routers by name."""
 
@@ -50,10 +54,21 @@ class Routers:
 
     @staticmethod
     def params_for(name: str, params: SimParams) -> SimParams:
-        """The reaction a COND-* router runs with (other routers: unchanged)."""
-        if name.startswith("COND-"):
-            return replace(params, reaction=name.split("-", 1)[1])
-        return params
+        """The flip reaction and hold a COND-* router runs with (other routers: unchanged).
+
+        ``COND-ideal``: flip while paused, no delay, no hold (the paper's idealised rule);
+        ``COND-switch``: one switch latency, held :data:`SWITCH_HOLD_NS` (the switch-local mode's
+        learned override lives ``switch_hold_s`` = 1 s); ``COND-controller``: the measured
+        reaction, held ``pause_hold_ms`` = 50 ms (the controller's defaults). A hold the user set
+        (``params.pause_hold_ns`` > 0) wins. The warm-up is lengthened by the reaction so the
+        window sees flipped rules."""
+        if not name.startswith("COND-"):
+            return params
+        reaction = name.split("-", 1)[1]
+        hold = params.pause_hold_ns or HOLDS_NS[reaction]
+        p = replace(params, reaction=reaction, pause_hold_ns=hold)
+        extra = -(-int(p.reaction_ns) // int(p.frame_ns))
+        return replace(p, warmup_slots=p.warmup_slots + extra)
 
     def supports(self, name: str) -> bool:
         return name != "PB" or self.fabric.kind == "dragonfly"
