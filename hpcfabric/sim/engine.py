@@ -128,7 +128,9 @@ class Simulator:
         self.last_move = np.zeros(self.Q, dtype=np.int64)
         self.xoff = np.zeros(self.Q, dtype=bool)
         self.hist = np.zeros((self.D, self.Q), dtype=bool)
+        self.hist_any = np.zeros((self.D, P), dtype=bool)  # per input pid: some class paused
         self.busy = np.zeros(P, dtype=np.int64)  # output port free from this tick
+        self.winner = np.zeros(P, dtype=np.int64)
         self.demand = np.zeros(P, dtype=np.int64)  # frames in this switch's buffers decided for the port
         # host source queues
         SQ = params.source_queue
@@ -230,6 +232,8 @@ class Simulator:
         occ = self.qlen
         self.xoff = np.where(occ >= self.p.xoff, True, np.where(occ <= self.p.xon, False, self.xoff))
         self.hist[t % self.D] = self.xoff
+        if self.r.flippable:
+            self.hist_any[t % self.D] = self.xoff.reshape(-1, self.C).any(axis=1)
 
     def _seen_paused(self, t: int, pid: np.ndarray, cls: np.ndarray) -> np.ndarray:
         """Is the buffer (peer of ``pid``, ``cls``) paused as the sender on ``pid`` sees it now?"""
@@ -237,9 +241,7 @@ class Simulator:
 
     def _flips(self, t: int) -> None:
         pids = self.fabric_pids
-        seen = np.zeros(len(pids), dtype=bool)
-        for c in range(self.C):
-            seen |= self._seen_paused(t, pids, np.full(len(pids), c))
+        seen = self.hist_any[(t - self.delay[pids]) % self.D, self.pm.peer[pids]]
         if self.p.pause_from == "egress":  # the Mininet experiment's PAUSE emulator: the sender's own backlog
             seen |= self.demand[pids] >= self.p.xoff
         if self.R == 0 and self.hold == 0:
@@ -269,11 +271,10 @@ class Simulator:
             q, f, o = q[~blocked], f[~blocked], o[~blocked]
         if not len(q):
             return
-        order = np.lexsort((self.rng.random(len(o)), o))
-        o_s = o[order]
-        first = np.ones(len(o_s), dtype=bool)
-        first[1:] = o_s[1:] != o_s[:-1]
-        w = order[first]
+        # random arbitration per output: candidates written in random order, the last write wins
+        perm = self.rng.permutation(len(o))
+        self.winner[o[perm]] = perm
+        w = np.flatnonzero(self.winner[o] == np.arange(len(o)))
         q, f, o = q[w], f[w], o[w]
         self.qhead[q] = (self.qhead[q] + 1) % self.cap
         self.qlen[q] -= 1

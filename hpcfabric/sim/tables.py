@@ -138,6 +138,12 @@ class Forwarding:
         self.n_classes = len(slots)
         self.slots = slots
         self.flippable = bool((ch.alt != ch.base).any())
+        # per state: switch, input pid, class (direct lookups instead of searches per frame)
+        st = np.arange(ch.n_states)
+        self.st_sw = (np.searchsorted(ch.state_base, st, side="right") - 1).astype(np.int64)
+        off = st - ch.state_base[self.st_sw]
+        self.st_pid = self.pm.pid_base[self.st_sw] + off // PCP_SLOTS
+        self.st_cls = self.class_of_slot[off % PCP_SLOTS]
 
     # -- states ------------------------------------------------------------
     def host_state(self, h: np.ndarray) -> np.ndarray:
@@ -146,19 +152,17 @@ class Forwarding:
         return self.ch.state_base[self.pm.sw[pid]] + self.pm.port[pid] * PCP_SLOTS
 
     def state_class(self, state: np.ndarray) -> np.ndarray:
-        sw = np.searchsorted(self.ch.state_base, state, side="right") - 1
-        return self.class_of_slot[(state - self.ch.state_base[sw]) % PCP_SLOTS]
+        return self.st_cls[state]
 
     def state_pid(self, state: np.ndarray) -> np.ndarray:
         """The input pid a frame in ``state`` sits at."""
-        sw = np.searchsorted(self.ch.state_base, state, side="right") - 1
-        return self.pm.pid_base[sw] + (state - self.ch.state_base[sw]) // PCP_SLOTS
+        return self.st_pid[state]
 
     # -- decisions ---------------------------------------------------------
     def cells(self, state: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(switch id, cell of the choice arrays) of frames in ``state`` for host ids ``dst``."""
         ch = self.ch
-        sw = np.searchsorted(ch.state_base, state, side="right") - 1
+        sw = self.st_sw[state]
         line = ch.state_line[state]
         if (line < 0).any():
             bad = state[line < 0][0]
