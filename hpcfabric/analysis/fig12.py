@@ -85,20 +85,23 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
             bounds["closed_forms_adversarial"] = str(why)
     tasks = [(n, pat, tuple(loads[pat]), seeds, params) for pat in patterns for n in names]
     rows: list[dict[str, Any]] = []
-    done = 0
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    partial = outdir / "fig12.partial.csv"  # curves as they finish (a long run can be read while it goes)
+
+    def collect(got: list[dict[str, Any]]) -> None:
+        rows.extend(got)
+        _write_csv(partial, rows)
+        if progress:
+            progress(len({(r["router"], r["pattern"]) for r in rows}), len(tasks))
+
     if jobs > 1 and len(tasks) > 1:
         with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
             for got in pool.imap_unordered(_curve, tasks):
-                rows.extend(got)
-                done += 1
-                if progress:
-                    progress(done, len(tasks))
+                collect(got)
     else:
         for task in tasks:
-            rows.extend(_curve(task))
-            done += 1
-            if progress:
-                progress(done, len(tasks))
+            collect(_curve(task))
     _STATE.clear()
     rows.sort(key=lambda r: (r["pattern"], ROUTERS.index(r["router"]), r["load"]))
     wall = time.perf_counter() - t0
@@ -114,19 +117,22 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
                    "frame_hops_per_s": sum(r["hops"] for r in rows) / max(sim_wall, 1e-9),
                    "peak_rss_mib_parent": rss, "peak_rss_mib_worker": rss_children},
     }
-    outdir = Path(out)
-    outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / "fig12.csv", outdir / "fig12.json"]
-    with open(paths[0], "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "deadlock": " -> ".join(r["deadlock"]) if r["deadlock"] else ""})
+    _write_csv(paths[0], rows)
+    partial.unlink(missing_ok=True)
     paths[1].write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
     if plots:
         paths.append(outdir / "fig12.png")
         plot(result, paths[2])
     return result, paths
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "deadlock": " -> ".join(r["deadlock"]) if r["deadlock"] else ""})
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
