@@ -61,7 +61,7 @@ class SimParams:
         if isinstance(self.reaction, str) and self.reaction not in REACTIONS:
             raise ParamError(f"reaction must be one of {', '.join(REACTIONS)} or a delay in ns, got {self.reaction!r}")
         if self.xoff_frames is not None and not 0 < self.xoff_frames <= self.buffer_frames - self.headroom:
-            raise ParamError(f"xoff_frames must be in 1..{self.buffer_frames - self.headroom} "
+            raise ParamError(f"xoff_frames (--xoff) must be in 1..{self.buffer_frames - self.headroom} "
                              f"(buffer {self.buffer_frames} minus a PAUSE round trip of {self.headroom} frames)")
 
     # -- derived -----------------------------------------------------------
