@@ -185,6 +185,8 @@ def cmd_fig12(args: argparse.Namespace) -> int:
           if v is not None}
     if args.pause_hold_ms is not None:
         kw["pause_hold_ns"] = args.pause_hold_ms * 1e6
+    if args.pause_from != "receiver":
+        kw["pause_from"] = args.pause_from
     params = None
     if kw:
         q = dict(warmup_slots=300, window_slots=300, drain_slots=600) if args.quick else \
@@ -278,6 +280,9 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--buffer", type=int, default=None, metavar="FRAMES", help="input buffer per port and class (32)")
     p.add_argument("--xoff", type=int, default=None, metavar="FRAMES", help="XOFF threshold (buffer - headroom)")
     p.add_argument("--pause-hold-ms", type=float, default=None, metavar="MS", help="PORT_STATE flip hold after the last PAUSE")
+    p.add_argument("--pause-from", choices=("receiver", "egress"), default="receiver",
+                   help="what pauses a port for the PORT_STATE flips: its receiver's buffer (802.3x), or also "
+                        "its own backlog (egress, the Mininet experiment's PAUSE emulator)")
     p.add_argument("--ticks-per-frame", type=int, default=None, metavar="K", help="clock ticks per frame time (1; 5 = 40 ns)")
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")
