@@ -3,7 +3,8 @@
 ``analyze rules``  Eq. 1 / Table I closed forms vs compiled counts, Fig. 4 and Fig. 6;
 ``analyze power``  Sec. VI-A power model, Fig. 11 and the savings split;
 ``analyze onoff``  Andújar et al. on/off-link power and energy of one fabric;
-``analyze scale``  structural checks on every switch + sampled forwarding check.
+``analyze scale``  structural checks on every switch + sampled forwarding check;
+``analyze fig12``  Fig. 12 from the frame-level simulator driven by the compiled tables.
 
 Bad input raises :class:`~hpcfabric.errors.ConfigError` (exit 2, one line on stderr).
 """
@@ -141,6 +142,79 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return 0 if res["ok"] else 1
 
 
+def _float_list(text: str, what: str) -> list[float]:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ConfigError(f"expected comma-separated loads like 0.1,0.4, got {part!r}", field=what) from None
+        if not 0.0 < v <= 1.0:
+            raise ConfigError(f"a load is a fraction of the link rate in (0, 1], got {v}", field=what)
+        out.append(v)
+    if not out:
+        raise ConfigError("expected at least one load, e.g. 0.1,0.4,0.7", field=what)
+    return out
+
+
+def cmd_fig12(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis import fig12
+    from hpcfabric.analysis.progress import bar
+    from hpcfabric.sim.params import SimParams
+    from hpcfabric.sim.sweep import ROUTERS
+    from hpcfabric.topology.loader import load_topology
+
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    for r in routers:
+        if r not in ROUTERS:
+            raise ConfigError(f"unknown router {r!r}; expected some of {', '.join(ROUTERS)}", field="--routers")
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    for p in patterns:
+        if p not in fig12.PATTERNS:
+            raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(fig12.PATTERNS)}", field="--patterns")
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError(f"must be >= 1, got {args.seeds}", field="--seeds")
+    base = fig12.QUICK_LOADS if args.quick else fig12.LOADS
+    loads = {"uniform": _float_list(args.loads_un, "--loads-un") if args.loads_un else list(base["uniform"]),
+             "adversarial": _float_list(args.loads_adv, "--loads-adv") if args.loads_adv else list(base["adversarial"])}
+    fabric = load_topology(args.file)
+    kw = {k: v for k, v in (("buffer_frames", args.buffer), ("xoff_frames", args.xoff), ("ticks_per_frame", args.ticks_per_frame),
+                             ("warmup_slots", args.warmup), ("window_slots", args.window), ("drain_slots", args.drain))
+          if v is not None}
+    if args.pause_hold_ms is not None:
+        kw["pause_hold_ns"] = args.pause_hold_ms * 1e6
+    if args.pause_from != "receiver":
+        kw["pause_from"] = args.pause_from
+    params = None
+    if kw:
+        q = dict(warmup_slots=300, window_slots=300, drain_slots=600) if args.quick else \
+            dict(warmup_slots=500, window_slots=500, drain_slots=1000)
+        q.update(kw)
+        params = SimParams(**q)
+    pb: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal pb
+        if pb is None:
+            pb = bar(total, "fig12 curves (router x pattern)", _progress())
+        pb.update(1)
+
+    res, paths = fig12.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
+                           seeds=args.seeds, params=params, jobs=_jobs(args), plots=not args.no_plots,
+                           progress=progress, log=_log)  # fmt: skip
+    if pb is not None:
+        pb.close()
+    print(f"{'router':<16} {'pattern':<12} {'load':>5} {'latency us':>11} {'accepted':>9}  notes")
+    for r in res["points"]:
+        note = "DEADLOCK" if r["deadlock"] else ("saturated" if r["unfinished"] or r["accepted"] < 0.9 * r["load"] else "")
+        print(f"{r['router']:<16} {r['pattern']:<12} {r['load']:>5.2f} {r['latency_ns'] / 1000:>11.2f} {r['accepted']:>9.3f}  {note}")
+    print(json.dumps({"bounds": res["bounds"], "timing": res["timing"]}))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
+
+
 def add_analyze_parser(sub: Any) -> None:
     """Register ``analyze`` and its subcommands on the main parser's subparsers."""
     from hpcfabric.rules.addressing import MODES
@@ -188,4 +262,30 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--addressing", choices=MODES, default=None)
     p.add_argument("--sample", type=int, default=64, metavar="N", help="random destinations (default 64)")
     p.add_argument("--seed", type=int, default=0)
+    jobs(p)
+
+    p = an.add_parser("fig12", help="Fig. 12: latency and accepted load vs offered load, frame-level simulator",
+                      description="simulate MIN, VAL, PB and conditional rules (ideal/switch/controller reaction) "
+                                  "under UN and ADV on the compiled tables; docs/simulation.md")  # fmt: skip
+    p.set_defaults(func=cmd_fig12)
+    p.add_argument("file", nargs="?", default="topologies/dragonfly-table3.yaml", metavar="TOPOLOGY",
+                   help="topology YAML file (default topologies/dragonfly-table3.yaml)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument("--quick", action="store_true", help="3 loads per pattern, 1 seed, short windows (CI)")
+    p.add_argument("--routers", default="MIN,VAL,PB,COND-ideal,COND-switch,COND-controller", metavar="R,...")
+    p.add_argument("--patterns", default="uniform,adversarial", metavar="P,...")
+    p.add_argument("--loads-un", default=None, metavar="L,...", help="offered loads for uniform traffic")
+    p.add_argument("--loads-adv", default=None, metavar="L,...", help="offered loads for adversarial traffic")
+    p.add_argument("--seeds", type=int, default=None, metavar="N", help="runs per point (default 2, quick 1)")
+    p.add_argument("--buffer", type=int, default=None, metavar="FRAMES", help="input buffer per port and class (32)")
+    p.add_argument("--xoff", type=int, default=None, metavar="FRAMES", help="XOFF threshold (buffer - headroom)")
+    p.add_argument("--pause-hold-ms", type=float, default=None, metavar="MS", help="PORT_STATE flip hold after the last PAUSE")
+    p.add_argument("--pause-from", choices=("receiver", "egress"), default="receiver",
+                   help="what pauses a port for the PORT_STATE flips: its receiver's buffer (802.3x), or also "
+                        "its own backlog (egress, the Mininet experiment's PAUSE emulator)")
+    p.add_argument("--ticks-per-frame", type=int, default=None, metavar="K", help="clock ticks per frame time (1; 5 = 40 ns)")
+    p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
+    p.add_argument("--window", type=int, default=None, metavar="SLOTS")
+    p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
+    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
     jobs(p)

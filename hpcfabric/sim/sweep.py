@@ -1,0 +1,119 @@
+"""Routers by name, runs over loads and seeds, and confidence intervals.
+
+Router names (the Fig. 12 curves): ``MIN``, ``VAL`` (the compiled minimal / valiant tables),
+``PB`` (the piggyback reference router over the minimal tables, :mod:`hpcfabric.sim.pb`) and
+``COND-ideal``, ``COND-switch``, ``COND-controller`` (the compiled conditional tables with the
+PORT_STATE flip reaction of :data:`hpcfabric.sim.params.REACTIONS`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from hpcfabric.sim.engine import RunResult, Simulator, TableRouter
+from hpcfabric.sim.params import SimParams
+from hpcfabric.sim.pb import PBRouter
+from hpcfabric.sim.tables import Forwarding, SimError, compile_policy
+from hpcfabric.sim.traffic import Traffic
+from hpcfabric.topology.model import Fabric
+
+__all__ = ["ROUTERS", "Routers", "run_point", "summarise", "t_quantile"]
+
+ROUTERS = ("MIN", "VAL", "PB", "COND-ideal", "COND-switch", "COND-controller")
+_POLICY = {"MIN": "minimal", "VAL": "valiant", "PB": "minimal", "COND-ideal": "conditional",
+           "COND-switch": "conditional", "COND-controller": "conditional"}
+
+
+#: flip hold per COND-* router (ns): none, the switch-local learn timeout (1 s), the controller's pause_hold_ms
+HOLDS_NS = {"ideal": 0.0, "switch": 1.0e9, "controller": 50.0e6}
+
+
+class Routers:
+    """Compiles each policy once per fabric and builds routers by name."""
+
+    def __init__(self, fabric: Fabric, mode: str = "compact") -> None:
+        self.fabric = fabric
+        self.mode = mode
+        self._fw: dict[str, Forwarding] = {}
+
+    def forwarding(self, policy: str) -> Forwarding:
+        fw = self._fw.get(policy)
+        if fw is None:
+            fw = self._fw[policy] = Forwarding(compile_policy(self.fabric, policy, self.mode))
+        return fw
+
+    def router(self, name: str) -> Any:
+        if name not in _POLICY:
+            raise SimError(f"unknown router {name!r}: expected one of {', '.join(ROUTERS)}")
+        fw = self.forwarding(_POLICY[name])
+        return PBRouter(fw) if name == "PB" else TableRouter(fw)
+
+    @staticmethod
+    def params_for(name: str, params: SimParams) -> SimParams:
+        """The flip reaction and hold a COND-* router runs with (other routers: unchanged).
+
+        ``COND-ideal``: flip while paused, no delay, no hold (the paper's idealised rule);
+        ``COND-switch``: one switch latency, held :data:`SWITCH_HOLD_NS` (the switch-local mode's
+        learned override lives ``switch_hold_s`` = 1 s); ``COND-controller``: the measured
+        reaction, held ``pause_hold_ms`` = 50 ms (the controller's defaults). A hold the user set
+        (``params.pause_hold_ns`` > 0) wins. The warm-up is lengthened by the reaction so the
+        window sees flipped rules."""
+        if not name.startswith("COND-"):
+            return params
+        reaction = name.split("-", 1)[1]
+        hold = params.pause_hold_ns or HOLDS_NS[reaction]
+        p = replace(params, reaction=reaction, pause_hold_ns=hold)
+        extra = -(-int(p.reaction_ns) // int(p.frame_ns))
+        return replace(p, warmup_slots=p.warmup_slots + extra)
+
+    def supports(self, name: str) -> bool:
+        return name != "PB" or self.fabric.kind == "dragonfly"
+
+
+def run_point(routers: Routers, name: str, pattern: str, load: float, params: SimParams, seed: int,
+              progress: Callable[[int, int], None] | None = None) -> RunResult:
+    sim = Simulator(routers.router(name), Traffic(routers.fabric, pattern), Routers.params_for(name, params), seed=seed)
+    return sim.run(load, progress)
+
+
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_quantile(dof: int) -> float:
+    """Student's t 0.975 quantile (95 % two-sided interval)."""
+    return _T975.get(dof, 1.96 if dof > 30 else 2.04)
+
+
+def summarise(runs: Iterable[RunResult]) -> dict[str, Any]:
+    """Mean and 95 % confidence half-width over seeds of latency and accepted load, and the checks."""
+    runs = list(runs)
+    lat = np.array([r.latency_ns for r in runs], dtype=float)
+    acc = np.array([r.accepted for r in runs], dtype=float)
+    n = len(runs)
+
+    def ci(x: np.ndarray) -> float:
+        x = x[np.isfinite(x)]
+        return float(t_quantile(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0.0
+
+    return {
+        "seeds": n,
+        "latency_ns": float(np.nanmean(lat)) if np.isfinite(lat).any() else float("nan"),
+        "latency_ci_ns": ci(lat),
+        "p99_ns": float(np.nanmean([r.p99_ns for r in runs])),
+        "accepted": float(acc.mean()),
+        "accepted_ci": ci(acc),
+        "unfinished": int(sum(r.unfinished for r in runs)),
+        "refused": int(sum(r.refused for r in runs)),
+        "lost": int(sum(r.bad + r.overflow for r in runs)),
+        "conserved": all(r.conserved for r in runs),
+        "deadlock": next((r.deadlock for r in runs if r.deadlock), None),
+        "flips": int(sum(r.flips for r in runs)),
+        "wall_s": float(sum(r.wall_s for r in runs)),
+        "ticks": int(sum(r.ticks for r in runs)),
+        "hops": int(sum(r.hops for r in runs)),
+        "simulated_ns": float(sum(r.extra["simulated_ns"] for r in runs)),
+    }
