@@ -24,7 +24,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from etcd_cluster import EtcdCluster  # noqa: E402
+from etcd_cluster import EtcdCluster, missing as etcd_missing  # noqa: E402
 
 from hpcfabric.controller.etcdstore import EtcdStore  # noqa: E402
 
@@ -38,11 +38,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=300)
     args = ap.parse_args()
-    import importlib.util
-    import shutil
-
-    if shutil.which("etcd") is None or importlib.util.find_spec("etcd3gw") is None:
-        print("skipped: needs etcd and etcd3gw (scripts/bootstrap.sh --etcd)")
+    why = etcd_missing()
+    if why:
+        print(f"skipped: {why}")
         return 0
     with EtcdCluster(3) as cluster:
         st = EtcdStore(cluster.endpoints, timeout=2.0)

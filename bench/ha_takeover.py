@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from etcd_cluster import EtcdCluster  # noqa: E402
+from etcd_cluster import EtcdCluster, missing as etcd_missing  # noqa: E402
 
 MASTER = """
 import sys, time
@@ -89,11 +89,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    import importlib.util
-    import shutil
-
-    if shutil.which("etcd") is None or importlib.util.find_spec("etcd3gw") is None:
-        print("skipped: needs etcd and etcd3gw (scripts/bootstrap.sh --etcd)")
+    why = etcd_missing()
+    if why:
+        print(f"skipped: {why}")
         return 0
     print("kill -9 of the master -> standby master (etcd backend, one partition)")
     a = run_setting(100, 1000, 2, args.runs)

@@ -24,6 +24,15 @@ import uuid
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
+def missing() -> str | None:
+    """Why a real cluster cannot run here (no ``etcd`` binary or no ``etcd3gw``), else None."""
+    import importlib.util
+
+    if shutil.which("etcd") is None or importlib.util.find_spec("etcd3gw") is None:
+        return "needs etcd and etcd3gw (scripts/bootstrap.sh --etcd)"
+    return None
+
+
 def free_ports(n: int) -> list[int]:
     socks, ports = [], []
     for _ in range(n):
