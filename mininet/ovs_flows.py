@@ -159,8 +159,9 @@ def table_packets(net: Any, table: int) -> int:
 
 
 def is_port_state(flow: FlowStat, port: int) -> bool:
-    """Is ``flow`` the entry of fabric port ``port`` (``metadata=P/0xffff``)?"""
-    return re.search(rf"metadata=0x{port:x}/0xffff(,|$)", flow.match) is not None
+    """Is ``flow`` the entry of fabric port ``port`` (``metadata=P/0xffff``), not a bounce entry
+    (``in_port=L,metadata=L``: the h = 1 detour through a neighbour, docs/rules.md)?"""
+    return re.search(rf"metadata=0x{port:x}/0xffff(,|$)", flow.match) is not None and "in_port=" not in flow.match
 
 
 def port_state_entry(bridge: str, port: int) -> FlowStat | None:
