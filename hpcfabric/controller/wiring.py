@@ -44,6 +44,7 @@ class Wiring:
         self.report_at = -1.0
         self.report_cost = 0.0
         self.logged: set[str] = set()
+        self.round_seconds = 0.0  # the last LLDP round's send time (status: lldp.round_s)
 
     # ------------------------------------------------------------ rounds
     def ports(self, sw: Any) -> list[int]:
@@ -136,6 +137,7 @@ class Wiring:
                         pass
                     except Exception:  # pragma: no cover - keep discovering
                         LOG.exception("LLDP round on %s failed", sw.name)
+            self.round_seconds = time.monotonic() - t
             hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
 
     # ------------------------------------------------------------ events

@@ -135,6 +135,7 @@ class EmuProcess:
                        "port_status": 0}
         self.last_write = 0.0
         self.mgmt_servers: list[Any] = []
+        self.stdin_buf = b""
 
     # ----------------------------------------------------------- wiring
     def output(self, sw: EmuSwitch, port: int, data: bytes) -> None:
@@ -211,15 +212,22 @@ class EmuProcess:
         sys.stdout.flush()
 
     def command_ready(self) -> None:
-        line = sys.stdin.readline()
-        if not line:
+        # raw reads: a buffered readline would leave further lines in its buffer with the fd no longer readable
+        chunk = os.read(sys.stdin.fileno(), 1 << 16)
+        if not chunk:
             self.stop()
             return
-        try:
-            cmd = json.loads(line)
-            self.command(cmd)
-        except Exception as err:  # noqa: BLE001 - the driver gets the error, the switches keep running
-            self.emit({"ev": "error", "error": repr(err), "line": line.strip()})
+        self.stdin_buf += chunk
+        *lines, rest = self.stdin_buf.split(b"\n")
+        self.stdin_buf = rest
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            if not line.strip():
+                continue
+            try:
+                self.command(json.loads(line))
+            except Exception as err:  # noqa: BLE001 - the driver gets the error, the switches keep running
+                self.emit({"ev": "error", "error": repr(err), "line": line.strip()})
 
     def command(self, cmd: dict[str, Any]) -> None:
         op = cmd.get("op")
