@@ -138,6 +138,10 @@ class Wiring:
                     except Exception:  # pragma: no cover - keep discovering
                         LOG.exception("LLDP round on %s failed", sw.name)
             self.round_seconds = time.monotonic() - t
+            try:
+                self.enforce()  # NO_FWD in line with the quarantine (e.g. ports of a reconnected switch)
+            except Exception:  # pragma: no cover - keep discovering
+                LOG.exception("quarantine enforcement failed")
             hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
 
     # ------------------------------------------------------------ events
@@ -162,8 +166,14 @@ class Wiring:
                 c["lldp_host_untrusted"] += 1
                 return
         c["lldp_received"] += 1
+        names = app.config.dpid_to_switch
+        keys = ((names.get(info.dpid), info.port), (names.get(dpid), in_port))  # the ends this frame judges
+        before = [k in app.discovery.quarantined for k in keys]
         app.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
-        self.enforce()
+        # port-mods only when this frame changed the quarantine: enforcing walks every switch, which per
+        # LLDP packet-in made a round cost the fabric's size squared (each LLDP round also enforces once)
+        if [k in app.discovery.quarantined for k in keys] != before:
+            self.enforce()
         app.mark()
 
     def enforce(self) -> None:
