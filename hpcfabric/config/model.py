@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 from hpcfabric.rules.addressing import AddressPlan
@@ -84,8 +85,8 @@ class ControllerConfig:
     def link_speed_bps(self) -> float:
         return self.link_speed_gbps * 1e9
 
-    @property
-    def dpid_to_switch(self) -> dict[int, str]:
+    @cached_property
+    def dpid_to_switch(self) -> dict[int, str]:  # cached: looked up per LLDP packet-in
         return {sw.dpid: sw.name for sw in self.fabric.switches}
 
     @property
