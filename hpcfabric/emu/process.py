@@ -20,6 +20,7 @@ receives is reported as ``{"ev": "reaction", "id": N, "us": ...}``),
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import resource
@@ -50,6 +51,7 @@ class Conn(asyncio.Protocol):
         self.proc, self.sw, self.managed = proc, sw, managed
         self.buf = bytearray()
         self.transport: Any = None
+        self.greeted = False  # the controller's HELLO arrived
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -80,6 +82,10 @@ class Conn(asyncio.Protocol):
             if n - pos < length:
                 break
             mtype = buf[pos + 1]
+            if not self.greeted:
+                self.greeted = True
+                if self.managed:
+                    proc.handshake_done()
             xid = struct.unpack_from("!I", buf, pos + 4)[0]
             msg = bytes(buf[pos:pos + length])
             pos += length
@@ -136,6 +142,9 @@ class EmuProcess:
         self.last_write = 0.0
         self.mgmt_servers: list[Any] = []
         self.stdin_buf = b""
+        self.waiting: collections.deque[EmuSwitch] = collections.deque()
+        self.in_flight = 0
+        self.max_in_flight = 32
 
     # ----------------------------------------------------------- wiring
     def output(self, sw: EmuSwitch, port: int, data: bytes) -> None:
@@ -177,18 +186,37 @@ class EmuProcess:
 
     # ---------------------------------------------------------- connecting
     def connect(self, sw: EmuSwitch) -> None:
+        """Connect ``sw`` once a handshake slot is free (a burst of thousands of connects overflows the
+        controller's listen backlog); a connection that is not greeted within 10 s is retried."""
         if not self.running:
             return
-        host, port = self.targets.get(sw.name, self.default)
+        self.waiting.append(sw)
+        self.next_connect()
+
+    def handshake_done(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        self.next_connect()
+
+    def next_connect(self) -> None:
         loop = asyncio.get_event_loop()
+        while self.waiting and self.in_flight < self.max_in_flight:
+            sw = self.waiting.popleft()
+            self.in_flight += 1
+            loop.create_task(self.open(sw))
 
-        async def go() -> None:
-            try:
-                await loop.create_connection(lambda: Conn(self, sw), host, port)
-            except OSError:
-                loop.call_later(0.5, self.connect, sw)
-
-        loop.create_task(go())
+    async def open(self, sw: EmuSwitch) -> None:
+        loop = asyncio.get_event_loop()
+        host, port = self.targets.get(sw.name, self.default)
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: Conn(self, sw), host, port), 10)
+        except (OSError, asyncio.TimeoutError):
+            self.handshake_done()
+            loop.call_later(0.5, self.connect, sw)
+            return
+        await asyncio.sleep(10)
+        if not conn.greeted and conn.transport is not None:
+            self.handshake_done()
+            conn.transport.close()  # connection_lost reconnects
 
     async def start(self) -> None:
         loop = asyncio.get_event_loop()
