@@ -40,6 +40,7 @@ class Wiring:
         self.app = app
         self.nonce = secrets.token_bytes(8)  # tells our LLDP frames from forged or stale ones
         self.frames: dict[tuple[int, int, str], bytes] = {}
+        self.ours: dict[bytes, Any] = {}  # our frames, parsed once: a frame that comes back is looked up, not parsed
         self.last_report: dict[str, Any] = {}
         self.report_at = -1.0
         self.report_cost = 0.0
@@ -61,6 +62,7 @@ class Wiring:
         if frame is None:
             frame = build_lldp(dpid, port, bytes.fromhex(hw_addr.replace(":", "")), LLDP_TTL, self.nonce)
             self.frames[key] = frame
+            self.ours[frame] = parse_lldp(frame)
         return frame
 
     def send_lldp(self, sw: Any) -> None:
@@ -130,7 +132,8 @@ class Wiring:
         while app.is_active:
             t = time.monotonic()
             for sw in list(app.switches.values()) if app.ha.master else ():
-                if sw.dp is not None and sw.connected:
+                # installing comes first: a switch takes part in LLDP once its tables are confirmed
+                if sw.dp is not None and sw.connected and sw.confirmed:
                     try:
                         self.send_lldp(sw)
                     except Disconnected:
@@ -148,11 +151,13 @@ class Wiring:
     def on_lldp(self, msg: Any, data: bytes, in_port: int, now: float) -> None:
         app = self.app
         c = app.counters
-        try:
-            info = parse_lldp(data)
-        except (MalformedLLDP, ValueError, IndexError, struct.error):
-            c["lldp_malformed"] += 1
-            return
+        info = self.ours.get(data)
+        if info is None:
+            try:
+                info = parse_lldp(data)
+            except (MalformedLLDP, ValueError, IndexError, struct.error):
+                c["lldp_malformed"] += 1
+                return
         if info.dpid is None or info.port is None:
             c["lldp_foreign"] += 1  # somebody else's LLDP (a host, a legacy switch)
             return
