@@ -27,6 +27,9 @@ from hpcfabric.protocols.lldp import MalformedLLDP, build_lldp, parse_lldp
 LOG = logging.getLogger("hpcfabric.controller")
 
 LLDP_TTL = 120
+#: more switches than this installing at once is a bring-up storm: LLDP rounds wait (at most BRINGUP_PRIORITY_S)
+BRINGUP_SYNCS = 8
+BRINGUP_PRIORITY_S = 60.0
 
 
 def _hw(desc: Any) -> bytes:
@@ -129,8 +132,18 @@ class Wiring:
 
     def loop(self) -> None:
         app = self.app
+        skipped_since = None
         while app.is_active:
             t = time.monotonic()
+            # a bring-up storm (many switches installing at once) goes first: LLDP rounds wait for it,
+            # for at most BRINGUP_PRIORITY_S, so discovery's packet-ins do not starve the installs
+            syncing = sum(1 for sw in app.switches.values() if sw.syncing)
+            if syncing > BRINGUP_SYNCS and (skipped_since is None or t - skipped_since < BRINGUP_PRIORITY_S):
+                skipped_since = t if skipped_since is None else skipped_since
+                app.counters["lldp_rounds_deferred"] += 1
+                hub.sleep(min(1.0, app.config.lldp_interval))
+                continue
+            skipped_since = None
             for sw in list(app.switches.values()) if app.ha.master else ():
                 # installing comes first: a switch takes part in LLDP once its tables are confirmed
                 if sw.dp is not None and sw.connected and sw.confirmed:
