@@ -27,6 +27,7 @@ from hpcfabric.protocols.lldp import MalformedLLDP, build_lldp, parse_lldp
 LOG = logging.getLogger("hpcfabric.controller")
 
 LLDP_TTL = 120
+_XID = struct.Struct("!I")
 #: more switches than this installing at once is a bring-up storm: LLDP rounds wait (at most BRINGUP_PRIORITY_S)
 BRINGUP_SYNCS = 8
 BRINGUP_PRIORITY_S = 60.0
@@ -43,6 +44,7 @@ class Wiring:
         self.app = app
         self.nonce = secrets.token_bytes(8)  # tells our LLDP frames from forged or stale ones
         self.frames: dict[tuple[int, int, str], bytes] = {}
+        self.outs: dict[tuple[int, int, str], bytes] = {}  # LLDP packet-outs, xid 0
         self.ours: dict[bytes, Any] = {}  # our frames, parsed once: a frame that comes back is looked up, not parsed
         self.last_report: dict[str, Any] = {}
         self.report_at = -1.0
@@ -81,8 +83,11 @@ class Wiring:
             if port in sw.no_fwd:
                 probes.append(port)
                 continue
-            frame = self.frame(sw.dpid, port, desc.hw_addr)
-            parts.append(ofwire.packet_out(app.channel.xids(dp, 1), [port], frame))
+            key = (sw.dpid, port, desc.hw_addr)
+            out = self.outs.get(key)
+            if out is None:  # the packet-out is encoded once; only its xid changes
+                out = self.outs[key] = ofwire.packet_out(0, [port], self.frame(sw.dpid, port, desc.hw_addr))
+            parts.append(out[:4] + _XID.pack(app.channel.xids(dp, 1)) + out[8:])
             app.counters["lldp_sent"] += 1
         if parts:
             app.channel.send_chunks(dp, parts)
@@ -132,18 +137,20 @@ class Wiring:
 
     def loop(self) -> None:
         app = self.app
-        skipped_since = None
+        storm_since = None
         while app.is_active:
             t = time.monotonic()
-            # a bring-up storm (many switches installing at once) goes first: LLDP rounds wait for it,
-            # for at most BRINGUP_PRIORITY_S, so discovery's packet-ins do not starve the installs
-            syncing = sum(1 for sw in app.switches.values() if sw.syncing)
-            if syncing > BRINGUP_SYNCS and (skipped_since is None or t - skipped_since < BRINGUP_PRIORITY_S):
-                skipped_since = t if skipped_since is None else skipped_since
+            # a bring-up storm (many switches connected, not yet confirmed) goes first: LLDP rounds wait for
+            # it, for at most BRINGUP_PRIORITY_S, so discovery's packet-ins do not starve the installs
+            installing = sum(1 for sw in app.switches.values() if sw.connected and not sw.confirmed)
+            if installing <= BRINGUP_SYNCS:
+                storm_since = None
+            elif storm_since is None:
+                storm_since = t
+            if storm_since is not None and t - storm_since < BRINGUP_PRIORITY_S:
                 app.counters["lldp_rounds_deferred"] += 1
                 hub.sleep(min(1.0, app.config.lldp_interval))
                 continue
-            skipped_since = None
             for sw in list(app.switches.values()) if app.ha.master else ():
                 # installing comes first: a switch takes part in LLDP once its tables are confirmed
                 if sw.dp is not None and sw.connected and sw.confirmed:
