@@ -75,11 +75,20 @@ class ControllerConfig:
 
     def manages(self, switch: str) -> bool:
         """Does this instance manage ``switch`` (``[ha] switches`` partitions a fabric between instances)?"""
+        return not self.ha_switches or switch in self.managed
+
+    @cached_property
+    def managed(self) -> frozenset[str]:
+        """The switches ``[ha] switches`` names (every switch without it): resolved once, plain names
+        by lookup and only the patterns through fnmatch (a partition may list thousands of names)."""
+        names = [sw.name for sw in self.fabric.switches]
         if not self.ha_switches:
-            return True
+            return frozenset(names)
         import fnmatch
 
-        return any(fnmatch.fnmatchcase(switch, pat) for pat in self.ha_switches)
+        literal = {p for p in self.ha_switches if not any(c in p for c in "*?[")}
+        globs = [p for p in self.ha_switches if p not in literal]
+        return frozenset(n for n in names if n in literal or any(fnmatch.fnmatchcase(n, g) for g in globs))
 
     @property
     def link_speed_bps(self) -> float:

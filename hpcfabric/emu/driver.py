@@ -120,19 +120,28 @@ class Cluster:
 
     def start_controller(self, i: int, wait: float = 900.0) -> float:
         """Start controller ``i``; seconds until it listens (load and compile included)."""
+        self.spawn_controller(i)
+        return self.wait_listening(i, wait)
+
+    def spawn_controller(self, i: int) -> None:
         path = self.workdir / f"ctl{i}.conf"
         path.write_text(self.config_text(i))
         try:
             self.status_path(i).unlink()
         except FileNotFoundError:
             pass
-        t0 = time.monotonic()
         log = open(self.workdir / f"ctl{i}.log", "a", encoding="utf-8")  # noqa: SIM115
         self.ctl[i] = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(path)],
                                        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.spawned = getattr(self, "spawned", {})
+        self.spawned[i] = time.monotonic()
+
+    def wait_listening(self, i: int, wait: float = 900.0) -> float:
+        t0 = self.spawned[i]
+        log = self.workdir / f"ctl{i}.log"
         while time.monotonic() - t0 < wait:
             if self.ctl[i].poll() is not None:
-                raise RuntimeError(f"controller {i} exited with {self.ctl[i].returncode}; see {log.name}")
+                raise RuntimeError(f"controller {i} exited with {self.ctl[i].returncode}; see {log}")
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.ports[i])) == 0:
                     return time.monotonic() - t0
@@ -140,7 +149,10 @@ class Cluster:
         raise TimeoutError(f"controller {i} not listening after {wait} s")
 
     def start_controllers(self) -> list[float]:
-        return [self.start_controller(i) for i in range(len(self.parts))]
+        """Start every partition's controller at once; seconds until each listens."""
+        for i in range(len(self.parts)):
+            self.spawn_controller(i)
+        return [self.wait_listening(i) for i in range(len(self.parts))]
 
     def start_emulators(self) -> None:
         cmap = self.workdir / "connect.json"
