@@ -34,7 +34,7 @@ LOCK = "/tmp/hpcfabric-ovs.lock"
 TAG = f"he{os.getpid() % 1000:03d}"
 
 def ovs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["flock", LOCK, *args], check=check, capture_output=True, text=True, timeout=120)
+    return subprocess.run(["flock", LOCK, *args], check=check, capture_output=True, text=True, timeout=900)
 
 
 VOLATILE = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]*,?\s*|\(xid=0x[0-9a-f]+\)")

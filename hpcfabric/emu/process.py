@@ -229,8 +229,16 @@ class EmuProcess:
                     server = await loop.create_server(lambda sw=sw: Conn(self, sw, managed=False), "127.0.0.1",
                                                       self.mgmt_base + i)
                     self.mgmt_servers.append(server)
+        # interleave the partitions' controllers: connecting in fabric order would queue every other
+        # partition behind the first one's handshakes
+        by_target: dict[tuple[str, int], list[EmuSwitch]] = {}
         for sw in self.switches.values():
-            self.connect(sw)
+            by_target.setdefault(self.targets.get(sw.name, self.default), []).append(sw)
+        lists = list(by_target.values())
+        for k in range(max(map(len, lists), default=0)):
+            for lst in lists:
+                if k < len(lst):
+                    self.connect(lst[k])
         loop.add_reader(sys.stdin.fileno(), self.command_ready)
         self.emit({"ev": "started", "index": self.index, "switches": len(self.switches)})
 
