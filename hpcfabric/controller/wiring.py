@@ -33,6 +33,9 @@ BRINGUP_SYNCS = 8
 BRINGUP_PRIORITY_S = 60.0
 #: LLDP frames per second the controller sends at most (more ports: rotated over several rounds)
 LLDP_MAX_PPS = 2000
+#: rounds over more switches than PACE_ABOVE are spread over ROUND_SPREAD of the interval
+PACE_ABOVE = 64
+ROUND_SPREAD = 0.8
 
 
 def _hw(desc: Any) -> bytes:
@@ -157,7 +160,15 @@ class Wiring:
                 app.counters["lldp_rounds_deferred"] += 1
                 hub.sleep(min(1.0, app.config.lldp_interval))
                 continue
-            for sw, only in self.round_plan() if app.ha.master else ():
+            plan = self.round_plan() if app.ha.master else []
+            pace = ROUND_SPREAD * app.config.lldp_interval / max(1, len(plan))
+            for k, (sw, only) in enumerate(plan):
+                # paced over the interval: a round's packet-ins come back spread out, so a PAUSE
+                # packet-in never queues behind a whole round of them
+                if len(plan) > PACE_ABOVE:
+                    wait = t + k * pace - time.monotonic()
+                    if wait > 0:
+                        hub.sleep(wait)
                 if sw.dp is not None and sw.connected and sw.confirmed:
                     try:
                         self.send_lldp(sw, only)
