@@ -114,6 +114,10 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
         time.sleep(0.05)
     lost = len(pending)
     time.sleep(hold + 0.5)  # expiries
+    fresh = time.time()
+    deadline = time.monotonic() + 20  # big fabrics write their status file every few seconds
+    while time.monotonic() < deadline and any(c.status(i).get("time", 0) < fresh for i in range(len(c.parts))):
+        time.sleep(0.2)
     after = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
     flips = sum(a.get("flips", 0) - b.get("flips", 0) for a, b in zip(after, before))
     fms = sum(a.get("flow_mods", 0) - b.get("flow_mods", 0) for a, b in zip(after, before))
