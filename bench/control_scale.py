@@ -134,6 +134,11 @@ def reroute(c: Cluster) -> dict:
     c.emulator_of(a).send(op="port", switch=a, port=ap, up=False, peer=False)
     c.emulator_of(b).send(op="port", switch=b, port=bp, up=False, peer=False)
     before = emu_sum(c.emu_stats(), "flow_mods")
+    owner = c.owner[a]
+    done0 = c.status(owner).get("failover", {}).get("recomputes", 0)
+    deadline = time.monotonic() + 300  # large fabrics recompute for a while before the first flow-mod
+    while time.monotonic() < deadline and c.status(owner).get("failover", {}).get("recomputes", 0) <= done0:
+        time.sleep(0.2)
     secs = quiet_since(c, t)
     fms = emu_sum(c.emu_stats(), "flow_mods") - before
     c.emulator_of(a).send(op="port", switch=a, port=ap, up=True, peer=False)
@@ -141,6 +146,7 @@ def reroute(c: Cluster) -> dict:
     t = time.monotonic()
     back = quiet_since(c, t)
     return {"link": f"{a}:{ap}-{b}:{bp}", "reroute_s": round(secs, 3), "flow_mods_after_failure": fms,
+            "controller_recompute_ms": c.status(owner).get("failover", {}).get("last_ms"),
             "restore_s": round(back, 3)}
 
 
