@@ -20,6 +20,7 @@ TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 SHIPPED = {
     "dragonfly-a4-p2-h2.yaml": ("dragonfly", 36, 72, 90, 7),
     "dragonfly-a2-p1-h1.yaml": ("dragonfly", 6, 6, 6, 3),
+    "dragonfly-a6-p3-h3.yaml": ("dragonfly", 114, 342, 456, 11),
     "dragonfly-table3.yaml": ("dragonfly", 2064, 16512, 129 * 120 + 129 * 128 // 2, 31),
     "fb-2d-4x4.yaml": ("flattened_butterfly", 16, 64, 48, 10),
     "fb-2d-3x3.yaml": ("flattened_butterfly", 9, 18, 18, 6),

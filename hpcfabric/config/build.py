@@ -48,7 +48,8 @@ def build_tables(cfg: ControllerConfig) -> ControllerConfig:
     cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cos, cos)
     try:
         compiled = compile_fabric(fabric, plan, routing=routing, pause_reaction=cfg.pause_reaction,
-                                  switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg, cos_levels=cos_levels)
+                                  switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg, cos_levels=cos_levels,
+                                  only=cfg.manages if cfg.ha_switches and not cfg.fast_failover else None)
     except CompileError as err:
         raise config_error(source, _compile_error_key(str(err), routing, cos_levels),
                            f"cannot compile rules for {fabric.name}: {err}") from None

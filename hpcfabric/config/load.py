@@ -185,8 +185,9 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         import fnmatch
 
         names = [sw.name for sw in fabric.switches]
+        known = set(names)
         for pat in ha_switches:
-            if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+            if pat not in known and not any(fnmatch.fnmatchcase(n, pat) for n in names):
                 raise config_error(source, "ha.switches", f"pattern {pat!r} matches no switch of {fabric.name}{closest(pat, names)}")
 
     if ha_backend == "etcd" and ha_partitions > len(fabric.switches):

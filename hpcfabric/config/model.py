@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 from hpcfabric.rules.addressing import AddressPlan
@@ -86,18 +87,27 @@ class ControllerConfig:
 
     def manages(self, switch: str) -> bool:
         """Does this instance manage ``switch`` (``[ha] switches`` partitions a fabric between instances)?"""
+        return not self.ha_switches or switch in self.managed
+
+    @cached_property
+    def managed(self) -> frozenset[str]:
+        """The switches ``[ha] switches`` names (every switch without it): resolved once, plain names
+        by lookup and only the patterns through fnmatch (a partition may list thousands of names)."""
+        names = [sw.name for sw in self.fabric.switches]
         if not self.ha_switches:
-            return True
+            return frozenset(names)
         import fnmatch
 
-        return any(fnmatch.fnmatchcase(switch, pat) for pat in self.ha_switches)
+        literal = {p for p in self.ha_switches if not any(c in p for c in "*?[")}
+        globs = [p for p in self.ha_switches if p not in literal]
+        return frozenset(n for n in names if n in literal or any(fnmatch.fnmatchcase(n, g) for g in globs))
 
     @property
     def link_speed_bps(self) -> float:
         return self.link_speed_gbps * 1e9
 
-    @property
-    def dpid_to_switch(self) -> dict[int, str]:
+    @cached_property
+    def dpid_to_switch(self) -> dict[int, str]:  # cached: looked up per LLDP packet-in
         return {sw.dpid: sw.name for sw in self.fabric.switches}
 
     @property

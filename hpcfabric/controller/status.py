@@ -83,6 +83,7 @@ class StatusReporter:
                 "malformed": c["lldp_malformed"],
                 "foreign": c["lldp_foreign"],
                 "probes": c["lldp_probes"],
+                "round_s": round(app.wiring.round_seconds, 4),
             },
             "pause": {
                 "enabled": config.routing == "conditional",

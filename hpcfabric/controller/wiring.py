@@ -27,6 +27,15 @@ from hpcfabric.protocols.lldp import MalformedLLDP, build_lldp, parse_lldp
 LOG = logging.getLogger("hpcfabric.controller")
 
 LLDP_TTL = 120
+_XID = struct.Struct("!I")
+#: more switches than this installing at once is a bring-up storm: LLDP rounds wait (at most BRINGUP_PRIORITY_S)
+BRINGUP_SYNCS = 8
+BRINGUP_PRIORITY_S = 60.0
+#: LLDP frames per second the controller sends at most (more ports: rotated over several rounds)
+LLDP_MAX_PPS = 2000
+#: rounds over more switches than PACE_ABOVE are spread over ROUND_SPREAD of the interval
+PACE_ABOVE = 64
+ROUND_SPREAD = 0.8
 
 
 def _hw(desc: Any) -> bytes:
@@ -40,10 +49,14 @@ class Wiring:
         self.app = app
         self.nonce = secrets.token_bytes(8)  # tells our LLDP frames from forged or stale ones
         self.frames: dict[tuple[int, int, str], bytes] = {}
+        self.outs: dict[tuple[int, int, str], bytes] = {}  # LLDP packet-outs, xid 0
+        self.ours: dict[bytes, Any] = {}  # our frames, parsed once: a frame that comes back is looked up, not parsed
         self.last_report: dict[str, Any] = {}
         self.report_at = -1.0
         self.report_cost = 0.0
         self.logged: set[str] = set()
+        self.cursor = 0  # rotation of LLDP over the ports when a round would exceed LLDP_MAX_PPS
+        self.round_seconds = 0.0  # the last LLDP round's send time (status: lldp.round_s)
 
     # ------------------------------------------------------------ rounds
     def ports(self, sw: Any) -> list[int]:
@@ -60,23 +73,30 @@ class Wiring:
         if frame is None:
             frame = build_lldp(dpid, port, bytes.fromhex(hw_addr.replace(":", "")), LLDP_TTL, self.nonce)
             self.frames[key] = frame
+            self.ours[frame] = parse_lldp(frame)
         return frame
 
-    def send_lldp(self, sw: Any) -> None:
-        """One LLDP round on ``sw``: packet-outs now, probes of quarantined ports in a green thread."""
+    def send_lldp(self, sw: Any, only: set[int] | None = None) -> None:
+        """One LLDP round on ``sw`` (``only`` these ports): packet-outs now, probes of quarantined ports in a
+        green thread."""
         app = self.app
         dp = sw.dp
         parts = []
         probes = []
         for port in self.ports(sw):
+            if only is not None and port not in only:
+                continue
             desc = dp.ports.get(port)
             if desc is None:
                 continue
             if port in sw.no_fwd:
                 probes.append(port)
                 continue
-            frame = self.frame(sw.dpid, port, desc.hw_addr)
-            parts.append(ofwire.packet_out(app.channel.xids(dp, 1), [port], frame))
+            key = (sw.dpid, port, desc.hw_addr)
+            out = self.outs.get(key)
+            if out is None:  # the packet-out is encoded once; only its xid changes
+                out = self.outs[key] = ofwire.packet_out(0, [port], self.frame(sw.dpid, port, desc.hw_addr))
+            parts.append(out[:4] + _XID.pack(app.channel.xids(dp, 1)) + out[8:])
             app.counters["lldp_sent"] += 1
         if parts:
             app.channel.send_chunks(dp, parts)
@@ -126,27 +146,82 @@ class Wiring:
 
     def loop(self) -> None:
         app = self.app
+        storm_since = None
         while app.is_active:
             t = time.monotonic()
-            for sw in list(app.switches.values()) if app.ha.master else ():
-                if sw.dp is not None and sw.connected and app.ha.master_of(sw.name):
+            # a bring-up storm (many switches connected, not yet confirmed) goes first: LLDP rounds wait for
+            # it, for at most BRINGUP_PRIORITY_S, so discovery's packet-ins do not starve the installs
+            installing = sum(1 for sw in app.switches.values() if sw.connected and not sw.confirmed)
+            if installing <= BRINGUP_SYNCS:
+                storm_since = None
+            elif storm_since is None:
+                storm_since = t
+            if storm_since is not None and t - storm_since < BRINGUP_PRIORITY_S:
+                app.counters["lldp_rounds_deferred"] += 1
+                hub.sleep(min(1.0, app.config.lldp_interval))
+                continue
+            plan = self.round_plan() if app.ha.master else []
+            pace = ROUND_SPREAD * app.config.lldp_interval / max(1, len(plan))
+            for k, (sw, only) in enumerate(plan):
+                # paced over the interval: a round's packet-ins come back spread out, so a PAUSE
+                # packet-in never queues behind a whole round of them
+                if len(plan) > PACE_ABOVE:
+                    wait = t + k * pace - time.monotonic()
+                    if wait > 0:
+                        hub.sleep(wait)
+                if sw.dp is not None and sw.connected and sw.confirmed and app.ha.master_of(sw.name):
                     try:
-                        self.send_lldp(sw)
+                        self.send_lldp(sw, only)
                     except Disconnected:
                         pass
                     except Exception:  # pragma: no cover - keep discovering
                         LOG.exception("LLDP round on %s failed", sw.name)
+            self.round_seconds = time.monotonic() - t
+            try:
+                self.enforce()  # NO_FWD in line with the quarantine (e.g. ports of a reconnected switch)
+            except Exception:  # pragma: no cover - keep discovering
+                LOG.exception("quarantine enforcement failed")
             hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
+
+    def round_plan(self) -> list[tuple[Any, set[int] | None]]:
+        """The switches (and ports) of this round: every port of every confirmed switch, or -- when that
+        is more than LLDP_MAX_PPS x lldp_interval frames -- the next slice of them in rotation, with the
+        discovery timeout stretched to 3.5 cycles (LLDP packet-ins cost ~0.1-0.2 ms each in the controller:
+        Table III's 47,472 ports per round would take a core and delay PAUSE packet-ins behind them)."""
+        app = self.app
+        confirmed = [sw for sw in app.switches.values() if sw.dp is not None and sw.connected and sw.confirmed]
+        budget = max(1, int(LLDP_MAX_PPS * app.config.lldp_interval))
+        counts = [len(self.ports(sw)) for sw in confirmed]
+        total = sum(counts)
+        if total <= budget:
+            app.discovery.timeout = app.config.lldp_timeout
+            return [(sw, None) for sw in confirmed]
+        cycle = -(-total // budget)  # rounds to visit every port once
+        app.discovery.timeout = max(app.config.lldp_timeout, 3.5 * app.config.lldp_interval * cycle)
+        start = self.cursor % total
+        self.cursor = (start + budget) % total
+        plan: list[tuple[Any, set[int] | None]] = []
+        pos = 0
+        for sw, n in zip(confirmed, counts):
+            ports = self.ports(sw)
+            # port indices pos..pos+n-1 of the rotation; take those inside [start, start+budget) (wrapping)
+            chosen = {p for i, p in enumerate(ports) if (pos + i - start) % total < budget}
+            if chosen:
+                plan.append((sw, chosen))
+            pos += n
+        return plan
 
     # ------------------------------------------------------------ events
     def on_lldp(self, msg: Any, data: bytes, in_port: int, now: float) -> None:
         app = self.app
         c = app.counters
-        try:
-            info = parse_lldp(data)
-        except (MalformedLLDP, ValueError, IndexError, struct.error):
-            c["lldp_malformed"] += 1
-            return
+        info = self.ours.get(data)
+        if info is None:
+            try:
+                info = parse_lldp(data)
+            except (MalformedLLDP, ValueError, IndexError, struct.error):
+                c["lldp_malformed"] += 1
+                return
         if info.dpid is None or info.port is None:
             c["lldp_foreign"] += 1  # somebody else's LLDP (a host, a legacy switch)
             return
@@ -160,8 +235,14 @@ class Wiring:
                 c["lldp_host_untrusted"] += 1
                 return
         c["lldp_received"] += 1
+        names = app.config.dpid_to_switch
+        keys = ((names.get(info.dpid), info.port), (names.get(dpid), in_port))  # the ends this frame judges
+        before = [k in app.discovery.quarantined for k in keys]
         app.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
-        self.enforce()
+        # port-mods only when this frame changed the quarantine: enforcing walks every switch, which per
+        # LLDP packet-in made a round cost the fabric's size squared (each LLDP round also enforces once)
+        if [k in app.discovery.quarantined for k in keys] != before:
+            self.enforce()
         app.mark()
 
     def enforce(self) -> None:

@@ -41,6 +41,8 @@ and the policy's entries (:mod:`~hpcfabric.rules.policies.valiant`,
 
 from __future__ import annotations
 
+from typing import Callable
+
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.addressing import AddressPlan
 from hpcfabric.rules.context import Context
@@ -114,6 +116,7 @@ def compile_fabric(
     cnm_snoop: bool = False,
     pause_reaction: str = "controller",
     switch_hold_s: int = 1,
+    only: Callable[[str], bool] | None = None,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
 
@@ -144,6 +147,9 @@ def compile_fabric(
     switch_hold_s : int
         Switch mode: seconds a learned override lasts after the last PAUSE
         (1..65535; OVS timeouts are whole seconds).
+    only : callable, optional
+        Compile only the switches whose name it accepts (a controller partition,
+        ``[ha] switches``); the others have no table in the result.
 
     Raises
     ------
@@ -167,6 +173,6 @@ def compile_fabric(
         ctx = Context(fabric, plan, routing)
         ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
         ctx.pause_reaction, ctx.switch_hold_s = pause_reaction, switch_hold_s
-        tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches}
+        tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches if only is None or only(sw.name)}
     return CompiledFabric(fabric, plan, routing, tables, scheme, levels, pause_reaction, switch_hold_s)
 

@@ -128,6 +128,8 @@ def guard_flows(
     tag = (PushVlan(), SetField("vlan_pcp", 0)) if cos else ()
     out: dict[str, tuple[FlowSpec, ...]] = {}
     for sw in fabric.switches:
+        if sw.name not in tables:  # not compiled here (another controller's partition)
+            continue
         flows = list(tables[sw.name])
         hosts = fabric.hosts_on(sw.name)
         if punt_meters:

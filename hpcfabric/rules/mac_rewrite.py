@@ -55,6 +55,8 @@ def rewrite_flows(
     tag = (PushVlan(), SetField("vlan_pcp", 0)) if cos else ()
     out: dict[str, tuple[FlowSpec, ...]] = {}
     for sw in fabric.switches:
+        if sw.name not in tables:  # not compiled here (another controller's partition)
+            continue
         hosts = {h.port: h for h in fabric.hosts_on(sw.name)}
         flows: list[FlowSpec] = []
         for flow in tables[sw.name]:

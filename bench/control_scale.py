@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Control-plane scale: the unchanged controller against emulated OpenFlow 1.3 switches, one JSON line per fabric.
+
+For each fabric: ``hpcfabric controller`` subprocess(es) (``--controllers K``:
+K partitions by ``[ha] switches``, each its own process and port) and
+emulator processes (:mod:`hpcfabric.emu`, real OpenFlow 1.3 over TCP, tables
+applied, LLDP delivered along the cabling). Measured:
+
+* ``listen_s``: controller start (config load and compile) until it listens;
+* ``connect_to_confirmed_s``: the switches connect -> every switch confirmed
+  with all its rules (status files; each confirmation is a barrier reply after
+  the bundle commit); ``flow_mods``, ``bundles`` as received by the switches;
+* ``links_discovered`` / ``discovery_s``: LLDP closes on the emulated cabling;
+* ``controller``: peak RSS (VmHWM), CPU seconds of the bring-up, CPU share in
+  steady state (LLDP at ``lldp_interval`` and stats polling running),
+  ``lldp_round_s`` (the controller's time to send one round);
+* ``pause``: ``--pauses`` PAUSE packet-ins injected on fabric ports spread
+  over the fabric while LLDP and polling run; reaction = packet-in written by
+  the switch -> the flip's flow-mod read by that switch (p50/p99, ms), and
+  flow-mods per PAUSE (a flip and its expiry: 2);
+* ``reroute_s``: a fabric link goes down (port status on both ends) -> the
+  last rerouted flow-mod arrives (quiet for 2 s);
+* ``restart``: controller(s) restarted onto full tables -> all confirmed, and
+  the flow-mods that needed (0);
+* ``harness``: the emulator processes' own CPU and RSS (not the controller's).
+
+    .venv/bin/python bench/control_scale.py                       # default + a6p3h3 Dragonfly
+    .venv/bin/python bench/control_scale.py --fabric table3       # Table III, 2,064 switches
+    .venv/bin/python bench/control_scale.py --fabric 300k --controllers 4 --emulators 4 --pauses 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from hpcfabric.emu.driver import Cluster  # noqa: E402
+
+FABRICS = {
+    "default": "dragonfly-a4-p2-h2.yaml",
+    "a6p3h3": "dragonfly-a6-p3-h3.yaml",
+    "table3": "dragonfly-table3.yaml",
+    "300k": "dragonfly-300k.yaml",
+}
+TARGETS = {"table3": {"connect_to_confirmed_s": 30.0, "peak_rss_mb": 2048.0, "pause_p50_ms": 1.0, "pause_p99_ms": 5.0},
+           "300k": {"connect_to_confirmed_s": 120.0}}
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
+
+
+def emu_sum(stats: list[dict], key: str) -> float:
+    return sum(s.get(key, 0) for s in stats)
+
+
+def quiet_since(c: Cluster, t_from: float, quiet: float = 2.0, timeout: float = 120.0) -> float:
+    """Seconds from ``t_from`` to the last flow-mod any switch received, once none arrived for ``quiet`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        stats = c.emu_stats()
+        last = max(s["last_write"] for s in stats)
+        if time.monotonic() - last >= quiet and time.monotonic() - t_from >= quiet:
+            return max(0.0, last - t_from)
+        time.sleep(0.2)
+    raise TimeoutError("flow-mods did not stop")
+
+
+def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
+    rng = random.Random(16)
+    ports = [(sw, p) for sw in c.names for p in sorted(c.fabric.fabric_ports(sw))]
+    busy: dict[str, float] = {}
+    samples: list[float] = []
+    before = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
+    sent = 0
+    lost = 0
+    pending: dict[int, tuple[str, float]] = {}
+    for k in range(n):
+        while True:
+            sw, port = rng.choice(ports)
+            if time.monotonic() - busy.get(sw, -1e9) > hold + 0.1:
+                break
+        busy[sw] = time.monotonic()
+        c.emulator_of(sw).send(op="pause", switch=sw, port=port, quanta=0xFFFF, id=k)
+        pending[k] = (sw, time.monotonic())
+        sent += 1
+        time.sleep(gap)
+        for e in c.emus:
+            while not e.events.empty():
+                ev = e.events.get()
+                if ev.get("ev") == "reaction":
+                    samples.append(ev["us"] / 1000.0)
+                    pending.pop(ev["id"], None)
+    deadline = time.monotonic() + 5
+    while pending and time.monotonic() < deadline:
+        for e in c.emus:
+            while not e.events.empty():
+                ev = e.events.get()
+                if ev.get("ev") == "reaction":
+                    samples.append(ev["us"] / 1000.0)
+                    pending.pop(ev["id"], None)
+        time.sleep(0.05)
+    lost = len(pending)
+    time.sleep(hold + 0.5)  # expiries
+    fresh = time.time()
+    deadline = time.monotonic() + 20  # big fabrics write their status file every few seconds
+    while time.monotonic() < deadline and any(c.status(i).get("time", 0) < fresh for i in range(len(c.parts))):
+        time.sleep(0.2)
+    after = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
+    flips = sum(a.get("flips", 0) - b.get("flips", 0) for a, b in zip(after, before))
+    fms = sum(a.get("flow_mods", 0) - b.get("flow_mods", 0) for a, b in zip(after, before))
+    ctl = [x for a in after for x in a.get("reaction_ms", [])]
+    return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
+            "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
+            "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
+            "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000}
+
+
+def reroute(c: Cluster) -> dict:
+    a, ap, b, bp = next(iter(c.fabric.iter_port_pairs()))
+    t = time.monotonic()
+    c.emulator_of(a).send(op="port", switch=a, port=ap, up=False, peer=False)
+    c.emulator_of(b).send(op="port", switch=b, port=bp, up=False, peer=False)
+    before = emu_sum(c.emu_stats(), "flow_mods")
+    owner = c.owner[a]
+    done0 = c.status(owner).get("failover", {}).get("recomputes", 0)
+    deadline = time.monotonic() + 300  # large fabrics recompute for a while before the first flow-mod
+    while time.monotonic() < deadline and c.status(owner).get("failover", {}).get("recomputes", 0) <= done0:
+        time.sleep(0.2)
+    secs = quiet_since(c, t)
+    fms = emu_sum(c.emu_stats(), "flow_mods") - before
+    c.emulator_of(a).send(op="port", switch=a, port=ap, up=True, peer=False)
+    c.emulator_of(b).send(op="port", switch=b, port=bp, up=True, peer=False)
+    t = time.monotonic()
+    back = quiet_since(c, t)
+    return {"link": f"{a}:{ap}-{b}:{bp}", "reroute_s": round(secs, 3), "flow_mods_after_failure": fms,
+            "controller_recompute_ms": c.status(owner).get("failover", {}).get("last_ms"),
+            "restore_s": round(back, 3)}
+
+
+def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
+    topo = str(ROOT / "topologies" / FABRICS.get(name, name))
+    extra = f"[metrics]\npoll_interval = {args.poll_interval}\n"
+    c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
+                lldp_interval=args.lldp_interval)
+    out: dict = {"bench": "control_scale", "fabric": c.fabric.name, "switches": len(c.names),
+                 "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
+                 "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
+                 "poll_interval": args.poll_interval}
+
+    def stop(signum, frame):  # noqa: ARG001
+        c.stop()
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        out["listen_s"] = [round(x, 2) for x in c.start_controllers()]
+        cpu0 = [s["cpu_s"] for s in c.controller_stats()]
+        t0 = time.monotonic()
+        c.start_emulators()
+        emu_ready = time.monotonic() - t0
+        try:
+            c.wait("confirmed", args.timeout)
+        except TimeoutError:
+            statuses = [c.status(i) for i in range(len(c.parts))]
+            cs = c.controller_stats()
+            out["timed_out_after_s"] = args.timeout
+            out["switches_confirmed"] = sum(s.get("switches_confirmed", 0) for s in statuses)
+            out["rules_installed"] = sum(s.get("rules_installed", 0) for s in statuses)
+            out["sync_failures"] = sum(s.get("errors", {}).get("sync_failures", 0) for s in statuses)
+            out["controller"] = {"peak_rss_mb": round(max(s["peak_rss_mb"] for s in cs), 1),
+                                 "cpu_s": [round(s["cpu_s"], 1) for s in cs]}
+            out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+            return out
+        total = time.monotonic() - t0
+        st = c.emu_stats()
+        cs = c.controller_stats()
+        statuses = [c.status(i) for i in range(len(c.parts))]
+        out["emulator_start_s"] = round(emu_ready, 2)
+        out["connect_to_confirmed_s"] = round(total - emu_ready, 2)
+        out["rules"] = sum(s["rules_expected"] for s in statuses)
+        out["rules_in_switches"] = emu_sum(st, "flows")
+        out["flow_mods"] = emu_sum(st, "flow_mods")
+        out["bundles"] = emu_sum(st, "bundles")
+        out["switch_errors"] = emu_sum(st, "errors")
+        out["bringup_controller_cpu_s"] = round(sum(s["cpu_s"] - c0 for s, c0 in zip(cs, cpu0)), 2)
+        try:
+            out["discovery_s"] = round(c.wait("links", max(30.0, 6 * args.lldp_interval)) + total, 2)
+        except TimeoutError:
+            out["discovery_s"] = None
+        statuses = [c.status(i) for i in range(len(c.parts))]
+        out["links_discovered"] = [s["links_discovered"] for s in statuses]
+        out["links_expected"] = [s["links_expected"] for s in statuses]
+        # steady state: LLDP and polling only
+        a = c.controller_stats()
+        time.sleep(args.window)
+        b = c.controller_stats()
+        statuses = [c.status(i) for i in range(len(c.parts))]
+        out["controller"] = {
+            "peak_rss_mb": round(max(s["peak_rss_mb"] for s in b), 1),
+            "steady_cpu_share": [round((y["cpu_s"] - x["cpu_s"]) / args.window, 3) for x, y in zip(a, b)],
+            "lldp_round_s": [s.get("lldp", {}).get("round_s") for s in statuses],
+            "lldp_sent": sum(s.get("lldp", {}).get("sent", 0) for s in statuses),
+        }
+        if args.pauses:
+            out["pause"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+        if args.reroute:
+            out["reroute"] = reroute(c)
+        if args.restart:
+            before = emu_sum(c.emu_stats(), "flow_mods")
+            for i in range(len(c.parts)):
+                c.stop_controller(i)
+            t_wall = time.time()
+            t = time.monotonic()
+            c.start_controllers()
+            listen = time.monotonic() - t
+            c.wait("confirmed", args.timeout, since=t_wall)
+            out["restart"] = {"listen_s": round(listen, 2), "to_confirmed_s": round(time.monotonic() - t - listen, 2),
+                              "flow_mods": emu_sum(c.emu_stats(), "flow_mods") - before}
+        st = c.emu_stats()
+        out["harness"] = {"emulator_cpu_s": round(emu_sum(st, "cpu_s"), 2),
+                          "emulator_rss_mb": [s["rss_mb"] for s in st],
+                          "packet_ins": emu_sum(st, "packet_ins"), "packet_outs": emu_sum(st, "packet_outs")}
+        tg = TARGETS.get(name)
+        if tg:
+            got = {"connect_to_confirmed_s": out["connect_to_confirmed_s"], "peak_rss_mb": out["controller"]["peak_rss_mb"],
+                   "pause_p50_ms": (out.get("pause") or {}).get("p50_ms"),
+                   "pause_p99_ms": (out.get("pause") or {}).get("p99_ms")}
+            out["targets"] = {k: {"target": v, "got": got[k], "met": got[k] is not None and got[k] <= v}
+                              for k, v in tg.items()}
+        out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    finally:
+        c.stop()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fabric", action="append", help=f"{', '.join(FABRICS)} or a topology file name (repeatable)")
+    ap.add_argument("--controllers", type=int, default=1, help="partitions (controller processes)")
+    ap.add_argument("--emulators", type=int, default=1, help="emulator processes")
+    ap.add_argument("--lldp-interval", type=float, default=1.0)
+    ap.add_argument("--poll-interval", type=float, default=2.0, help="[metrics] poll_interval (stats polling)")
+    ap.add_argument("--pauses", type=int, default=200)
+    ap.add_argument("--pause-gap", type=float, default=0.02, help="seconds between injected PAUSEs")
+    ap.add_argument("--window", type=float, default=10.0, help="steady-state CPU window (s)")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--workdir", default="", help="keep configs, status files and logs here")
+    ap.add_argument("--no-reroute", dest="reroute", action="store_false")
+    ap.add_argument("--no-restart", dest="restart", action="store_false")
+    args = ap.parse_args()
+    for name in args.fabric or ["default", "a6p3h3"]:
+        if args.workdir:
+            d = Path(args.workdir) / name
+            d.mkdir(parents=True, exist_ok=True)
+            print(json.dumps(run(name, args, d)), flush=True)
+            continue
+        with tempfile.TemporaryDirectory(prefix="hf-cscale-") as d:
+            print(json.dumps(run(name, args, Path(d))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

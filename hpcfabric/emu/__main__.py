@@ -1,0 +1,5 @@
+import sys
+
+from hpcfabric.emu.process import main
+
+sys.exit(main())

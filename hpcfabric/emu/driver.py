@@ -1,0 +1,230 @@
+"""Driving a bench run: controller subprocesses (one per partition) and emulator processes, their status.
+
+:class:`Cluster` writes one controller config per partition (``[ha] switches``
+naming the partition's switches, its own listen port and status file), starts
+``hpcfabric controller`` for each and ``python -m hpcfabric.emu`` processes
+that connect every switch to its partition's controller, and reads both
+sides: the controllers' status files, the emulators' JSON lines (stats,
+PAUSE reaction events). Everything it starts is stopped by PID in
+:meth:`Cluster.stop` (also called on SIGINT/SIGTERM by the benches).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def partition(names: list[str], parts: int) -> list[list[str]]:
+    """Contiguous slices of the switch list (a Dragonfly's groups stay together)."""
+    return [names[i * len(names) // parts:(i + 1) * len(names) // parts] for i in range(parts)]
+
+
+def proc_stats(pid: int) -> dict[str, float]:
+    """CPU seconds (user+system) and RSS / peak RSS (MiB) of a process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        rss = hwm = 0.0
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) / 1024
+        return {"cpu_s": cpu, "rss_mb": rss, "peak_rss_mb": hwm}
+    except (OSError, IndexError, ValueError):
+        return {"cpu_s": 0.0, "rss_mb": 0.0, "peak_rss_mb": 0.0}
+
+
+class Emulator:
+    def __init__(self, cmd: list[str], log: Path) -> None:
+        self.log = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                  bufsize=1, cwd=ROOT)
+        self.stats: "queue.Queue[dict]" = queue.Queue()
+        self.events: "queue.Queue[dict]" = queue.Queue()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self) -> None:
+        assert self.p.stdout is not None
+        for line in self.p.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            (self.stats if ev.get("ev") in ("stats", "dump") else self.events).put(ev)
+
+    def send(self, **cmd: Any) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+
+    def ask(self, timeout: float = 60.0, **cmd: Any) -> dict:
+        self.send(**cmd)
+        return self.stats.get(timeout=timeout)
+
+
+class Cluster:
+    """Partitioned controllers and emulator processes for one fabric (see the module docstring)."""
+
+    def __init__(self, topology: str, workdir: Path, *, controllers: int = 1, emulators: int = 1,
+                 extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING") -> None:
+        from hpcfabric.topology.loader import load_topology
+
+        self.topology = str(Path(topology).resolve())
+        self.fabric = load_topology(self.topology)
+        self.workdir = Path(workdir)
+        self.names = [s.name for s in self.fabric.switches]
+        self.parts = partition(self.names, controllers) if controllers > 1 else [self.names]
+        self.n_emu = emulators
+        self.extra, self.lldp_interval, self.log_level = extra, lldp_interval, log_level
+        self.ports = [free_port() for _ in self.parts]
+        self.udp_base = 20000 + (os.getpid() % 2000) * 8
+        self.mgmt_base = 30000 + (os.getpid() % 2000) * 16 if mgmt else 0
+        self.ctl: list[subprocess.Popen | None] = [None] * len(self.parts)
+        self.emus: list[Emulator] = []
+        self.owner = {n: i for i, part in enumerate(self.parts) for n in part}
+        self.emu_of = {n: i * emulators // len(self.names) for i, n in enumerate(self.names)}
+
+    def status_path(self, i: int) -> Path:
+        return self.workdir / f"status{i}.json"
+
+    def config_text(self, i: int) -> str:
+        ha = ""
+        if len(self.parts) > 1:
+            ha = "[ha]\nswitches = " + ",".join(self.parts[i]) + "\n"
+        return (f"[hpcfabric]\ntopology = {self.topology}\nrouting = conditional\nstatus_file = {self.status_path(i)}\n"
+                f"log_level = {self.log_level}\nlldp_interval = {self.lldp_interval}\n{self.extra}\n"
+                f"[openflow]\nlisten_host = 127.0.0.1\nlisten_port = {self.ports[i]}\n"
+                f"[guards]\nsource_check = on\npunt_meters = on\n{ha}")
+
+    def start_controller(self, i: int, wait: float = 900.0) -> float:
+        """Start controller ``i``; seconds until it listens (load and compile included)."""
+        self.spawn_controller(i)
+        return self.wait_listening(i, wait)
+
+    def spawn_controller(self, i: int) -> None:
+        path = self.workdir / f"ctl{i}.conf"
+        path.write_text(self.config_text(i))
+        try:
+            self.status_path(i).unlink()
+        except FileNotFoundError:
+            pass
+        log = open(self.workdir / f"ctl{i}.log", "a", encoding="utf-8")  # noqa: SIM115
+        self.ctl[i] = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(path)],
+                                       stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.spawned = getattr(self, "spawned", {})
+        self.spawned[i] = time.monotonic()
+
+    def wait_listening(self, i: int, wait: float = 900.0) -> float:
+        t0 = self.spawned[i]
+        log = self.workdir / f"ctl{i}.log"
+        while time.monotonic() - t0 < wait:
+            if self.ctl[i].poll() is not None:
+                raise RuntimeError(f"controller {i} exited with {self.ctl[i].returncode}; see {log}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.ports[i])) == 0:
+                    return time.monotonic() - t0
+            time.sleep(0.1)
+        raise TimeoutError(f"controller {i} not listening after {wait} s")
+
+    def start_controllers(self) -> list[float]:
+        """Start every partition's controller at once; seconds until each listens."""
+        for i in range(len(self.parts)):
+            self.spawn_controller(i)
+        return [self.wait_listening(i) for i in range(len(self.parts))]
+
+    def start_emulators(self) -> None:
+        cmap = self.workdir / "connect.json"
+        cmap.write_text(json.dumps({n: self.ports[self.owner[n]] for n in self.names}))
+        for k in range(self.n_emu):
+            cmd = [sys.executable, "-m", "hpcfabric.emu", "--topology", self.topology, "--index", str(k), "--procs",
+                   str(self.n_emu), "--connect", f"127.0.0.1:{self.ports[0]}", "--connect-map", str(cmap),
+                   "--udp-base", str(self.udp_base)]
+            if self.mgmt_base:
+                cmd += ["--mgmt-base", str(self.mgmt_base)]
+            self.emus.append(Emulator(cmd, self.workdir / f"emu{k}.log"))
+        for e in self.emus:
+            ev = e.events.get(timeout=600)
+            if ev.get("ev") != "started":
+                raise RuntimeError(f"emulator did not start: {ev}")
+
+    def status(self, i: int) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_path(i).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait(self, cond: str = "confirmed", timeout: float = 600.0, since: float = 0.0) -> float:
+        """Seconds until every controller reports all its switches confirmed (``cond='links'``: all links seen)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            done = True
+            for i in range(len(self.parts)):
+                s = self.status(i)
+                if s.get("time", 0) < since:
+                    done = False
+                elif cond == "confirmed":
+                    done &= bool(s) and s.get("switches_confirmed") == s.get("switches_expected")
+                else:
+                    done &= bool(s) and s.get("links_discovered") == s.get("links_expected")
+            if done:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise TimeoutError(f"not all {cond} after {timeout} s")
+
+    def emu_stats(self) -> list[dict]:
+        return [e.ask(op="stats") for e in self.emus]
+
+    def controller_stats(self) -> list[dict[str, float]]:
+        return [proc_stats(p.pid) if p is not None else {} for p in self.ctl]
+
+    def emulator_of(self, switch: str) -> Emulator:
+        return self.emus[self.emu_of[switch]]
+
+    def stop_controller(self, i: int) -> None:
+        p = self.ctl[i]
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.ctl[i] = None
+
+    def stop(self) -> None:
+        for e in self.emus:
+            try:
+                e.send(op="quit")
+            except (OSError, ValueError):
+                pass
+        for e in self.emus:
+            try:
+                e.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                e.p.kill()
+            e.log.close()
+        self.emus.clear()
+        for i in range(len(self.ctl)):
+            self.stop_controller(i)
