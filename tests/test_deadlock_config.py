@@ -189,3 +189,16 @@ def test_deadlock_check_off_skips_the_proof_and_says_so(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "deadlock_check = maybe\n", name="bad.conf"))
     assert info.value.field == "hpcfabric.deadlock_check"
+
+
+def test_a_partition_controller_proves_the_whole_fabric_it_is_part_of(tmp_path):
+    """A controller of one partition compiles its own switches only, yet the proof covers the fabric:
+    the default tables are proven, untagged ones refused with a cycle that may run outside the partition."""
+    half = ",".join(f"g{g}s{s}" for g in range(4) for s in range(4))  # groups 0..3 of 9
+    cfg = load_config(write(tmp_path, "routing = conditional\n", tail=f"[ha]\nswitches = {half}\n"))
+    assert len(cfg.compiled.tables) == 16 < len(cfg.fabric.switches)
+    assert cfg.deadlock["verdict"] == "proven" and cfg.deadlock["channels"] > 0
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "routing = conditional\ncos = off\n", name="u.conf",
+                          tail=f"[ha]\nswitches = {half}\n"))
+    assert info.value.field == "hpcfabric.cos" and "dependency cycle" in str(info.value)

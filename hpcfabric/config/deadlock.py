@@ -61,7 +61,10 @@ def deadlock_verdict(cfg: Any, *, refuse: bool = True) -> dict[str, Any]:
                                                                     if scheme else "")))
         return out
     t0 = time.perf_counter()
+    from hpcfabric.config.build import whole_fabric_rules
     from hpcfabric.verify.proof import prove
+
+    compiled = whole_fabric_rules(cfg)  # a partition's controller proves the whole fabric it is part of
 
     try:
         rep = prove(compiled, keep=fc == "pause" and len(cfg.fabric.switches) <= MERGED_CHECK_MAX_SWITCHES,
