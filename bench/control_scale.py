@@ -87,6 +87,16 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     sent = 0
     lost = 0
     pending: dict[int, tuple[str, float]] = {}
+
+    def collect() -> None:
+        """Take the emulators' reaction events: PAUSE injected -> flow-mod received, in ms."""
+        for e in c.emus:
+            while not e.events.empty():
+                ev = e.events.get()
+                if ev.get("ev") == "reaction":
+                    samples.append(ev["us"] / 1000.0)
+                    pending.pop(ev["id"], None)
+
     for k in range(n):
         while True:
             sw, port = rng.choice(ports)
@@ -97,20 +107,10 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
         pending[k] = (sw, time.monotonic())
         sent += 1
         time.sleep(gap)
-        for e in c.emus:
-            while not e.events.empty():
-                ev = e.events.get()
-                if ev.get("ev") == "reaction":
-                    samples.append(ev["us"] / 1000.0)
-                    pending.pop(ev["id"], None)
+        collect()
     deadline = time.monotonic() + 5
     while pending and time.monotonic() < deadline:
-        for e in c.emus:
-            while not e.events.empty():
-                ev = e.events.get()
-                if ev.get("ev") == "reaction":
-                    samples.append(ev["us"] / 1000.0)
-                    pending.pop(ev["id"], None)
+        collect()
         time.sleep(0.05)
     lost = len(pending)
     time.sleep(hold + 0.5)  # expiries
