@@ -28,10 +28,11 @@ from typing import Any, Callable
 
 from controller_proc import Controller, free_port, status_changes  # mininet/controller_proc.py
 from dmp_hosts import run_dmp, set_static_neighbours
-from fabric_topo import build_net, run_cmd, stop_net
+from fabric_topo import build_net, run_cmd
 from ovs_flows import port_state_entry
 from pause_inject import inject_pause
 from reachability import all_pairs_ping, steady_across
+from reliability_phases import stop_bed
 from runkit import Report, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,11 +289,5 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
     finally:
         if sampler is not None:
             sampler.stop()
-        err = stop_net(net)
-        if err is not None:
-            report.fail(f"net.stop (etcd): {err}")
-        for c in ctls:
-            if report.failures:
-                report.summary.setdefault("controller_logs", {})[c.log_path.name] = c.log_tail(8)
-            c.stop()
+        stop_bed(net, ctls, report, "net.stop (etcd)")
         cluster.close()

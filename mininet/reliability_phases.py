@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from controller_proc import Controller, ready, status_changes  # mininet/controller_proc.py
-from fabric_topo import intf_name, run_cmd
+from fabric_topo import intf_name, run_cmd, stop_net
 from reachability import all_pairs_ping, steady_across
 from runkit import Report, wait_until
 
@@ -195,3 +195,14 @@ def link_phase(bed: Testbed, pings: int, interval: float, fast_failover: bool, r
         f"{after['lost']}, after restoration {again['lost']}")
     if after["lost"] or again["lost"] or linfo.get("ms") is None:
         report.fail(f"link failure: after {after['lost_pairs']} restored {again['lost_pairs']}")
+
+
+def stop_bed(net: Any, ctls: list[Controller], report: Report, what: str = "net.stop") -> None:
+    """Stop the Mininet net, then the controllers; on a failing run keep each controller's log tail."""
+    err = stop_net(net)
+    if err is not None:
+        report.fail(f"{what}: {err}")
+    for c in ctls:
+        if report.failures:
+            report.summary.setdefault("controller_logs", {})[c.log_path.name] = c.log_tail(8)
+        c.stop()

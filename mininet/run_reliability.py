@@ -48,10 +48,10 @@ for _p in (str(HERE), str(ROOT)):
 
 from controller_proc import Controller, free_port  # noqa: E402  (mininet/, by path)
 from dmp_hosts import run_dmp, set_static_neighbours  # noqa: E402
-from fabric_topo import FabricNetError, build_net, ovs_running, stop_net  # noqa: E402
+from fabric_topo import FabricNetError, build_net, ovs_running  # noqa: E402
 from reachability import all_pairs_ping  # noqa: E402
 from reliability_phases import (  # noqa: E402
-    Testbed, failover_phase, is_master_ready, link_phase, pick_link, restart_phase, status_of, write_conf,
+    Testbed, failover_phase, is_master_ready, link_phase, pick_link, restart_phase, status_of, stop_bed, write_conf,
 )  # fmt: skip
 from runkit import CheckFailed, Progress, Report, wait_until  # noqa: E402
 from spoof_fuzz import fuzz_phase  # noqa: E402
@@ -134,11 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             if "link" in phases:  # 4. link failure
                 link_phase(bed, args.pings, args.link_interval, args.fast_failover, report, log)
         if "etcd" in phases:  # 5. controllers on etcd: own fabric, own cluster (etcd_phases.py)
-            err, net = stop_net(net), None
-            if err is not None:
-                report.fail(f"net.stop: {err}")
-            for c in ctls:
-                c.stop()
+            stop_bed(net, ctls, report)
+            net = None
             etcd_phase(Path(args.topology).resolve(), args.prefix + "e", args.pings, report, log, tmp)
     except (CheckFailed, FabricNetError) as err:
         report.fail(str(err))
@@ -150,13 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         report.fail(f"internal error: {type(err).__name__}: {err}")
     finally:
-        err = stop_net(net)
-        if err is not None:
-            report.fail(f"net.stop: {err}")
-        for c in ctls:
-            if report.failures:
-                report.summary.setdefault("controller_logs", {})[c.log_path.name] = c.log_tail(8)
-            c.stop()
+        stop_bed(net, ctls, report)
         if report.failures:
             report.summary["logs"] = str(tmp)
         else:

@@ -151,9 +151,9 @@ def _fixture():
 
     @pytest.fixture(scope="module")
     def etcd_cluster():
-        if not os.path.exists(ETCD):
-            pytest.skip("etcd is not installed (scripts/bootstrap.sh --etcd)")
-        pytest.importorskip("etcd3gw")
+        why = missing()
+        if why:
+            pytest.skip(why)
         cluster = EtcdCluster(3)
         try:
             cluster.start()
