@@ -83,6 +83,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     ports = [(sw, p) for sw in c.names for p in sorted(c.fabric.fabric_ports(sw))]
     busy: dict[str, float] = {}
     samples: list[float] = []
+    events: list[dict] = []  # the raw reaction events (wall clock of the flow-mod), kept in the workdir
     before = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
     sent = 0
     lost = 0
@@ -95,6 +96,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
                 ev = e.events.get()
                 if ev.get("ev") == "reaction":
                     samples.append(ev["us"] / 1000.0)
+                    events.append(ev)
                     pending.pop(ev["id"], None)
 
     for k in range(n):
@@ -113,6 +115,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
         collect()
         time.sleep(0.05)
     lost = len(pending)
+    (c.workdir / "pause_reactions.json").write_text(json.dumps(events))
     time.sleep(hold + 0.5)  # expiries
     fresh = time.time()
     deadline = time.monotonic() + 20  # big fabrics write their status file every few seconds

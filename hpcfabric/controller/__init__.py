@@ -55,6 +55,7 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
   validation and the applied difference;
 * ``status``: ``StatusReporter`` as ``reporter`` -- the status dict and file;
 * ``polling``: ``StatsPoller`` as ``poller`` -- DMP/guard/meter counters polled;
+* ``heap``: ``Heap`` as ``heap`` -- the long-lived heap frozen out of the cyclic GC at settle points;
 * ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``;
 * ``ofmsg``: FlowSpec <-> the framework's OpenFlow objects.
 
@@ -87,6 +88,7 @@ from hpcfabric.controller.framework import (
     set_ev_handler,
 )
 from hpcfabric.controller.ha import HaAgent, make_ha
+from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.metrics import MetricsServer
 from hpcfabric.controller.pausing import Pausing
@@ -136,6 +138,8 @@ class HpcfabricController(App):
         self.reporter = StatusReporter(self, launch.OVERRIDES.get("status_file"))
         self.poller = StatsPoller(self)
         self.metrics = MetricsServer(self)
+        self.heap = Heap()
+        self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []
         self._restore_sighup: Any = None
         LOG.info(

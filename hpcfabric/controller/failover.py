@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterable
 
 from hpcfabric.config import ControllerConfig
-from hpcfabric.controller.framework import hub
+from hpcfabric.controller.framework import hub, run_native
 from hpcfabric.failover.reroute import reroute
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -39,6 +39,8 @@ class Failover:
         self.recomputes = 0
         self.last_ms: float | None = None
         self.pending = False
+        self.running = False  # a recomputation is in its native thread
+        self.again = False  # something changed while it ran
         self.t0 = 0.0
 
     def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
@@ -79,19 +81,31 @@ class Failover:
         hub.spawn_after(delay, self.reroute)
 
     def reroute(self) -> None:
-        """Recompute the tables around what is down (or back to the compiled ones) and reconcile the switches."""
+        """Recompute the tables around what is down (or back to the compiled ones) and reconcile the switches.
+
+        The recomputation runs in a native thread (:func:`run_native`): at Table III it is seconds of
+        work, and green threads are cooperative -- done here it would hold every PAUSE, LLDP and
+        barrier reply for that long. Events arriving meanwhile make one more pass afterwards."""
         app = self.app
         self.pending = False
+        if self.running:
+            self.again = True  # this pass's result is stale: one more when it is done
+            return
+        self.running = True
         t0 = self.t0
         try:
             dead = dead_switches(app.switches.values(), time.monotonic(), app.config.lldp_timeout)
+            down = set(self.down)
+            config = app.config
+            rerouted = run_native(reroute, config, down, dead) if down or dead else {}
+            if app.config is not config:  # reloaded meanwhile: the reload recomputed for the new config
+                return
             before = {name: app.desired(name) for name in app.switches}
-            if self.down or dead:
-                app.tables.rerouted = reroute(app.config, set(self.down), dead)
+            app.tables.rerouted = rerouted
+            if rerouted:
                 self.dead = dead
                 self.recomputes += 1
             else:
-                app.tables.rerouted = {}
                 self.dead = set()
             changed = []
             for st in app.switches.values():
@@ -99,7 +113,7 @@ class Failover:
                     app.sessions.resync(st)
                     changed.append(st)
             LOG.warning("failover: %s; %d switch(es) to reconcile",
-                        f"{len(self.down)} port(s) down, {len(dead)} switch(es) gone" if app.tables.rerouted
+                        f"{len(down)} port(s) down, {len(dead)} switch(es) gone" if rerouted
                         else "everything is back: compiled tables", len(changed))
             end = time.monotonic() + 30.0
             while changed and time.monotonic() < end and not all(s.confirmed or not s.connected for s in changed):
@@ -108,7 +122,12 @@ class Failover:
             LOG.info("failover: reroute applied %.1f ms after the event", self.last_ms)
         except Exception:  # pragma: no cover - never kill the loop
             LOG.exception("reroute failed")
+        finally:
+            self.running = False
         app.mark()
+        if self.again:
+            self.again = False
+            self.schedule()
 
     def reconfigure(self, new: ControllerConfig) -> None:
         """After a reload: forget ports of switches no longer managed, recompute around what is still down."""

@@ -136,6 +136,7 @@ class StatusReporter:
             },
             "reload": {k: v for k, v in app.reloader.reloads.items()},
             "ha": app.ha.as_dict(),
+            "heap": app.heap.as_dict(),
             "failover": app.failover.as_dict(),
             "metrics": f"{config.metrics_listen[0]}:{config.metrics_listen[1]}" if config.metrics_listen else None,
         }

@@ -182,7 +182,8 @@ class EmuProcess:
         self.last_write = now
         got = self.pending.pop(sw.name, None)
         if got is not None:
-            self.emit({"ev": "reaction", "id": got[0], "switch": sw.name, "us": round((now - got[1]) * 1e6, 1)})
+            self.emit({"ev": "reaction", "id": got[0], "switch": sw.name, "us": round((now - got[1]) * 1e6, 1),
+                       "wall": time.time()})
 
     # ---------------------------------------------------------- connecting
     def connect(self, sw: EmuSwitch) -> None:

@@ -28,8 +28,9 @@ use plain outputs: the groups stay installed, unused, until the compiled tables 
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Iterable
+
+import numpy as np
 
 from hpcfabric.failover.groups import fast_failover_groups  # noqa: F401  (public: the groups' transform)
 from hpcfabric.rules.flows import TABLE_INGRESS, TABLE_ROUTE, FlowSpec, Output, RuleClass, SetField, sort_flows
@@ -47,6 +48,60 @@ def dead_links(fabric: Any, down: Iterable[tuple[str, int]], dead_switches: Iter
         if (link.a, link.a_port) in down or (link.b, link.b_port) in down or link.a in dead or link.b in dead:
             out.add(i)
     return out
+
+
+def hop_distances(names: list[str], adj: dict[str, list[tuple[int, str]]], dead: set[str],
+                  chunk: int = 256) -> np.ndarray:
+    """Hop counts between all switches of the surviving graph: ``d[t, s]`` from switch ``s`` to target ``t``
+    (indices in ``names``), -1 where unreachable or ``t`` is dead. A breadth-first search from every
+    target at once, level by level, vectorised over the targets (``chunk`` rows at a time)."""
+    n = len(names)
+    index = {name: i for i, name in enumerate(names)}
+    cols: list[int] = []
+    starts: list[int] = []
+    has = []  # switches with at least one surviving neighbour (reduceat needs non-empty segments)
+    for i, name in enumerate(names):
+        nbs = [index[nb] for _, nb in adj[name] if nb not in dead]
+        if nbs and name not in dead:
+            has.append(i)
+            starts.append(len(cols))
+            cols.extend(nbs)
+    col = np.array(cols, dtype=np.int64)
+    start = np.array(starts, dtype=np.int64)
+    live = np.array(has, dtype=np.int64)
+    dist = np.full((n, n), -1, dtype=np.int32)
+    for lo in range(0, n, chunk):
+        rows = np.arange(lo, min(n, lo + chunk))
+        alive = np.array([names[t] not in dead for t in rows])
+        frontier = np.zeros((len(rows), n), dtype=bool)
+        frontier[np.flatnonzero(alive), rows[alive]] = True
+        seen = frontier.copy()
+        block = dist[lo:lo + len(rows)]
+        block[frontier] = 0
+        level = 0
+        while frontier.any() and len(col):
+            level += 1
+            reach = np.zeros_like(frontier)
+            reach[:, live] = np.logical_or.reduceat(frontier[:, col], start, axis=1)
+            reach &= ~seen
+            block[reach] = level
+            seen |= reach
+            frontier = reach
+    return dist
+
+
+def next_hops(to_dests: np.ndarray, me: int, neighbours: list[int], ranks: np.ndarray) -> np.ndarray:
+    """Per destination row of ``to_dests`` (hops from every switch to it), the index into ``neighbours``
+    of switch ``me``'s next hop: among the neighbours one hop closer, number ``rank % count``; -1 where
+    ``me`` is the destination, cannot reach it, or has no neighbour closer."""
+    d = to_dests[:, me]
+    if not neighbours:
+        return np.full(len(d), -1, dtype=np.int64)
+    closer = (to_dests[:, neighbours] == (d - 1)[:, None]) & (d >= 1)[:, None]
+    count = closer.sum(axis=1)
+    k = ranks % np.maximum(count, 1)
+    pick = np.argmax(np.cumsum(closer, axis=1) == (k + 1)[:, None], axis=1)
+    return np.where(count > 0, pick, -1)
 
 
 def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterable[str] = ()
@@ -80,20 +135,12 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
         else:
             for h in hosts:
                 dests.append((sw.name, *ctx.host_prefix[h.name], h.name))
-    dist: dict[str, dict[str, int]] = {}
-    for target in {d[0] for d in dests}:
-        if target in dead:
-            dist[target] = {}
-            continue
-        seen = {target: 0}
-        queue = deque([target])
-        while queue:
-            cur = queue.popleft()
-            for _, nb in adj[cur]:
-                if nb not in seen and nb not in dead:
-                    seen[nb] = seen[cur] + 1
-                    queue.append(nb)
-        dist[target] = seen
+    names = [sw.name for sw in fabric.switches]
+    index = {n: i for i, n in enumerate(names)}
+    dist = hop_distances(names, adj, dead)  # dist[target, switch]: hops, -1 unreachable
+    targets = np.array([index[d[0]] for d in dests], dtype=np.int64)
+    ranks = np.arange(len(dests), dtype=np.int64)
+    to_dests = dist[targets]  # dests x switches
     prefer = len(fabric.switches) * len(dests) <= PREFER_LIMIT
     real = dict(getattr(config, "real_macs", ()) or ())
     groups = getattr(config, "groups", None) or {}
@@ -106,23 +153,18 @@ def reroute(config: Any, down: Iterable[tuple[str, int]], dead_switches: Iterabl
         pipe = Pipeline(base, groups.get(sw.name, ())) if prefer else None
         in_port = min(fabric.ports(sw.name)) if fabric.ports(sw.name) else 1
         routes = host_routes(ctx, sw) if fabric.hosts_on(sw.name) else []
-        for rank, (target, bits, length, host) in enumerate(dests):
-            if target == sw.name:
-                continue
-            d = dist[target].get(sw.name)
-            if d is None:
-                continue  # unreachable: dropped by the table miss
-            cands = [p for p, nb in adj[sw.name] if dist[target].get(nb) == d - 1]
-            if not cands:
-                continue
-            port = None
-            if pipe is not None:
+        ports = np.array([p for p, _ in adj[sw.name]], dtype=np.int64)
+        picked = next_hops(to_dests, index[sw.name], [index[nb] for _, nb in adj[sw.name]], ranks)
+        for rank in np.flatnonzero(picked >= 0).tolist():
+            target, bits, length, host = dests[rank]
+            port = int(ports[picked[rank]])
+            if pipe is not None:  # keep the compiled next hop when it is one of the shortest
+                row = to_dests[rank]
+                d = int(row[index[sw.name]])
                 res = pipe.process(Frame(in_port=in_port, eth_src=0x020000000000, eth_dst=plan.host_mac[host]))
                 outs = [p for p, _ in res.outputs] + list(res.to_ingress)  # the probe's own port is a route too
-                if len(outs) == 1 and outs[0] in cands:
+                if len(outs) == 1 and any(p == outs[0] and row[index[nb]] == d - 1 for p, nb in adj[sw.name]):
                     port = outs[0]
-            if port is None:
-                port = cands[rank % len(cands)]
             routes.append(Route(bits, length, port, RuleClass.ROUTE))
         rflows = route_flows(ctx, routes, compact=True)
         if getattr(getattr(config, "compiled", None), "cos", None) is not None:
