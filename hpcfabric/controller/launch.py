@@ -20,7 +20,7 @@ import sys
 from typing import Any, Callable
 
 from hpcfabric.config import ControllerConfig, load_config
-from hpcfabric.controller import hubwatch
+from hpcfabric.controller.hubwatch import from_env as hub_watch_from_env
 from hpcfabric.controller.framework import (
     LOGGER_NAME, conf, hub, init_conf, manager, patch, set_flow_stats_body, stream_addresses,
 )
@@ -187,7 +187,7 @@ def run(
     cfg.set_override("ofp_tcp_listen_port", port)
     patch(thread=True)
     install_fast_flow_stats()
-    hubwatch.from_env()
+    hub_watch_from_env()
     PRELOADED = config
     if status_file is not None:
         OVERRIDES["status_file"] = status_file
