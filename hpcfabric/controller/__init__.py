@@ -138,7 +138,7 @@ class HpcfabricController(App):
         self.reporter = StatusReporter(self, launch.OVERRIDES.get("status_file"))
         self.poller = StatsPoller(self)
         self.metrics = MetricsServer(self)
-        self.heap = Heap()
+        self.heap = Heap(enabled=launch.OWN_PROCESS)
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []
         self._restore_sighup: Any = None
@@ -171,6 +171,7 @@ class HpcfabricController(App):
         if self._restore_sighup is not None:
             self._restore_sighup()
         self.metrics.stop()
+        self.heap.close()
         self.ha.release()
         brick = service_brick("ofp_event")
         for name, ev_cls in self.DIRECT_HANDLERS if brick is not None else ():

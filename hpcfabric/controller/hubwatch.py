@@ -46,6 +46,7 @@ class HubWatch:
         self.cpu_since = time.process_time()
         self.spans = 0
         self.gc_t0 = 0.0
+        self.gc_cpu0 = 0.0
         self.census_at = -1e9
 
     def trace(self, event: str, args: Any) -> None:
@@ -69,9 +70,12 @@ class HubWatch:
             return
         if phase == "start":
             self.gc_t0 = time.perf_counter()
+            self.gc_cpu0 = time.process_time()
         else:
             ms = (time.perf_counter() - self.gc_t0) * 1000
-            LOG.warning("gc gen2 %.1f ms (%d collected) ending %.3f", ms, info.get("collected", 0), time.time())
+            LOG.warning("gc gen2 %.1f ms (cpu %.1f ms, %d collected, %d objects left unfrozen) ending %.3f", ms,
+                        (time.process_time() - self.gc_cpu0) * 1000, info.get("collected", 0),
+                        sum(gc.get_count()) + len(gc.get_objects(generation=2)) if ms > 50 else -1, time.time())
             if ms > 100 and time.monotonic() - self.census_at > 60:
                 self.census_at = time.monotonic()
                 hub.spawn(self.census)  # not inside the collector's callback

@@ -33,6 +33,9 @@ LOG = logging.getLogger("hpcfabric.controller")
 PRELOADED: ControllerConfig | None = None
 #: command-line overrides for that app (``status_file``)
 OVERRIDES: dict[str, Any] = {}
+#: the app has its process to itself (``hpcfabric controller``, osken-manager/ryu-manager), not a test's:
+#: it may freeze its heap out of the garbage collector (:mod:`hpcfabric.controller.heap`)
+OWN_PROCESS = False
 
 APP_MODULE = "hpcfabric.controller"
 
@@ -63,9 +66,11 @@ def config_path() -> str | None:
 def startup_config() -> ControllerConfig:
     """The config the app runs with: :data:`PRELOADED`, else the file the framework's manager was given
     (loaded, listen address applied and checked; any error: logged, ``SystemExit``)."""
+    global OWN_PROCESS
     config = PRELOADED
     if config is not None:
         return config
+    OWN_PROCESS = True  # loaded by the framework's manager
     path = config_path()
     if not path:
         LOG.error("no configuration: pass --config-file FILE to osken-manager/ryu-manager or set HPCFABRIC_CONFIG")
@@ -175,7 +180,7 @@ def run(
     status_file: str | None = None,
 ) -> int:
     """Run the framework's app manager in this process with the hpcfabric app until SIGTERM/SIGINT."""
-    global PRELOADED
+    global PRELOADED, OWN_PROCESS
     patch(thread=False)  # green sockets before anything listens (as osken-manager does first)
     setup_logging(config.log_level)
     init_conf()
@@ -189,6 +194,7 @@ def run(
     install_fast_flow_stats()
     hub_watch_from_env()
     PRELOADED = config
+    OWN_PROCESS = True
     if status_file is not None:
         OVERRIDES["status_file"] = status_file
 

@@ -36,6 +36,8 @@ LLDP_MAX_PPS = 2000
 #: rounds over more switches than PACE_ABOVE are spread over ROUND_SPREAD of the interval
 PACE_ABOVE = 64
 ROUND_SPREAD = 0.8
+#: walks over every switch (round plan, quarantine enforcement) let other green threads run every SLICE switches
+SLICE = 128
 
 
 def _hw(desc: Any) -> bytes:
@@ -178,7 +180,7 @@ class Wiring:
                         LOG.exception("LLDP round on %s failed", sw.name)
             self.round_seconds = time.monotonic() - t
             try:
-                self.enforce()  # NO_FWD in line with the quarantine (e.g. ports of a reconnected switch)
+                self.enforce(breathe=True)  # NO_FWD in line with the quarantine (e.g. ports of a reconnected switch)
             except Exception:  # pragma: no cover - keep discovering
                 LOG.exception("quarantine enforcement failed")
             hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
@@ -191,7 +193,12 @@ class Wiring:
         app = self.app
         confirmed = [sw for sw in app.switches.values() if sw.dp is not None and sw.connected and sw.confirmed]
         budget = max(1, int(LLDP_MAX_PPS * app.config.lldp_interval))
-        counts = [len(self.ports(sw)) for sw in confirmed]
+        every = []
+        for k, sw in enumerate(confirmed):
+            if k % SLICE == SLICE - 1:
+                hub.sleep(0)  # Table III: ~40 ms of work in one go otherwise (PAUSE packet-ins wait)
+            every.append(self.ports(sw))
+        counts = [len(p) for p in every]
         total = sum(counts)
         if total <= budget:
             app.discovery.timeout = app.config.lldp_timeout
@@ -202,8 +209,7 @@ class Wiring:
         self.cursor = (start + budget) % total
         plan: list[tuple[Any, set[int] | None]] = []
         pos = 0
-        for sw, n in zip(confirmed, counts):
-            ports = self.ports(sw)
+        for sw, n, ports in zip(confirmed, counts, every):
             # port indices pos..pos+n-1 of the rotation; take those inside [start, start+budget) (wrapping)
             chosen = {p for i, p in enumerate(ports) if (pos + i - start) % total < budget}
             if chosen:
@@ -245,17 +251,23 @@ class Wiring:
             self.enforce()
         app.mark()
 
-    def enforce(self) -> None:
-        """Port-mods that bring every switch's NO_FWD ports in line with the quarantine (master only)."""
+    def enforce(self, breathe: bool = False) -> None:
+        """Port-mods that bring every switch's NO_FWD ports in line with the quarantine (master only);
+        ``breathe``: let other green threads run every SLICE switches (the LLDP loop's pass)."""
         app = self.app
         if not app.ha.master:
             return
         wanted = app.discovery.quarantine()
-        for sw in app.switches.values():
+        by_switch: dict[str, set[tuple[str, int]]] = {}
+        for n, p in wanted:
+            by_switch.setdefault(n, set()).add((n, p))
+        for k, sw in enumerate(list(app.switches.values())):
+            if breathe and k % SLICE == SLICE - 1:
+                hub.sleep(0)
             dp = sw.dp
             if dp is None or not app.ha.master_of(sw.name):
                 continue
-            mine = {(n, p) for (n, p) in wanted if n == sw.name and p not in sw.probing}
+            mine = {(n, p) for (n, p) in by_switch.get(sw.name, ()) if p not in sw.probing}
             current = {(sw.name, p) for p in sw.no_fwd if p not in sw.probing}
             add, remove = quarantine_changes(mine, current)
             for (_, port), config in [(a, OFPPC_NO_FWD) for a in add] + [(r, 0) for r in remove]:
@@ -291,11 +303,12 @@ class Wiring:
         """The next status recomputes the discovery report."""
         self.report_at = -1.0
 
-    def report(self, now: float) -> dict[str, Any]:
-        """The discovery report as a dict: at most every 0.5 s, and never more than ~10% of the time on huge fabrics."""
+    def report(self, now: float, breathe: bool = False) -> dict[str, Any]:
+        """The discovery report as a dict: at most every 0.5 s, and never more than ~10% of the time on huge
+        fabrics; ``breathe``: other green threads run every 2,048 cables (the status loop's write)."""
         if now - self.report_at >= max(0.5, 10 * self.report_cost) or not self.last_report:
             t = time.monotonic()
-            rep = self.app.discovery.report(now)
+            rep = self.app.discovery.report(now, breathe=(lambda: hub.sleep(0)) if breathe else None)
             self.last_report = rep.as_dict()
             self.report_at = now
             self.log_problems(self.last_report)
