@@ -102,6 +102,9 @@ def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
         assert [s["switches_expected"] for s in statuses] == [len(p) for p in c.parts]
         expected = sum(s["rules_expected"] for s in statuses)
         assert all(s["rules_installed"] == s["rules_expected"] for s in statuses)
+        # the long-lived heap is out of the garbage collector's full passes: frozen after the compile and
+        # once every switch was confirmed (hpcfabric.controller.heap)
+        assert all(s["heap"]["enabled"] and s["heap"]["freezes"] >= 2 and s["heap"]["frozen"] > 0 for s in statuses)
         stats = c.emu_stats()
         assert sum(st["flows"] for st in stats) == expected
         assert sum(st["errors"] for st in stats) == 0

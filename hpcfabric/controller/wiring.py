@@ -38,6 +38,8 @@ PACE_ABOVE = 64
 ROUND_SPREAD = 0.8
 #: walks over every switch (round plan, quarantine enforcement) let other green threads run every SLICE switches
 SLICE = 128
+#: cables of the discovery report between two such breaks (the status loop's write)
+REPORT_SLICE = 2048
 
 
 def _hw(desc: Any) -> bytes:
@@ -305,10 +307,11 @@ class Wiring:
 
     def report(self, now: float, breathe: bool = False) -> dict[str, Any]:
         """The discovery report as a dict: at most every 0.5 s, and never more than ~10% of the time on huge
-        fabrics; ``breathe``: other green threads run every 2,048 cables (the status loop's write)."""
+        fabrics; ``breathe``: other green threads run every REPORT_SLICE cables (the status loop's write)."""
         if now - self.report_at >= max(0.5, 10 * self.report_cost) or not self.last_report:
             t = time.monotonic()
-            rep = self.app.discovery.report(now, breathe=(lambda: hub.sleep(0)) if breathe else None)
+            rep = self.app.discovery.report(now, breathe=(lambda: hub.sleep(0)) if breathe else None,
+                                            every=REPORT_SLICE)
             self.last_report = rep.as_dict()
             self.report_at = now
             self.log_problems(self.last_report)
