@@ -201,7 +201,11 @@ class DiscoveryState:
         miswired = []
         extra = []
         done: set[frozenset[End]] = set()
-        for k, end in enumerate(sorted(self.neighbors)):
+        # in port order (as sorted(self.neighbors) gave); sorting all 47,472 ends of Table III took ~40 ms in
+        # one go, so the ends are visited as they are and only the (few) findings are sorted
+        wrong: list[tuple[End, End]] = []  # in-use ends seeing another peer than expected
+        other: list[tuple[End, End]] = []  # ends the topology does not use, seeing someone
+        for k, end in enumerate(list(self.neighbors)):
             if breathe is not None and k % every == every - 1:
                 breathe()
             peer = self._fresh(end, now)
@@ -209,18 +213,16 @@ class DiscoveryState:
                 continue
             if end in self._expect:
                 if self._expect[end] != peer:
-                    miswired.append(
-                        {
-                            "switch": self._name[end[0]],
-                            "port": end[1],
-                            "expected": self._expected_label(end),
-                            "actual": self._label(peer),
-                        }
-                    )
-                continue
+                    wrong.append((end, peer))
+            elif peer not in self._expect:  # else the in-use end reports it as miswired
+                other.append((end, peer))
+        for end, peer in sorted(wrong):
+            miswired.append({"switch": self._name[end[0]], "port": end[1],
+                             "expected": self._expected_label(end), "actual": self._label(peer)})
+        for end, peer in sorted(other):
             pair = frozenset((end, peer))
-            if peer in self._expect or pair in done:
-                continue  # the in-use end reports it as miswired
+            if pair in done:
+                continue
             done.add(pair)
             extra.append({"a": self._label(end), "b": self._label(peer)})
         return DiscoveryReport(

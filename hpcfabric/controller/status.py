@@ -63,15 +63,23 @@ class StatusReporter:
         rep = app.wiring.report(now, breathe=pause)
         sws = list(app.switches.values())
         per_switch = {}
-        for k, s in enumerate(sws):
+        served = {"dmp": 0, "spoofed": 0, "host_punts": 0}
+        meter_drops = {}
+        polled, drops = app.poller.served, app.poller.meter_drops
+        for k, s in enumerate(sws):  # everything per switch in this one sliced pass
             if pause is not None and k % SLICE == SLICE - 1:
                 pause()
             per_switch[s.name] = s.as_dict()
+            kinds = polled.get(s.name)
+            if kinds:
+                for key in served:
+                    served[key] += sum(kinds.get(key, {}).values())
+            d = drops.get(s.name)
+            if d is not None:
+                meter_drops[s.name] = {str(m): v for m, v in d.items()}
         samples = list(app.pausing.reaction_ms)
         c = app.counters
         unknown = app.unknown_dpids()
-        served = {k: sum(sum(v.get(k, {}).values()) for v in app.poller.served.values())
-                  for k in ("dmp", "spoofed", "host_punts")}
         return {
             "time": time.time(),
             "running": running,
@@ -155,7 +163,7 @@ class StatusReporter:
                 "dmp_served": served["dmp"],
                 "spoofed_dropped": served["spoofed"],
                 "host_punts": served["host_punts"],
-                "meter_drops": {sw: {str(k): v for k, v in d.items()} for sw, d in sorted(app.poller.meter_drops.items())},
+                "meter_drops": dict(sorted(meter_drops.items())),
             },
             "reload": {k: v for k, v in app.reloader.reloads.items()},
             "ha": app.ha.as_dict(),
