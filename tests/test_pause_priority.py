@@ -148,6 +148,9 @@ def test_heap_freezes_long_lived_state_and_survivors():
         young = [[i] for i in range(1000)]
         gc.collect()  # a full collection: its survivors join the frozen
         assert heap.full_collections >= 1 and gc.get_freeze_count() >= len(keep) + len(young)
+        more = [[i] for i in range(1000)]
+        gc.collect(1)  # a young one too
+        assert heap.young_passes >= 1 and gc.get_freeze_count() >= len(keep) + len(young) + len(more)
         assert heap.as_dict()["enabled"] is True
     finally:
         heap.close()

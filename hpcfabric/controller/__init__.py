@@ -160,8 +160,6 @@ class HpcfabricController(App):
                    self.ha_agent.loop):
             self._threads.append(hub.spawn(fn))
         self._restore_sighup = launch.on_sighup(self.reloader.request)  # SIGHUP = reload
-        if self.heap.enabled:
-            self._threads.append(hub.spawn(self.heap.loop, lambda: self.is_active))
         thread = self.metrics.start()
         if thread is not None:
             self._threads.append(thread)

@@ -10,13 +10,15 @@ green thread runs meanwhile -- a PAUSE arriving then waited for it.
 :class:`Heap` moves what exists at a few known points into the collector's
 permanent generation (:func:`gc.freeze`): after the config is loaded and
 compiled, once every managed switch is confirmed (after a bring-up, a
-reroute, a restart), what survives each full collection, and every
-FREEZE_EVERY seconds what survives a collection of the young generations
-(:meth:`Heap.loop`). Frozen objects are still freed by reference counting when they
-are dropped (a replaced table goes away as before); only reference cycles
-among them are never collected: state that was alive at a freeze and dies
-later inside a cycle (a disconnected switch's session objects) stays -- a
-bounded leak per event, never per message. The collections that remain walk the young objects only.
+reroute, a restart), and after every generation-1 or -2 collection the
+collector runs anyway (:meth:`Heap.after_collection`): the old generation
+stays empty, and the collections that remain walk young objects only.
+
+Frozen objects are still freed by reference counting when they are dropped
+(a replaced table goes away as before); only reference cycles among them are
+never collected: an object that survived a generation-1 collection (some
+7,000 allocations) and later dies inside a cycle (a disconnected switch's
+session objects) stays. The status file's ``heap.frozen`` shows the count.
 """
 
 from __future__ import annotations
@@ -24,14 +26,8 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import Callable
-
-from hpcfabric.controller.framework import hub
 
 LOG = logging.getLogger("hpcfabric.controller")
-
-#: seconds between the loop's young collection + freeze
-FREEZE_EVERY = 2.0
 
 
 class Heap:
@@ -41,8 +37,7 @@ class Heap:
         self.enabled = enabled  # off where the app shares its process (tests): their garbage must stay collectable
         self.freezes = 0
         self.full_collections = 0
-        self.young_passes = 0
-        self.young_ms_max = 0.0  # CPU of the slowest young collection + freeze of the loop
+        self.young_passes = 0  # young collections followed by a freeze
         if enabled:
             gc.callbacks.append(self.after_collection)
         self.last_reason = ""
@@ -62,25 +57,19 @@ class Heap:
         return frozen
 
     def after_collection(self, phase: str, info: dict[str, object]) -> None:
-        """After each full (generation-2) collection, what survived it is frozen too: the next one walks only
-        what was allocated since (without this, the per-round state LLDP and polling keep alive -- some
-        100,000 objects at Table III -- was walked again by every full collection, tens of ms each)."""
-        if phase == "stop" and info.get("generation") == 2:
+        """After each collection the collector ran anyway, what it left in the old generation is frozen:
+        a full collection then walks (almost) nothing. Without this, at Table III full collections came
+        every ~4 s at 50-120 ms of CPU each, walking ~70,000 live objects (LLDP's neighbour entries,
+        the status) with nothing to collect; an extra young collection every 2 s (tried first) cost
+        up to 60 ms itself on the loaded machine. Freezing is a list splice: no walk."""
+        gen = info.get("generation")
+        if phase != "stop" or gen == 0:  # gen-1 objects have not been examined yet: their cycles stay collectable
+            return
+        if gen == 2:
             self.full_collections += 1
-            gc.freeze()
-
-    def loop(self, active: Callable[[], bool]) -> None:
-        """Every FREEZE_EVERY seconds: collect the two young generations (at most ~7,700 objects by the
-        collector's thresholds: a few ms), then freeze what survived. Full collections then find (almost)
-        nothing to walk: at Table III they otherwise came every ~4 s at 50-120 ms of CPU each, walking
-        ~70,000 live objects (LLDP's neighbour entries, the status) with nothing to collect."""
-        while active():
-            hub.sleep(FREEZE_EVERY)
-            t = time.process_time()
-            gc.collect(1)
-            gc.freeze()
+        else:
             self.young_passes += 1
-            self.young_ms_max = max(self.young_ms_max, (time.process_time() - t) * 1000.0)
+        gc.freeze()
 
     def close(self) -> None:
         if self.after_collection in gc.callbacks:
@@ -95,6 +84,5 @@ class Heap:
 
     def as_dict(self) -> dict[str, object]:
         return {"enabled": self.enabled, "frozen": gc.get_freeze_count(), "freezes": self.freezes, "last": self.last_reason,
-                "full_collections_frozen": self.full_collections, "young_passes": self.young_passes,
-                "young_ms_max": round(self.young_ms_max, 3),
+                "full_collections_frozen": self.full_collections, "young_passes_frozen": self.young_passes,
                 "collections": [s["collections"] for s in gc.get_stats()]}
