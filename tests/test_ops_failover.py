@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle
+from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle, wait_reroute
 
 from hpcfabric.config import load_config
 from hpcfabric.failover.reroute import reroute
@@ -84,7 +84,7 @@ def test_controller_reroutes_on_port_down_and_restores(tmp_path):
     port_status(sws[link.a], link.a_port, True)
     port_status(sws[link.b], link.b_port, True)
     hub.sleep(0.1)
-    settle(200)
+    wait_reroute(app)
     assert app.failover.recomputes == 1 and app.failover.last_ms is not None
     expected = reroute(app.config, {(link.a, link.a_port), (link.b, link.b_port)})
     for n, sw in sws.items():
@@ -96,7 +96,7 @@ def test_controller_reroutes_on_port_down_and_restores(tmp_path):
     port_status(sws[link.a], link.a_port, False)
     port_status(sws[link.b], link.b_port, False)
     hub.sleep(0.1)
-    settle(200)
+    wait_reroute(app)
     for n, sw in sws.items():
         assert ours(sw.table()) == compiled[n], n
     assert app.status()["failover"]["rerouted"] is False
@@ -118,7 +118,7 @@ def test_switch_gone_is_routed_around(tmp_path):
     gone.alive = False
     app.sessions.disconnected(gone)
     hub.sleep(0.4)
-    settle(200)
+    wait_reroute(app)
     assert app.status()["failover"]["switches_gone"] == ["g1s0"]
     expected = reroute(app.config, set(), {"g1s0"})
     for n, sw in sws.items():
@@ -128,7 +128,7 @@ def test_switch_gone_is_routed_around(tmp_path):
     gone.alive = True
     gone.connect()
     hub.sleep(0.1)
-    settle(200)
+    wait_reroute(app)
     for n, sw in sws.items():
         assert ours(sw.table()) == {canonical(f) for f in app.config.desired[n]}, n
 
@@ -183,7 +183,7 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
     port_status(sws[link.a], link.a_port, True)
     port_status(sws[link.b], link.b_port, True)
     hub.sleep(0.1)
-    settle(200)
+    wait_reroute(app)
     expected = reroute(cfg, {(link.a, link.a_port), (link.b, link.b_port)})
     for n, sw in sws.items():
         assert ours(sw.table()) == {canonical(f) for f in expected[n]}, n
@@ -192,6 +192,6 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
     port_status(sws[link.a], link.a_port, False)
     port_status(sws[link.b], link.b_port, False)
     hub.sleep(0.1)
-    settle(200)
+    wait_reroute(app)
     for n, sw in sws.items():
         assert ours(sw.table()) == {canonical(f) for f in cfg.desired[n]}, n

@@ -273,5 +273,17 @@ def settle(rounds: int = 50) -> None:
         hub.sleep(0)
 
 
+def wait_reroute(app: Any, timeout: float = 60.0) -> None:
+    """Let a scheduled reroute finish (its recomputation runs in a native thread), then settle."""
+    import time
+
+    from os_ken.lib import hub
+
+    end = time.monotonic() + timeout
+    while (app.failover.pending or app.failover.running) and time.monotonic() < end:
+        hub.sleep(0.01)
+    settle(200)
+
+
 def ours(flows) -> set:
     return {f for f in flows if cookie_class(f.cookie) is not None}
