@@ -171,7 +171,7 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
     extra = f"[metrics]\npoll_interval = {args.poll_interval}\n"
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
-                lldp_interval=args.lldp_interval, artifact=args.artifact)
+                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact)
     out: dict = {"bench": "control_scale", "fabric": c.fabric.name, "switches": len(c.names),
                  "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
                  "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
@@ -184,7 +184,9 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
-        if args.artifact:
+        if args.artifact_dir:
+            out["compile"] = {"artifact": args.artifact_dir, "reused": True}
+        elif args.artifact:
             out["compile"] = c.compile()
         out["listen_s"] = [round(x, 2) for x in c.start_controllers()]
         cs0 = c.controller_stats()
@@ -295,6 +297,8 @@ def main() -> int:
     ap.add_argument("--no-restart", dest="restart", action="store_false")
     ap.add_argument("--artifact", action="store_true",
                     help="compile once (hpcfabric compile) and let every controller load its partition from it")
+    ap.add_argument("--artifact-dir", default="", metavar="DIR",
+                    help="use this artifact (from hpcfabric compile with the same settings) instead of compiling")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     args = ap.parse_args()

@@ -93,7 +93,7 @@ class Cluster:
 
     def __init__(self, topology: str, workdir: Path, *, controllers: int = 1, emulators: int = 1,
                  extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING",
-                 artifact: bool = False) -> None:
+                 artifact: bool | str = False) -> None:
         from hpcfabric.topology.loader import load_topology
 
         self.topology = str(Path(topology).resolve())
@@ -101,7 +101,9 @@ class Cluster:
         self.workdir = Path(workdir)
         self.names = [s.name for s in self.fabric.switches]
         self.parts = partition(self.fabric, controllers) if controllers > 1 else [self.names]
-        self.artifact = self.workdir / "compiled" if artifact else None
+        #: the compiled artifact the controllers load (a given directory, or compile() writes one here)
+        self.artifact = Path(artifact) if isinstance(artifact, str) and artifact else \
+            self.workdir / "compiled" if artifact else None
         self.n_emu = emulators
         self.extra, self.lldp_interval, self.log_level = extra, lldp_interval, log_level
         self.ports = [free_port() for _ in self.parts]
