@@ -169,7 +169,8 @@ def wait_partitions(c: Cluster, timeout: float) -> tuple[list[float | None], flo
 
 def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
-    extra = f"[metrics]\npoll_interval = {args.poll_interval}\n"
+    extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
+        f"[metrics]\npoll_interval = {args.poll_interval}\n"
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
                 lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact)
     out: dict = {"bench": "control_scale", "fabric": c.fabric.name, "switches": len(c.names),
@@ -299,6 +300,8 @@ def main() -> int:
                     help="compile once (hpcfabric compile) and let every controller load its partition from it")
     ap.add_argument("--artifact-dir", default="", metavar="DIR",
                     help="use this artifact (from hpcfabric compile with the same settings) instead of compiling")
+    ap.add_argument("--no-deadlock-check", dest="deadlock_check", action="store_false",
+                    help="[hpcfabric] deadlock_check = off (the union proof of the whole fabric is skipped)")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     args = ap.parse_args()

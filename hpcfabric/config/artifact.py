@@ -79,6 +79,22 @@ def _key(fp: dict[str, Any]) -> str:
     return hashlib.sha256(f"{fp['topology_sha256']}|{fp['settings_sha256']}|{fp['code_sha256']}".encode()).hexdigest()
 
 
+def _interner() -> Callable[[Any], Any]:
+    """Equal flows (and their matches and actions) as one object: a partition's ~840k flows at dragonfly-300k
+    are ~170k distinct ones, and a pickle stores (and its reader rebuilds) each object once: 3x faster loads."""
+    flows: dict[Any, Any] = {}
+    parts: dict[Any, Any] = {}
+
+    def one(f: Any) -> Any:
+        g = flows.get(f)
+        if g is None:
+            actions = tuple(parts.setdefault(a, a) for a in f.actions)
+            g = flows[f] = replace(f, match=parts.setdefault(f.match, f.match), actions=parts.setdefault(actions, actions))
+        return g
+
+    return one
+
+
 def write_artifact(cfg: ControllerConfig, out_dir: str | os.PathLike[str], partitions: int = 1,
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compile ``cfg`` (loaded with ``compile=False``) once, prove it, write ``partitions`` partition files
@@ -86,6 +102,7 @@ def write_artifact(cfg: ControllerConfig, out_dir: str | os.PathLike[str], parti
     raises :class:`~hpcfabric.errors.ConfigError` and writes nothing."""
     say = progress or (lambda _m: None)
     out = Path(out_dir)
+    fp = fingerprint(cfg)  # before compiling: the code and files this artifact is made from
     parts = partition_fabric(cfg.fabric, partitions)
     t0 = time.perf_counter()
     whole = compile_rules(cfg)
@@ -109,7 +126,10 @@ def write_artifact(cfg: ControllerConfig, out_dir: str | os.PathLike[str], parti
             desired = {n: full.desired[n] for n in part.switches}
             groups = {n: full.groups[n] for n in part.switches if n in full.groups}
         name = f"{part.name}-of-{len(parts)}.pickle"
-        blob = pickle.dumps({"switches": part.switches, "tables": dict(sub.tables), "desired": dict(desired),
+        one = _interner()
+        tables = {n: replace(t, flows=tuple(one(f) for f in t.flows)) for n, t in sub.tables.items()}
+        desired = {n: tuple(one(f) for f in flows) for n, flows in desired.items()}
+        blob = pickle.dumps({"switches": part.switches, "tables": tables, "desired": desired,
                              "groups": dict(groups)}, protocol=pickle.HIGHEST_PROTOCOL)
         tmp = out / (name + ".tmp")
         tmp.write_bytes(blob)
@@ -119,7 +139,6 @@ def write_artifact(cfg: ControllerConfig, out_dir: str | os.PathLike[str], parti
                         "rules": sum(len(f) for f in desired.values()), "file": name,
                         "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)})
         say(f"{part.name} ({part.label}): {entries[-1]['rules']} rules, {len(blob) / 1e6:.1f} MB")
-    fp = fingerprint(cfg)
     manifest = {"format": FORMAT, "key": _key(fp), "fingerprint": fp, "fabric": cfg.fabric.name,
                 "switches": len(cfg.fabric.switches), "cos": whole.cos, "cos_levels": whole.cos_levels,
                 "rules": sum(e["rules"] for e in entries), "deadlock": verdict, "partitions": entries,
