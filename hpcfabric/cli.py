@@ -464,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
         if not out:
             raise ConfigError("no output directory: give --out DIR or set [hpcfabric] compiled", source=args.config,
                               field="hpcfabric.compiled")
-        m = write_artifact(cfg, out, args.partitions or cfg.ha_partitions, progress=lambda m: print(m, file=sys.stderr))
+        parts = cfg.ha_partitions if args.partitions is None else args.partitions
+        m = write_artifact(cfg, out, parts, progress=lambda m: print(m, file=sys.stderr))
         _emit({"artifact": out, **{k: m[k] for k in ("fabric", "switches", "rules", "compile_s", "total_s")},
                "deadlock": m["deadlock"].get("verdict"), "partitions": [p["label"] for p in m["partitions"]]})
         return 0
