@@ -147,6 +147,9 @@ def write_artifact(cfg: ControllerConfig, out_dir: str | os.PathLike[str], parti
     tmp = out / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, old)
+    for f in out.glob("p*-of-*.pickle"):  # files of an earlier compile with another partition count
+        if f.name not in {e["file"] for e in entries}:
+            f.unlink()
     return manifest
 
 
