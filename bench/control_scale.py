@@ -153,11 +153,29 @@ def reroute(c: Cluster) -> dict:
             "restore_s": round(back, 3)}
 
 
+def wait_partitions(c: Cluster, timeout: float) -> tuple[list[float | None], float]:
+    """Seconds (since now) until each partition's controller reports all its switches confirmed (None: not
+    within ``timeout``), and the highest 1-minute load average seen meanwhile."""
+    t0 = time.monotonic()
+    done: list[float | None] = [None] * len(c.parts)
+    load = os.getloadavg()[0]
+    while None in done and time.monotonic() - t0 < timeout:
+        for i in range(len(c.parts)):
+            if done[i] is None:
+                s = c.status(i)
+                if s and s.get("switches_confirmed") == s.get("switches_expected"):
+                    done[i] = time.monotonic() - t0
+        load = max(load, os.getloadavg()[0])
+        time.sleep(0.25)
+    return done, load
+
+
 def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
-    extra = f"[metrics]\npoll_interval = {args.poll_interval}\n"
+    extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
+        f"[metrics]\npoll_interval = {args.poll_interval}\n"
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
-                lldp_interval=args.lldp_interval)
+                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact)
     out: dict = {"bench": "control_scale", "fabric": c.fabric.name, "switches": len(c.names),
                  "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
                  "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
@@ -170,22 +188,33 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
+        if args.artifact_dir:
+            out["compile"] = {"artifact": args.artifact_dir, "reused": True}
+        elif args.artifact:
+            out["compile"] = c.compile()
         out["listen_s"] = [round(x, 2) for x in c.start_controllers()]
-        cpu0 = [s["cpu_s"] for s in c.controller_stats()]
+        cs0 = c.controller_stats()
+        out["listen_cpu_s"] = [round(s["cpu_s"], 2) for s in cs0]
+        out["listen_rss_mb"] = [round(s["peak_rss_mb"], 1) for s in cs0]
+        cpu0 = [s["cpu_s"] for s in cs0]
         t0 = time.monotonic()
         c.start_emulators()
         emu_ready = time.monotonic() - t0
-        try:
-            c.wait("confirmed", args.timeout)
-        except TimeoutError:
+        per, load_max = wait_partitions(c, args.timeout)
+        out["load_avg_1m_max"] = round(load_max, 2)
+        out["partition_confirmed_s"] = [None if x is None else round(x, 2) for x in per]
+        if None in per:
             statuses = [c.status(i) for i in range(len(c.parts))]
             cs = c.controller_stats()
+            st = c.emu_stats()
             out["timed_out_after_s"] = args.timeout
             out["switches_confirmed"] = sum(s.get("switches_confirmed", 0) for s in statuses)
             out["rules_installed"] = sum(s.get("rules_installed", 0) for s in statuses)
             out["sync_failures"] = sum(s.get("errors", {}).get("sync_failures", 0) for s in statuses)
             out["controller"] = {"peak_rss_mb": round(max(s["peak_rss_mb"] for s in cs), 1),
                                  "cpu_s": [round(s["cpu_s"], 1) for s in cs]}
+            out["harness"] = {"emulator_cpu_s": round(emu_sum(st, "cpu_s"), 2),
+                              "emulator_rss_mb": [s["rss_mb"] for s in st]}
             out["load_avg_1m"] = round(os.getloadavg()[0], 2)
             return out
         total = time.monotonic() - t0
@@ -200,6 +229,12 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         out["bundles"] = emu_sum(st, "bundles")
         out["switch_errors"] = emu_sum(st, "errors")
         out["bringup_controller_cpu_s"] = round(sum(s["cpu_s"] - c0 for s, c0 in zip(cs, cpu0)), 2)
+        out["bringup_cpu_per_controller_s"] = [round(s["cpu_s"] - c0, 2) for s, c0 in zip(cs, cpu0)]
+        out["bringup_harness_cpu_s"] = round(emu_sum(st, "cpu_s"), 2)
+        if args.bringup_only:
+            out["controller"] = {"peak_rss_mb": round(max(s["peak_rss_mb"] for s in cs), 1)}
+            out["load_avg_1m"] = round(os.getloadavg()[0], 2)
+            return out
         try:
             out["discovery_s"] = round(c.wait("links", max(30.0, 6 * args.lldp_interval)) + total, 2)
         except TimeoutError:
@@ -264,6 +299,14 @@ def main() -> int:
     ap.add_argument("--workdir", default="", help="keep configs, status files and logs here")
     ap.add_argument("--no-reroute", dest="reroute", action="store_false")
     ap.add_argument("--no-restart", dest="restart", action="store_false")
+    ap.add_argument("--artifact", action="store_true",
+                    help="compile once (hpcfabric compile) and let every controller load its partition from it")
+    ap.add_argument("--artifact-dir", default="", metavar="DIR",
+                    help="use this artifact (from hpcfabric compile with the same settings) instead of compiling")
+    ap.add_argument("--no-deadlock-check", dest="deadlock_check", action="store_false",
+                    help="[hpcfabric] deadlock_check = off (the union proof of the whole fabric is skipped)")
+    ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
+                    "PAUSEs, reroute, restart)")
     args = ap.parse_args()
     for name in args.fabric or ["default", "a6p3h3"]:
         if args.workdir:

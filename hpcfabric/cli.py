@@ -455,6 +455,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status-file", default=None, metavar="F", help="override [hpcfabric] status_file")
     p.add_argument("--listen-port", type=int, default=None, metavar="N", help="override [openflow] listen_port")
 
+    def cmd_compile(args: argparse.Namespace) -> int:
+        from hpcfabric.config import load_config
+        from hpcfabric.config.artifact import write_artifact
+
+        cfg = load_config(args.config, compile=False)
+        out = args.out or cfg.compiled_dir
+        if not out:
+            raise ConfigError("no output directory: give --out DIR or set [hpcfabric] compiled", source=args.config,
+                              field="hpcfabric.compiled")
+        parts = cfg.ha_partitions if args.partitions is None else args.partitions
+        m = write_artifact(cfg, out, parts, progress=lambda m: print(m, file=sys.stderr))
+        _emit({"artifact": out, **{k: m[k] for k in ("fabric", "switches", "rules", "compile_s", "total_s")},
+               "deadlock": m["deadlock"].get("verdict"), "partitions": [p["label"] for p in m["partitions"]]})
+        return 0
+
+    p = sub.add_parser("compile", help="compile and prove a config's fabric once for its controllers",
+                       description="compile and prove a controller config's fabric once and write the tables per "
+                       "partition ([hpcfabric] compiled = DIR loads them; docs/ha.md)")
+    p.set_defaults(func=cmd_compile)
+    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
+    p.add_argument("--out", default=None, metavar="DIR", help="artifact directory (default: [hpcfabric] compiled)")
+    p.add_argument("--partitions", type=int, default=None, metavar="K",
+                   help="partition files to write (default: [ha] partitions)")
+
     def cmd_status(args: argparse.Namespace) -> int:
         from hpcfabric.config import load_config
         from hpcfabric.controller.coord import describe, format_status

@@ -9,7 +9,8 @@ the same lines once durations and counters are removed. Both controllers
 must also discover every link over LLDP.
 
 Partitioned: two controllers, each managing half of the default Dragonfly
-(``[ha] switches``), two emulator processes cabled across the halves: every
+(``[ha] partitions = 2``, ``partition = i``; tables loaded from one ``hpcfabric
+compile`` artifact), two emulator processes cabled across the halves: every
 switch confirmed with every rule, the emulated tables hold exactly the
 rules the controllers expect, LLDP crosses process boundaries, PAUSE flips
 arrive as flow-mods, a controller restart onto full tables sends no flow-mod.
@@ -93,13 +94,17 @@ def test_emulator_installs_the_same_tables_as_open_vswitch(tmp_path: Path) -> No
 
 
 def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
-    c = Cluster(str(DEMO), tmp_path, controllers=2, emulators=2, lldp_interval=0.3)
+    c = Cluster(str(DEMO), tmp_path, controllers=2, emulators=2, lldp_interval=0.3, artifact=True)
     try:
+        made = c.compile()  # one `hpcfabric compile`; each controller loads its derived partition from it
+        assert made["partitions"] == ["groups 0..4", "groups 5..8"] and made["deadlock"] == "proven"
         c.start_controllers()
         c.start_emulators()
         c.wait("confirmed", 60)
         statuses = [c.status(i) for i in range(2)]
         assert [s["switches_expected"] for s in statuses] == [len(p) for p in c.parts]
+        assert all(s["deadlock"]["artifact"] == str(c.artifact) and s["deadlock"]["verdict"] == "proven"
+                   for s in statuses)
         expected = sum(s["rules_expected"] for s in statuses)
         assert all(s["rules_installed"] == s["rules_expected"] for s in statuses)
         # the long-lived heap is out of the garbage collector's full passes: frozen after the compile and

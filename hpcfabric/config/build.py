@@ -64,8 +64,14 @@ def build_tables(cfg: ControllerConfig) -> ControllerConfig:
     Compile (routing, CoS, pause reaction, CNM snooping), then adapt the tables:
     host MAC rewrite, guards (source check, punt meters), fast-failover groups.
     """
-    source, fabric, plan, real_macs = cfg.path, cfg.fabric, cfg.plan, cfg.real_macs
     compiled = compile_rules(cfg, only=cfg.manages if cfg.ha_switches and not cfg.fast_failover else None)
+    return adapt_tables(cfg, compiled)
+
+
+def adapt_tables(cfg: ControllerConfig, compiled: Any) -> ControllerConfig:
+    """``cfg`` with ``compiled`` (a whole fabric's or a partition's tables) adapted to what the config asks:
+    host MAC rewrite, guards, fast-failover groups (these need the whole fabric's tables)."""
+    source, fabric, plan, real_macs = cfg.path, cfg.fabric, cfg.plan, cfg.real_macs
     tagged = compiled.cos is not None
     tables = {name: t.flows for name, t in compiled.tables.items()}
     if cfg.host_mac == "rewrite":

@@ -42,6 +42,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "lldp_interval": "1.0",
         "lldp_timeout": "",
         "reload_poll": "1.0",
+        "compiled": "",
     },
     "openflow": {
         "listen_host": "127.0.0.1",
@@ -65,6 +66,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "lease_timeout": "2.0",
         "instance": "",
         "switches": "",
+        "partition": "",
         "backend": "file",
         "endpoints": "",
         "ttl": "2",

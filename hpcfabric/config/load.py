@@ -160,6 +160,12 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     if any(c.isspace() for c in ha_instance):
         raise config_error(source, "ha.instance", f"{ha_instance!r} must not contain spaces")
     ha_switches = tuple(p for p in (x.strip() for x in get_value(parser, "ha", "switches").split(",")) if p)
+    ha_partition = _partition_key(source, parser, ha_backend, ha_partitions, ha_switches)
+    compiled_text = get_value(parser, "hpcfabric", "compiled")
+    compiled_dir = resolve_path(base, compiled_text) if compiled_text else None
+    if compiled_dir and os.path.exists(compiled_dir) and not os.path.isdir(compiled_dir):
+        raise config_error(source, "hpcfabric.compiled", f"{compiled_dir} is a file; expected the directory "
+                           "`hpcfabric compile` writes")
     fast_failover = on_off("failover", "fast_failover")
     recompute = on_off("failover", "recompute")
     if fast_failover and not recompute:
@@ -190,6 +196,14 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
             if pat not in known and not any(fnmatch.fnmatchcase(n, pat) for n in names):
                 raise config_error(source, "ha.switches", f"pattern {pat!r} matches no switch of {fabric.name}{closest(pat, names)}")
 
+    if ha_partition is not None:
+        from hpcfabric.errors import TopologyError
+        from hpcfabric.topology.partition import partition_fabric
+
+        try:
+            ha_switches = partition_fabric(fabric, ha_partitions)[ha_partition].switches
+        except TopologyError as err:
+            raise config_error(source, "ha.partitions", str(err)) from None
     if ha_backend == "etcd" and ha_partitions > len(fabric.switches):
         raise config_error(source, "ha.partitions", f"{ha_partitions} partitions for {len(fabric.switches)} switches "
                            f"of {fabric.name}; expected 1..{len(fabric.switches)}")
@@ -225,6 +239,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         ha_lease_timeout=ha_lease_timeout,
         ha_instance=ha_instance,
         ha_switches=ha_switches,
+        ha_partition=ha_partition,
+        compiled_dir=compiled_dir,
         ha_backend=ha_backend,
         ha_endpoints=ha_endpoints,
         ha_ttl=ha_ttl,
@@ -244,6 +260,10 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     cfg = replace(cfg, plan=address_plan(cfg))
     if not compile:
         return cfg
+    if compiled_dir:  # compiled and proven once by `hpcfabric compile`: this instance's partition only
+        from hpcfabric.config.artifact import load_artifact
+
+        return load_artifact(cfg, compiled_dir)
     cfg = build_tables(cfg)
     return replace(cfg, deadlock=deadlock_verdict(cfg))
 
@@ -324,3 +344,23 @@ def _etcd_keys(source: str, parser: Any, backend: str, role: str) -> tuple[tuple
         raise config_error(source, "ha.backend", "etcd needs the Python package etcd3gw (pip install etcd3gw; "
                            "scripts/bootstrap.sh --etcd installs it)")
     return endpoints, ttl, partitions, prefix
+
+
+def _partition_key(source: str, parser: Any, backend: str, partitions: int, switches: tuple[str, ...]) -> int | None:
+    """``[ha] partition`` (0-based index among ``[ha] partitions`` derived partitions, file backend), checked."""
+    text = get_value(parser, "ha", "partition").strip()
+    if not text:
+        if backend == "file" and partitions > 1 and not switches:
+            raise config_error(source, "ha.partition", f"missing: [ha] partitions = {partitions} with backend = file "
+                               f"needs this instance's partition, 0..{partitions - 1}")
+        return None
+    if backend == "etcd":
+        raise config_error(source, "ha.partition", "is only used with backend = file (etcd assigns the partitions "
+                           "to the live instances)")
+    if switches:
+        raise config_error(source, "ha.partition", "give either [ha] partition (with partitions) or [ha] switches, "
+                           "not both")
+    if partitions < 2:
+        raise config_error(source, "ha.partition", f"{text!r} needs [ha] partitions >= 2 (the number of "
+                           "partitions the fabric is split into)")
+    return integer(source, "ha.partition", text.removeprefix("p"), low=0, high=partitions - 1)

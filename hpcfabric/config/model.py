@@ -52,6 +52,10 @@ class ControllerConfig:
     ha_lease_timeout: float = 2.0
     ha_instance: str = ""
     ha_switches: tuple[str, ...] = ()
+    #: ``[ha] partition``: this instance's index among ``ha_partitions`` derived partitions (file backend)
+    ha_partition: int | None = None
+    #: ``[hpcfabric] compiled``: directory of a compiled artifact (hpcfabric.config.artifact), None: compile here
+    compiled_dir: str | None = None
     #: ``[ha] backend = etcd``: endpoints, lease TTL (s), partition count, key prefix (docs/ha.md)
     ha_backend: str = "file"
     ha_endpoints: tuple[str, ...] = ()

@@ -30,7 +30,7 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 #: settings a running controller cannot change (a reload keeps the running value and says so)
 RESTART_KEYS = ("listen_host", "listen_port", "metrics_listen", "ha_role", "ha_lease_file", "ha_instance", "ha_backend",
-                "ha_endpoints", "ha_ttl", "ha_partitions", "ha_prefix")
+                "ha_endpoints", "ha_ttl", "ha_partitions", "ha_partition", "ha_prefix")
 
 
 def file_stamps(paths: Iterable[str]) -> tuple:
@@ -58,7 +58,9 @@ class Reloader:
         self.requested = True
 
     def stamps(self) -> tuple:
-        return file_stamps((self.app.config.path, self.app.config.topology))
+        cfg = self.app.config
+        manifest = (os.path.join(cfg.compiled_dir, "manifest.json"),) if cfg.compiled_dir else ()
+        return file_stamps((cfg.path, cfg.topology, *manifest))  # a recompiled artifact is a reload too
 
     def loop(self) -> None:
         app = self.app

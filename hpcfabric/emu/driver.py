@@ -1,7 +1,8 @@
 """Driving a bench run: controller subprocesses (one per partition) and emulator processes, their status.
 
-:class:`Cluster` writes one controller config per partition (``[ha] switches``
-naming the partition's switches, its own listen port and status file), starts
+:class:`Cluster` writes one controller config per partition (``[ha] partitions``
+and ``partition``: derived partitions, its own listen port and status file; with
+``artifact``, ``[hpcfabric] compiled`` and one ``hpcfabric compile`` first), starts
 ``hpcfabric controller`` for each and ``python -m hpcfabric.emu`` processes
 that connect every switch to its partition's controller, and reads both
 sides: the controllers' status files, the emulators' JSON lines (stats,
@@ -32,9 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def partition(names: list[str], parts: int) -> list[list[str]]:
-    """Contiguous slices of the switch list (a Dragonfly's groups stay together)."""
-    return [names[i * len(names) // parts:(i + 1) * len(names) // parts] for i in range(parts)]
+def partition(fabric: Any, parts: int) -> list[list[str]]:
+    """The switches of each of ``parts`` partitions as the controllers derive them (``[ha] partitions``:
+    :func:`hpcfabric.topology.partition.partition_fabric`, contiguous group ranges)."""
+    from hpcfabric.topology.partition import partition_fabric
+
+    return [list(p.switches) for p in partition_fabric(fabric, parts)]
 
 
 def proc_stats(pid: int) -> dict[str, float]:
@@ -88,14 +92,18 @@ class Cluster:
     """Partitioned controllers and emulator processes for one fabric (see the module docstring)."""
 
     def __init__(self, topology: str, workdir: Path, *, controllers: int = 1, emulators: int = 1,
-                 extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING") -> None:
+                 extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING",
+                 artifact: bool | str = False) -> None:
         from hpcfabric.topology.loader import load_topology
 
         self.topology = str(Path(topology).resolve())
         self.fabric = load_topology(self.topology)
         self.workdir = Path(workdir)
         self.names = [s.name for s in self.fabric.switches]
-        self.parts = partition(self.names, controllers) if controllers > 1 else [self.names]
+        self.parts = partition(self.fabric, controllers) if controllers > 1 else [self.names]
+        #: the compiled artifact the controllers load (a given directory, or compile() writes one here)
+        self.artifact = Path(artifact) if isinstance(artifact, str) and artifact else \
+            self.workdir / "compiled" if artifact else None
         self.n_emu = emulators
         self.extra, self.lldp_interval, self.log_level = extra, lldp_interval, log_level
         self.ports = [free_port() for _ in self.parts]
@@ -110,13 +118,31 @@ class Cluster:
         return self.workdir / f"status{i}.json"
 
     def config_text(self, i: int) -> str:
-        ha = ""
-        if len(self.parts) > 1:
-            ha = "[ha]\nswitches = " + ",".join(self.parts[i]) + "\n"
+        ha = f"[ha]\npartitions = {len(self.parts)}\npartition = {i}\n" if len(self.parts) > 1 else ""
+        compiled = f"compiled = {self.artifact}\n" if self.artifact else ""
         return (f"[hpcfabric]\ntopology = {self.topology}\nrouting = conditional\nstatus_file = {self.status_path(i)}\n"
+                f"{compiled}"
                 f"log_level = {self.log_level}\nlldp_interval = {self.lldp_interval}\n{self.extra}\n"
                 f"[openflow]\nlisten_host = 127.0.0.1\nlisten_port = {self.ports[i]}\n"
                 f"[guards]\nsource_check = on\npunt_meters = on\n{ha}")
+
+    def compile(self) -> dict[str, Any]:
+        """``hpcfabric compile`` once for every partition (with ``artifact``): seconds, CPU, peak RSS."""
+        path = self.workdir / "compile.conf"
+        path.write_text(self.config_text(0))
+        import resource
+
+        t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(self.workdir / "compile.log", "w", encoding="utf-8") as log:
+            p = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "compile", "--config", str(path)],
+                                 stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+            out, _ = p.communicate()
+        if p.returncode:
+            raise RuntimeError(f"hpcfabric compile exited with {p.returncode}; see {self.workdir / 'compile.log'}")
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+        return {"wall_s": round(time.monotonic() - t0, 2), "cpu_s": round(cpu, 1),
+                "peak_rss_mb": round(r1.ru_maxrss / 1024, 1), **json.loads(out)}
 
     def start_controller(self, i: int, wait: float = 900.0) -> float:
         """Start controller ``i``; seconds until it listens (load and compile included)."""

@@ -277,6 +277,8 @@ class FlowModCache:
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[FlowSpec, int], tuple[bytes, bytes]] = {}
+        #: by object identity first (no recursive hash of the flow; the entry holds the flow, so its id stays its own)
+        self._ids: dict[tuple[int, int], tuple[FlowSpec, tuple[bytes, bytes]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -285,6 +287,10 @@ class FlowModCache:
 
     def parts(self, flow: FlowSpec, command: int = OFPFC_ADD) -> tuple[bytes, bytes]:
         """(version/type/length prefix, body) of the FLOW_MOD."""
+        hit = self._ids.get((id(flow), command))
+        if hit is not None and hit[0] is flow:
+            self.hits += 1
+            return hit[1]
         key = (flow, command)
         got = self._bodies.get(key)
         if got is None:
@@ -294,6 +300,9 @@ class FlowModCache:
             self.misses += 1
         else:
             self.hits += 1
+        if len(self._ids) >= 1 << 22:  # transient flows (reroutes) must not pile up
+            self._ids.clear()
+        self._ids[(id(flow), command)] = (flow, got)
         return got
 
     def encode(self, flow: FlowSpec, xid: int, command: int = OFPFC_ADD) -> bytes:
@@ -302,6 +311,7 @@ class FlowModCache:
 
     def clear(self) -> None:
         self._bodies.clear()
+        self._ids.clear()
 
 
 # ---------------------------------------------------------------------------

@@ -34,6 +34,9 @@ def _canon_masked(vm: tuple[int, int] | None) -> tuple[int, int] | None:
 def canonical(flow: FlowSpec) -> FlowSpec:
     """The flow as a switch reports it back (zero masks dropped)."""
     m = flow.match
+    wm = flow.write_metadata
+    if not any(vm is not None and vm[1] == 0 for vm in (m.eth_src, m.eth_dst, m.metadata, m.reg0, wm)):
+        return flow  # nothing to drop (almost every flow): no new Match built to find that out
     match = Match(
         in_port=m.in_port,
         eth_type=m.eth_type,
@@ -44,7 +47,6 @@ def canonical(flow: FlowSpec) -> FlowSpec:
         reg0=_canon_masked(m.reg0),
         vlan_vid=m.vlan_vid,
     )
-    wm = flow.write_metadata
     if wm is not None and wm[1] == 0:
         wm = None
     if match == m and wm == flow.write_metadata:
