@@ -185,9 +185,10 @@ class FabricTopo(Topo):
         rng = random.Random(seed)
         link_opts: dict[str, Any] = {"cls": TCLink, "bw": link_bw} if link_bw else {"cls": Link}
         for sw in fabric.switches:
-            # batch=False: each bridge starts with its own ovs-vsctl, as without a Topo
+            # batch=True: all bridges are created in one ovs-vsctl call (OVSSwitch.batchStartup), not one
+            # ~0.35 s transaction per bridge (114 bridges: 40 s)
             self.addSwitch(prefix + sw.name, cls=OVSSwitch, dpid="%016x" % sw.dpid, datapath="user",
-                           protocols="OpenFlow13", failMode="secure", batch=False)
+                           protocols="OpenFlow13", failMode="secure", batch=True)
         planned = {format_mac(m) for m in plan.host_mac.values()} if plan is not None else set()
         for h in fabric.hosts:
             mac = random_vendor_mac(rng)
@@ -256,15 +257,53 @@ def host_intf(net: Mininet, host: str) -> str:
     return intf_name(host, HOST_PORT, getattr(net, "hf_prefix", ""))
 
 
-def stop_net(net: Mininet | None) -> str | None:
-    """``net.stop()``; returns the error's text instead of raising (a teardown goes on), None if it worked."""
+def stop_net(net: Mininet | None, fast: bool = True) -> str | None:
+    """Stop the net; returns the error's text instead of raising (a teardown goes on), None if it worked.
+
+    ``fast`` (default): :func:`fast_stop`; else Mininet's ``net.stop()`` (one ``ip link del`` per
+    interface through the nodes' shells: 50 s for 114 switches and 342 hosts).
+    """
     if net is None:
         return None
     try:
-        net.stop()
+        if fast:
+            fast_stop(net)
+        else:
+            net.stop()
     except Exception as err:  # noqa: BLE001 - keep tearing down
         return str(err)
     return None
+
+
+def fast_stop(net: Mininet) -> None:
+    """What ``net.stop()`` does, batched: every bridge deleted in one ovsdb transaction, every link
+    deleted by one ``ip -force -batch`` in the root namespace (a veth goes with its peer), then the
+    node shells killed (the hosts' namespaces die with them). Only this net's bridges and links."""
+    for c in net.controllers:
+        c.stop()
+    bridges = [s.name for s in net.switches if isinstance(s, OVSSwitch)]
+    if bridges:
+        cmd = ["ovs-vsctl", "--timeout=120"]
+        for b in bridges:
+            cmd += ["--", "--if-exists", "del-br", b]
+        subprocess.run(cmd, capture_output=True, timeout=180)
+    root_intfs = []
+    for link in net.links:
+        for intf in (link.intf1, link.intf2):
+            if intf is not None and not getattr(intf.node, "inNamespace", True):
+                root_intfs.append(intf.name)
+                break
+    if root_intfs:
+        script = "".join(f"link del dev {name}\n" for name in dict.fromkeys(root_intfs))
+        subprocess.run(["ip", "-force", "-batch", "-"], input=script, text=True, capture_output=True, timeout=180)
+    for link in net.links:  # gone with the batch: make Mininet forget them
+        for intf in (link.intf1, link.intf2):
+            if intf is not None:
+                intf.node.delIntf(intf)
+        link.intf1 = link.intf2 = None
+    net.links = []
+    for n in list(net.switches) + list(net.hosts):
+        n.terminate()
 
 
 def cleanup_all_mininet() -> int:
