@@ -6,9 +6,12 @@ queue overflow as unreachability. Here:
 
 * at most ``width`` sources probe at once, each with ``fping -i INTERVAL`` (one echo request every
   INTERVAL ms, each target retried ``retries`` times inside the probe);
-* :class:`AdaptivePacer` (pure: no processes, no clock) adapts to the loss it sees: a source that
-  lost more than ``backoff_loss`` of its targets halves the width and doubles the interval; a
-  clean one widens again (one more source, interval x 0.8, within the bounds);
+* a probe is one source and a chunk of its targets (``chunk``), the sources interleaved and their
+  targets rotated, so the probes running at once aim at different hosts;
+* :class:`AdaptivePacer` (pure: no processes, no clock) adapts after every probe to the loss it saw:
+  more than ``backoff_loss`` of the chunk lost (after fping's own retries) halves the width and
+  makes the interval 1.5 times longer; a clean probe widens again (one more probe at once, interval
+  x 0.9, within the bounds);
 * the pairs lost in a pass are retried in the next pass, after ``settle_s``, at half the rate of
   the pass before (half the width, twice the interval); a pair counts as **lost** only when no
   pass got an answer, a pair lost once and answered later counts as reached (and as retried).
@@ -34,8 +37,9 @@ _ALIVE = re.compile(r"^(\S+) is alive(?: \(([\d.]+) ms\))?")
 class Pacing:
     """Bounds and start point of the adaptive pacing (defaults: measured on 2 shared cores)."""
 
-    width: int = 12  # sources probing at once (start)
-    interval_ms: float = 4.0  # fping -i: gap between two probes of one source (start)
+    width: int = 8  # probes (one source, a chunk of its targets) running at once (start)
+    interval_ms: float = 5.0  # fping -i: gap between two echo requests of one probe (start)
+    chunk: int = 48  # targets per probe: the pacer adapts after every chunk
     timeout_ms: int = 500  # fping -t: wait for an answer
     retries: int = 1  # fping -r: retries of an unanswered target inside one probe
     passes: int = 4  # first pass + retry passes over the lost pairs
@@ -44,15 +48,15 @@ class Pacing:
     min_width: int = 1
     max_width: int = 32
     min_interval_ms: float = 1.0
-    max_interval_ms: float = 200.0
+    max_interval_ms: float = 100.0
 
     def __post_init__(self) -> None:
         if not (1 <= self.min_width <= self.width <= self.max_width):
             raise ValueError(f"width {self.width} must be within [{self.min_width}, {self.max_width}] and >= 1")
         if not (0 < self.min_interval_ms <= self.interval_ms <= self.max_interval_ms):
             raise ValueError(f"interval_ms {self.interval_ms} must be within [{self.min_interval_ms}, {self.max_interval_ms}]")
-        if self.passes < 1 or self.retries < 0 or self.timeout_ms <= 0:
-            raise ValueError("passes >= 1, retries >= 0 and timeout_ms > 0 required")
+        if self.passes < 1 or self.retries < 0 or self.timeout_ms <= 0 or self.chunk < 1:
+            raise ValueError("passes >= 1, retries >= 0, timeout_ms > 0 and chunk >= 1 required")
 
 
 @dataclass
@@ -70,7 +74,7 @@ class AdaptivePacer:
         self.width = self.pacing.width
         self.interval_ms = self.pacing.interval_ms
         self.pass_no = 0
-        self.queue: deque[tuple[str, list[str]]] = deque((s, list(d)) for s, d in self.targets.items() if d)
+        self.queue = self._units(self.targets, rotate=True)
         self.running = 0
         self.reached: set[tuple[str, str]] = set()
         self.lost_now: dict[str, list[str]] = {}  # lost in the current pass, retried in the next
@@ -78,6 +82,23 @@ class AdaptivePacer:
         self.probes = 0
         self.backoffs = 0
         self.pairs = sum(len(d) for d in self.targets.values())
+
+    def _units(self, targets: dict[str, list[str]], rotate: bool = False) -> deque[tuple[str, list[str]]]:
+        """Probes of a pass: each source's targets in chunks, the sources interleaved (the first chunk of
+        every source, then the second, ...); ``rotate``: source i starts at its i-th target, so the probes
+        running at once aim at different hosts."""
+        per_src = []
+        for i, (src, dsts) in enumerate(targets.items()):
+            if not dsts:
+                continue
+            k = i % len(dsts) if rotate else 0
+            order = list(dsts[k:]) + list(dsts[:k])
+            c = self.pacing.chunk
+            per_src.append([(src, order[j:j + c]) for j in range(0, len(order), c)])
+        out: deque[tuple[str, list[str]]] = deque()
+        for r in range(max((len(u) for u in per_src), default=0)):
+            out.extend(u[r] for u in per_src if r < len(u))
+        return out
 
     # -- scheduling
     def can_start(self) -> bool:
@@ -104,10 +125,10 @@ class AdaptivePacer:
         if dsts and len(missed) / len(dsts) > p.backoff_loss:
             self.backoffs += 1
             self.width = max(p.min_width, self.width // 2)
-            self.interval_ms = min(p.max_interval_ms, self.interval_ms * 2)
+            self.interval_ms = min(p.max_interval_ms, self.interval_ms * 1.5)
         elif not missed:
             self.width = min(p.max_width, self.width + 1)
-            self.interval_ms = max(p.min_interval_ms, self.interval_ms * 0.8)
+            self.interval_ms = max(p.min_interval_ms, self.interval_ms * 0.9)
 
     def pass_over(self) -> bool:
         return not self.queue and self.running == 0
@@ -120,7 +141,7 @@ class AdaptivePacer:
         self.pass_no += 1
         self.width = max(p.min_width, self.width // 2)
         self.interval_ms = min(p.max_interval_ms, self.interval_ms * 2)
-        self.queue = deque(self.lost_now.items())
+        self.queue = self._units(self.lost_now)
         self.lost_now = {}
         return True
 
@@ -151,10 +172,12 @@ class AdaptivePacer:
 
 def sweep(pacer: AdaptivePacer, start: Callable[[str, list[str], float], Any],
           poll: Callable[[Any], list[str] | None], settle: Callable[[], None] = lambda: None,
-          between_passes: Callable[[int], None] | None = None, tick: float = 0.01) -> dict[str, Any]:
+          between_passes: Callable[[int], None] | None = None, tick: float = 0.01,
+          on_pass: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``pacer`` to the end: ``start(src, dsts, interval_ms)`` launches a probe and returns a handle;
     ``poll(handle)`` returns the answered destinations once it has ended (None while running).
-    ``between_passes(pass_no)`` is called before every retry pass (after ``settle()``)."""
+    ``between_passes(pass_no)`` is called before every retry pass (after ``settle()``); ``on_pass(line)``
+    gets one line per finished pass."""
     t0 = time.monotonic()
     running: list[tuple[Any, str, list[str]]] = []
     while True:
@@ -170,6 +193,11 @@ def sweep(pacer: AdaptivePacer, start: Callable[[str, list[str], float], Any],
                 pacer.done(src, dsts, answered)
         running = still
         if pacer.pass_over():
+            if on_pass is not None:
+                lost = sum(len(d) for d in pacer.lost_now.values())
+                on_pass(f"pass {pacer.pass_no}: {len(pacer.reached)}/{pacer.pairs} reached, {lost} unanswered, "
+                        f"{pacer.probes} probes, {time.monotonic() - t0:.1f} s, width {pacer.width}, "
+                        f"interval {pacer.interval_ms:.1f} ms, {pacer.backoffs} back-off(s)")
             if pacer.lost_now and pacer.pass_no + 1 < pacer.pacing.passes:
                 settle()
                 if between_passes is not None:
@@ -197,7 +225,8 @@ def parse_alive(out: str) -> dict[str, float | None]:
 
 
 def paced_reachability(net: Any, pairs: dict[str, list[str]], pacing: Pacing | None = None,
-                       between_passes: Callable[[int], None] | None = None) -> dict[str, Any]:
+                       between_passes: Callable[[int], None] | None = None,
+                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Paced, adaptive fping sweep over ``pairs`` (host -> hosts) on a Mininet net (``net.hf_ips``)."""
     from fabric_topo import node  # mininet/fabric_topo.py (imported late: the pure part needs no Mininet)
 
@@ -218,7 +247,8 @@ def paced_reachability(net: Any, pairs: dict[str, list[str]], pacing: Pacing | N
         rtts.extend(r for r in alive.values() if r is not None)
         return [by_ip[ip] for ip in alive if ip in by_ip]
 
-    res = sweep(pacer, start, poll, settle=lambda: time.sleep(pacing.settle_s), between_passes=between_passes)
+    res = sweep(pacer, start, poll, settle=lambda: time.sleep(pacing.settle_s), between_passes=between_passes,
+                on_pass=progress)
     res["tool"] = "fping (paced)"
     res["rtt_avg_ms"] = round(statistics.mean(rtts), 3) if rtts else None
     res["rtt_max_ms"] = round(max(rtts), 3) if rtts else None

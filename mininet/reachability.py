@@ -57,7 +57,7 @@ def pair_targets(fabric: Fabric, coverage: str = "all", sample: int = 4) -> dict
 
 def all_pairs_ping(
     net: Any, fabric: Fabric, count: int = 1, interval_ms: int = 5, timeout_ms: int = 1000, tool: str | None = None,
-    coverage: str = "all", pacing: Pacing | None = None,
+    coverage: str = "all", pacing: Pacing | None = None, progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Ping every ordered pair of hosts (``coverage="cover"``: :func:`pair_targets`' covering set).
 
@@ -71,7 +71,7 @@ def all_pairs_ping(
     use_fping = tool == "fping" or (tool is None and shutil.which("fping") is not None)
     targets = pair_targets(fabric, coverage)
     if use_fping:
-        res = paced_reachability(net, targets, pacing)
+        res = paced_reachability(net, targets, pacing, progress=progress)
         res.update(sent=res["probes"], received=res["reached"], unreachable_pairs=res["lost"], coverage=coverage)
         return res
     t0 = time.monotonic()
@@ -118,7 +118,7 @@ def all_pairs_ping(
 def ping_step(net: Any, fabric: Fabric, progress: Callable[[str], None], coverage: str = "all") -> StepResult:
     """Reachability as summary keys (``ping_pairs``, ``ping_lost``, ``ping_retried``, ...); a pair lost after
     its retries is a failure."""
-    ping = all_pairs_ping(net, fabric, coverage=coverage)
+    ping = all_pairs_ping(net, fabric, coverage=coverage, progress=lambda line: progress("  " + line))
     res = StepResult({
         "ping_pairs": ping["pairs"],
         "ping_coverage": coverage,

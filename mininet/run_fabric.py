@@ -259,6 +259,7 @@ def teardown(net: Any, controller: Controller | None, report: Report, progress: 
         if code == EXIT_FAILED or rc not in (0, None, -signal.SIGTERM):
             report.summary["controller_log"] = controller.log_tail(20)
     report.summary["teardown_s"] = round(time.monotonic() - t, 2)
+    report.summary["teardown_parts"] = getattr(net, "hf_teardown", None)  # bridges_s, links_s, shells_s
 
 
 if __name__ == "__main__":
