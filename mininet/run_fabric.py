@@ -11,8 +11,8 @@ plays the controller's part in the PAUSE test itself (flow-table baseline).
 
 Steps (progress on stderr): controller -> Mininet net -> wait until every
 switch is confirmed and rules_installed == rules_expected (and each bridge
-holds exactly the compiled flows) -> DMP on every host -> every host's MAC
-equals the plan -> static neighbour entries -> LLDP discovery complete -> paced reachability (mininet/paced_ping.py) -> PCP capture (tcpdump
+holds exactly the compiled flows) -> LLDP discovery complete -> DMP on every host -> every host's MAC
+equals the plan (hosts without it ask again, up to 3 rounds) -> static neighbour entries -> paced reachability (mininet/paced_ping.py) -> PCP capture (tcpdump
 before and after a global hop: the PCP rises on it) -> PAUSE test (PFC frames for the
 classes in use, or 802.3x without classes: flip to table 3, traffic diverted, expiry
 restores the default path) ->
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
         report.add(rules_in_place(net, setup, controller, args.ready_timeout, progress))  # 3. rules
 
+        if controller is not None:  # 3b. LLDP discovery complete (OVS settled before hundreds of hosts ask DMP)
+            report.add(discovery_step(controller, t, args.discovery_timeout, progress))
         dmp = assign_planned_macs(net, plan)  # 4. DMP
         report.update(**dmp.fields())
         progress(f"DMP: {len(dmp.assigned)}/{len(fabric.hosts)} hosts hold their planned MAC ({summary['dmp_s']} s)")
@@ -167,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             report.fail(dmp.problem())
             raise CheckFailed("DMP failed")
 
-        if controller is not None:  # 4b. LLDP discovery complete
-            report.add(discovery_step(controller, t, args.discovery_timeout, progress))
         set_static_neighbours(net, plan)  # 5. neighbours
         report.add(ping_step(net, fabric, progress, args.reach))  # 6. paced reachability
         report.add(capture_step(net, fabric, choose_capture(setup.compiled), progress))  # 6b. PCP on the wire
