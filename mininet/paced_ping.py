@@ -177,9 +177,10 @@ def sweep(pacer: AdaptivePacer, start: Callable[[str, list[str], float], Any],
     """Run ``pacer`` to the end: ``start(src, dsts, interval_ms)`` launches a probe and returns a handle;
     ``poll(handle)`` returns the answered destinations once it has ended (None while running).
     ``between_passes(pass_no)`` is called before every retry pass (after ``settle()``); ``on_pass(line)``
-    gets one line per finished pass."""
+    gets one line per finished pass and one every 30 s."""
     t0 = time.monotonic()
     running: list[tuple[Any, str, list[str]]] = []
+    next_note = t0 + 30.0
     while True:
         while pacer.can_start():
             src, dsts, interval = pacer.take()
@@ -192,6 +193,10 @@ def sweep(pacer: AdaptivePacer, start: Callable[[str, list[str], float], Any],
             else:
                 pacer.done(src, dsts, answered)
         running = still
+        if on_pass is not None and time.monotonic() >= next_note:
+            next_note += 30.0
+            on_pass(f"pass {pacer.pass_no} running: {len(pacer.reached)}/{pacer.pairs} reached, {pacer.probes} probes, "
+                    f"{time.monotonic() - t0:.0f} s, width {pacer.width}, interval {pacer.interval_ms:.1f} ms")
         if pacer.pass_over():
             if on_pass is not None:
                 lost = sum(len(d) for d in pacer.lost_now.values())
