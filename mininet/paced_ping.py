@@ -4,21 +4,22 @@ A correctness check, not a load test. Pinging every pair at once (every host at 
 through userspace Open vSwitch overflows its queues on fabrics of a few hundred hosts and reports
 queue overflow as unreachability. Here:
 
-* at most ``width`` sources probe at once, each with ``fping -i INTERVAL`` (one echo request every
-  INTERVAL ms, each target retried ``retries`` times inside the probe);
+* at most ``width`` probes run at once, each ``fping -i INTERVAL`` (one echo request every
+  INTERVAL ms, each target retried ``retries`` times inside the probe), INTERVAL = width / rate, so
+  the probes together send about ``rate`` echo requests per second;
 * a probe is one source and a chunk of its targets (``chunk``), the sources interleaved and their
   targets rotated, so the probes running at once aim at different hosts;
-* :class:`AdaptivePacer` (pure: no processes, no clock) adapts after every probe to the loss it saw:
-  more than ``backoff_loss`` of the chunk lost (after fping's own retries) halves the width and
-  makes the interval 1.5 times longer; a clean probe widens again (one more probe at once, interval
-  x 0.9, within the bounds);
+* :class:`AdaptivePacer` (pure: no processes, no clock) adapts the rate after every probe to the
+  loss it saw (AIMD, as TCP): more than ``backoff_loss`` of the chunk lost (after fping's own
+  retries) multiplies the rate by ``decrease``; a clean probe adds ``increase_pps``; within
+  [``min_rate_pps``, ``max_rate_pps``];
 * the pairs lost in a pass are retried in the next pass, after ``settle_s``, at half the rate of
-  the pass before (half the width, twice the interval); a pair counts as **lost** only when no
+  the pass before (half its final rate); a pair counts as **lost** only when no
   pass got an answer, a pair lost once and answered later counts as reached (and as retried).
 
 :func:`paced_reachability` drives it on a Mininet net with fping. Its result: pairs, reached, lost,
 retried (pairs that needed more than the first pass), passes, probes sent, duration, rate
-(probes/s over the run) and the width/interval it ended at.
+(probes/s over the run) and the rate it ended at.
 """
 
 from __future__ import annotations
@@ -37,24 +38,26 @@ _ALIVE = re.compile(r"^(\S+) is alive(?: \(([\d.]+) ms\))?")
 class Pacing:
     """Bounds and start point of the adaptive pacing (defaults: measured on 2 shared cores)."""
 
-    width: int = 8  # probes (one source, a chunk of its targets) running at once (start)
-    interval_ms: float = 5.0  # fping -i: gap between two echo requests of one probe (start)
+    width: int = 8  # probes (one source, a chunk of its targets) running at once
+    rate_pps: float = 800.0  # echo requests per second of all probes together (start)
     chunk: int = 48  # targets per probe: the pacer adapts after every chunk
     timeout_ms: int = 500  # fping -t: wait for an answer
     retries: int = 1  # fping -r: retries of an unanswered target inside one probe
     passes: int = 4  # first pass + retry passes over the lost pairs
     settle_s: float = 1.0  # pause before a retry pass (queues drain)
-    backoff_loss: float = 0.01  # loss share of a source that makes the pacer back off
-    min_width: int = 1
-    max_width: int = 32
-    min_interval_ms: float = 1.0
-    max_interval_ms: float = 100.0
+    backoff_loss: float = 0.02  # loss share of a probe that makes the pacer back off
+    min_rate_pps: float = 40.0
+    max_rate_pps: float = 4000.0
+    increase_pps: float = 20.0  # added after a clean probe
+    decrease: float = 0.7  # rate factor after a lossy probe
 
     def __post_init__(self) -> None:
-        if not (1 <= self.min_width <= self.width <= self.max_width):
-            raise ValueError(f"width {self.width} must be within [{self.min_width}, {self.max_width}] and >= 1")
-        if not (0 < self.min_interval_ms <= self.interval_ms <= self.max_interval_ms):
-            raise ValueError(f"interval_ms {self.interval_ms} must be within [{self.min_interval_ms}, {self.max_interval_ms}]")
+        if self.width < 1:
+            raise ValueError(f"width must be >= 1, got {self.width}")
+        if not (0 < self.min_rate_pps <= self.rate_pps <= self.max_rate_pps):
+            raise ValueError(f"rate_pps {self.rate_pps} must be within [{self.min_rate_pps}, {self.max_rate_pps}]")
+        if not 0 < self.decrease < 1:
+            raise ValueError(f"decrease must be in (0, 1), got {self.decrease}")
         if self.passes < 1 or self.retries < 0 or self.timeout_ms <= 0 or self.chunk < 1:
             raise ValueError("passes >= 1, retries >= 0, timeout_ms > 0 and chunk >= 1 required")
 
@@ -72,7 +75,7 @@ class AdaptivePacer:
 
     def __post_init__(self) -> None:
         self.width = self.pacing.width
-        self.interval_ms = self.pacing.interval_ms
+        self.rate = self.pacing.rate_pps
         self.pass_no = 0
         self.queue = self._units(self.targets, rotate=True)
         self.running = 0
@@ -100,6 +103,11 @@ class AdaptivePacer:
             out.extend(u[r] for u in per_src if r < len(u))
         return out
 
+    @property
+    def interval_ms(self) -> float:
+        """Gap between two echo requests of one probe at the current rate (fping's floor: 1 ms)."""
+        return max(1.0, 1000.0 * self.width / self.rate)
+
     # -- scheduling
     def can_start(self) -> bool:
         return bool(self.queue) and self.running < self.width
@@ -124,11 +132,9 @@ class AdaptivePacer:
         p = self.pacing
         if dsts and len(missed) / len(dsts) > p.backoff_loss:
             self.backoffs += 1
-            self.width = max(p.min_width, self.width // 2)
-            self.interval_ms = min(p.max_interval_ms, self.interval_ms * 1.5)
+            self.rate = max(p.min_rate_pps, self.rate * p.decrease)
         elif not missed:
-            self.width = min(p.max_width, self.width + 1)
-            self.interval_ms = max(p.min_interval_ms, self.interval_ms * 0.9)
+            self.rate = min(p.max_rate_pps, self.rate + p.increase_pps)
 
     def pass_over(self) -> bool:
         return not self.queue and self.running == 0
@@ -139,8 +145,7 @@ class AdaptivePacer:
             return False
         p = self.pacing
         self.pass_no += 1
-        self.width = max(p.min_width, self.width // 2)
-        self.interval_ms = min(p.max_interval_ms, self.interval_ms * 2)
+        self.rate = max(p.min_rate_pps, self.rate / 2)
         self.queue = self._units(self.lost_now)
         self.lost_now = {}
         return True
@@ -165,8 +170,7 @@ class AdaptivePacer:
             "passes": self.pass_no + 1,
             "probes": self.probes,
             "backoffs": self.backoffs,
-            "final_width": self.width,
-            "final_interval_ms": round(self.interval_ms, 3),
+            "final_rate_pps": round(self.rate, 1),
         }
 
 
@@ -196,13 +200,13 @@ def sweep(pacer: AdaptivePacer, start: Callable[[str, list[str], float], Any],
         if on_pass is not None and time.monotonic() >= next_note:
             next_note += 30.0
             on_pass(f"pass {pacer.pass_no} running: {len(pacer.reached)}/{pacer.pairs} reached, {pacer.probes} probes, "
-                    f"{time.monotonic() - t0:.0f} s, width {pacer.width}, interval {pacer.interval_ms:.1f} ms")
+                    f"{time.monotonic() - t0:.0f} s, rate {pacer.rate:.0f}/s, {pacer.backoffs} back-off(s)")
         if pacer.pass_over():
             if on_pass is not None:
                 lost = sum(len(d) for d in pacer.lost_now.values())
                 on_pass(f"pass {pacer.pass_no}: {len(pacer.reached)}/{pacer.pairs} reached, {lost} unanswered, "
-                        f"{pacer.probes} probes, {time.monotonic() - t0:.1f} s, width {pacer.width}, "
-                        f"interval {pacer.interval_ms:.1f} ms, {pacer.backoffs} back-off(s)")
+                        f"{pacer.probes} probes, {time.monotonic() - t0:.1f} s, rate {pacer.rate:.0f}/s, "
+                        f"{pacer.backoffs} back-off(s)")
             if pacer.lost_now and pacer.pass_no + 1 < pacer.pacing.passes:
                 settle()
                 if between_passes is not None:

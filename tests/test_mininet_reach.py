@@ -70,7 +70,7 @@ def test_every_pair_reached(net) -> None:  # noqa: ANN001
 def test_silent_host_is_lost_after_retries_all_others_reached(net) -> None:  # noqa: ANN001
     _ignore_echo(net, SILENT, True)
     try:
-        pacing = Pacing(width=4, interval_ms=2, timeout_ms=200, retries=1, passes=3, settle_s=0.2)
+        pacing = Pacing(width=8, rate_pps=2000, timeout_ms=200, retries=1, passes=3, settle_s=0.2, backoff_loss=0.1)
         res = paced_reachability(net, pair_targets(net.hf_fabric), pacing)
     finally:
         _ignore_echo(net, SILENT, False)
@@ -81,7 +81,7 @@ def test_silent_host_is_lost_after_retries_all_others_reached(net) -> None:  # n
 
 def test_pair_lost_once_then_answering_counts_as_reached(net) -> None:  # noqa: ANN001
     _ignore_echo(net, SILENT, True)
-    pacing = Pacing(width=4, interval_ms=2, timeout_ms=200, retries=0, passes=3, settle_s=0.2)
+    pacing = Pacing(width=8, rate_pps=2000, timeout_ms=200, retries=0, passes=3, settle_s=0.2, backoff_loss=0.1)
     try:
         res = paced_reachability(net, pair_targets(net.hf_fabric), pacing,
                                  between_passes=lambda _n: _ignore_echo(net, SILENT, False))

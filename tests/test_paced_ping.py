@@ -46,7 +46,7 @@ class Probes:
 
 
 def run(answers, pacing: Pacing | None = None) -> tuple[dict, Probes]:  # noqa: ANN001
-    pacer = AdaptivePacer(all_pairs(), pacing or Pacing(width=3, interval_ms=4, settle_s=0))
+    pacer = AdaptivePacer(all_pairs(), pacing or Pacing(width=3, rate_pps=750, settle_s=0))
     probes = Probes(pacer, answers)
     return sweep(pacer, probes.start, probes.poll, tick=0), probes
 
@@ -63,34 +63,35 @@ def test_pair_lost_once_then_answered_counts_as_reached() -> None:
     assert res["lost"] == 0 and res["reached"] == 90
     assert res["retried"] == 9 and res["retried_reached"] == 9 and res["passes"] == 2
     assert res["probes"] == 90 + 9  # only the lost pairs are probed again
-    last0 = [i for p, i in probes.intervals if p == 0][-1]
-    first1 = [i for p, i in probes.intervals if p == 1][0]
-    assert first1 == min(100.0, 2 * last0)  # the retry pass starts at half the rate the first pass ended at
+    assert probes.intervals[0] == (0, 4.0)  # 3 probes at once, 750/s together: one request every 4 ms each
+    assert all(i > 4.0 for p, i in probes.intervals if p == 1)  # the retry pass runs slower
 
 
 def test_pair_never_answering_is_lost_after_every_pass() -> None:
-    res, _ = run(lambda p, s, d: d != "h3", Pacing(width=3, interval_ms=4, settle_s=0, passes=3))
+    res, _ = run(lambda p, s, d: d != "h3", Pacing(width=3, rate_pps=750, settle_s=0, passes=3))
     assert res["lost"] == 9 and res["reached"] == 81 and res["passes"] == 3
     assert sorted(res["lost_pairs"]) == sorted(f"{s}->h3" for s in HOSTS if s != "h3")
     assert res["probes"] == 90 + 9 + 9
 
 
-def test_loss_backs_off_and_clean_probes_widen() -> None:
-    pacer = AdaptivePacer(all_pairs(), Pacing(width=8, interval_ms=4, max_width=10))
-    src, dsts, _ = pacer.take()
+def test_loss_cuts_the_rate_and_clean_probes_raise_it() -> None:
+    pacer = AdaptivePacer(all_pairs(), Pacing(width=8, rate_pps=1000, max_rate_pps=1050, increase_pps=50))
+    src, dsts, interval = pacer.take()
+    assert interval == 8.0
     pacer.done(src, dsts, dsts[: len(dsts) // 2])  # half lost
-    assert (pacer.width, pacer.interval_ms) == (4, 6)
+    assert pacer.rate == pytest.approx(700) and pacer.backoffs == 1
     src, dsts, _ = pacer.take()
     pacer.done(src, dsts, dsts)
-    assert pacer.width == 5 and pacer.interval_ms == pytest.approx(5.4)
-    for _ in range(6):
+    assert pacer.rate == pytest.approx(750)
+    for _ in range(8):
         src, dsts, _ = pacer.take()
         pacer.done(src, dsts, dsts)
-    assert pacer.width == 10  # max_width
+    assert pacer.rate == 1050  # max_rate_pps
+    assert pacer.interval_ms == pytest.approx(8000 / 1050)
 
 
 def test_probes_are_chunks_of_interleaved_rotated_targets() -> None:
-    pacer = AdaptivePacer(all_pairs(), Pacing(width=32, interval_ms=4, chunk=4))
+    pacer = AdaptivePacer(all_pairs(), Pacing(width=32, chunk=4))
     units = [pacer.take()[:2] for _ in range(len(pacer.queue))]
     assert all(len(d) <= 4 for _, d in units) and len(units) == 10 * 3  # 9 targets: chunks of 4, 4, 1
     assert [s for s, _ in units[:10]] == HOSTS  # the first chunk of every source first
@@ -99,7 +100,7 @@ def test_probes_are_chunks_of_interleaved_rotated_targets() -> None:
 
 
 def test_width_bounds_concurrent_probes() -> None:
-    pacer = AdaptivePacer(all_pairs(), Pacing(width=2, interval_ms=4, max_width=2))
+    pacer = AdaptivePacer(all_pairs(), Pacing(width=2))
     taken = [pacer.take(), pacer.take()]
     assert not pacer.can_start()
     pacer.done(taken[0][0], taken[0][1], taken[0][1])
@@ -117,5 +118,5 @@ def test_fping_command_and_output() -> None:
 def test_bad_pacing_is_refused() -> None:
     with pytest.raises(ValueError, match="width"):
         Pacing(width=0)
-    with pytest.raises(ValueError, match="interval"):
-        Pacing(interval_ms=0)
+    with pytest.raises(ValueError, match="rate_pps"):
+        Pacing(rate_pps=0)
