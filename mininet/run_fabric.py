@@ -11,12 +11,14 @@ plays the controller's part in the PAUSE test itself (flow-table baseline).
 
 Steps (progress on stderr): controller -> Mininet net -> wait until every
 switch is confirmed and rules_installed == rules_expected (and each bridge
-holds exactly the compiled flows) -> LLDP discovery complete -> DMP on every host -> every host's MAC
-equals the plan (hosts without it ask again, up to 3 rounds) -> static neighbour entries -> paced reachability (mininet/paced_ping.py) -> PCP capture (tcpdump
+holds exactly the compiled flows) -> LLDP discovery complete -> DMP on every
+host -> every host's MAC equals the plan (hosts without it ask again, up to 3
+rounds) -> static neighbour entries -> paced reachability (paced_ping.py:
+every pair, a pair lost only after retries) -> PCP capture (tcpdump
 before and after a global hop: the PCP rises on it) -> PAUSE test (PFC frames for the
 classes in use, or 802.3x without classes: flip to table 3, traffic diverted, expiry
 restores the default path) ->
-teardown (also on Ctrl-C / SIGTERM / errors). The last stdout line is a
+teardown, batched (also on Ctrl-C / SIGTERM / errors). The last stdout line is a
 one-line JSON summary; exit 0 only if every check passed (1 failed checks,
 2 bad arguments or environment, 130 interrupted).
 
