@@ -31,8 +31,11 @@ def bridges_of(pid: int) -> list[str]:
 
 
 def start() -> subprocess.Popen:
+    # SIGINT back to its default in the child: a test run started in the background (``cmd &``) ignores
+    # SIGINT, and Python only turns SIGINT into KeyboardInterrupt when it starts with the default handler
     return subprocess.Popen([sys.executable, str(BENCH), "--topology", str(TOPO), "--repeat", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_bringup_finishes_and_removes_its_bridges() -> None:
