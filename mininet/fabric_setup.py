@@ -166,13 +166,15 @@ def rules_in_place(net: Any, setup: Setup, controller: Any, timeout: float,
     ``controller`` (a :class:`controller_proc.Controller`): wait until its status file says every switch
     is confirmed and rules_installed == rules_expected. None (static mode, no controller): install the
     compiled tables (no guards, meters or groups) with ``ovs-ofctl --bundle``. Summary keys
-    ``rules_expected``, ``rules_installed``, ``flows_match_compiler``, ``ready_s``.
+    ``rules_expected``, ``rules_installed``, ``flows_match_compiler``, ``ready_s`` (with the per-bridge
+    flow count check), ``confirm_s`` (controller: until every switch is confirmed).
     """
     t = time.monotonic()
     res = StepResult()
     desired = setup.desired
     if controller is not None:
         status = controller.wait_ready(len(setup.fabric.switches), timeout, progress)
+        res.fields["confirm_s"] = round(time.monotonic() - t, 2)  # net up -> every switch confirmed
         res.fields.update(rules_expected=status.get("rules_expected"), rules_installed=status.get("rules_installed"))
     else:
         if setup.compiled is not None:

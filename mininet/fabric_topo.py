@@ -22,9 +22,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,9 +187,10 @@ class FabricTopo(Topo):
         rng = random.Random(seed)
         link_opts: dict[str, Any] = {"cls": TCLink, "bw": link_bw} if link_bw else {"cls": Link}
         for sw in fabric.switches:
-            # batch=False: each bridge starts with its own ovs-vsctl, as without a Topo
+            # batch=True: all bridges are created in one ovs-vsctl call (OVSSwitch.batchStartup), not one
+            # ~0.35 s transaction per bridge (114 bridges: 40 s)
             self.addSwitch(prefix + sw.name, cls=OVSSwitch, dpid="%016x" % sw.dpid, datapath="user",
-                           protocols="OpenFlow13", failMode="secure", batch=False)
+                           protocols="OpenFlow13", failMode="secure", batch=True)
         planned = {format_mac(m) for m in plan.host_mac.values()} if plan is not None else set()
         for h in fabric.hosts:
             mac = random_vendor_mac(rng)
@@ -256,15 +259,75 @@ def host_intf(net: Mininet, host: str) -> str:
     return intf_name(host, HOST_PORT, getattr(net, "hf_prefix", ""))
 
 
-def stop_net(net: Mininet | None) -> str | None:
-    """``net.stop()``; returns the error's text instead of raising (a teardown goes on), None if it worked."""
+def stop_net(net: Mininet | None, fast: bool = True) -> str | None:
+    """Stop the net; returns the error's text instead of raising (a teardown goes on), None if it worked.
+
+    ``fast`` (default): :func:`fast_stop`; else Mininet's ``net.stop()`` (one ``ip link del`` per
+    interface through the nodes' shells: 50 s for 114 switches and 342 hosts).
+    """
     if net is None:
         return None
     try:
-        net.stop()
+        if fast:
+            net.hf_teardown = fast_stop(net)
+        else:
+            net.stop()
     except Exception as err:  # noqa: BLE001 - keep tearing down
         return str(err)
     return None
+
+
+def fast_stop(net: Mininet) -> dict[str, float]:
+    """What ``net.stop()`` does, batched; returns the seconds of each part.
+
+    Every link goes first, by its root-namespace end, all in one kernel call (``ip link set ... group G``
+    for each, then ``ip link del group G``: one unregister batch instead of one RCU grace period per
+    veth, ~20 ms each on this machine); then every bridge in one ovsdb transaction (their ports already
+    gone); then the node shells are killed (the hosts' namespaces die with them). Only this net's
+    bridges and links.
+    """
+    times: dict[str, float] = {}
+    for c in net.controllers:
+        c.stop()
+    t = time.monotonic()
+    root_intfs: dict[str, None] = {}
+    for link in net.links:
+        for intf in (link.intf1, link.intf2):
+            if intf is not None and not getattr(intf.node, "inNamespace", True):
+                root_intfs[intf.name] = None
+                break
+    if root_intfs:
+        group = 0x48460000 | (os.getpid() & 0xFFFF)  # ours alone: "HF" + our pid
+        script = "".join(f"link set dev {name} group {group}\n" for name in root_intfs)
+        subprocess.run(["ip", "-force", "-batch", "-"], input=script, text=True, capture_output=True, timeout=180)
+        subprocess.run(["ip", "link", "del", "group", str(group)], capture_output=True, timeout=180)
+    for link in net.links:  # gone with the batch: make Mininet forget them
+        for intf in (link.intf1, link.intf2):
+            if intf is not None:
+                intf.node.delIntf(intf)
+        link.intf1 = link.intf2 = None
+    net.links = []
+    times["links_s"] = time.monotonic() - t
+    t = time.monotonic()
+    bridges = [s.name for s in net.switches if isinstance(s, OVSSwitch)]
+    if bridges:
+        cmd = ["ovs-vsctl", "--timeout=120"]
+        for b in bridges:
+            cmd += ["--", "--if-exists", "del-br", b]
+        subprocess.run(cmd, capture_output=True, timeout=180)
+    times["bridges_s"] = time.monotonic() - t
+    t = time.monotonic()
+    nodes = list(net.hosts) + list(net.switches)
+    for n in nodes:  # SIGHUP every shell first, then reap them
+        if n.shell is not None and n.shell.poll() is None:
+            try:
+                os.killpg(n.shell.pid, signal.SIGHUP)
+            except ProcessLookupError:
+                pass
+    for n in nodes:
+        n.terminate()
+    times["shells_s"] = time.monotonic() - t
+    return {k: round(v, 2) for k, v in times.items()}
 
 
 def cleanup_all_mininet() -> int:

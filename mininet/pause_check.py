@@ -303,6 +303,10 @@ def pause_step(res: dict[str, Any], target: PauseTarget, link_speed_gbps: float,
         "pause_first_reaction_ms": round(reaction[0], 3) if reaction else None,
         "pause_observed_ms": res.get("observed_ms"),
         "pause_ping_lost": res.get("ping_lost"),  # reported, not judged: see docs/mininet.md
+        "pause_lapses": res.get("lapses"),
+        "pause_frames": res.get("frames"),
+        "pause_reaction_p90_ms": (res.get("reaction_stats") or {}).get("p90"),
+        "pause_reaction_max_ms": (res.get("reaction_stats") or {}).get("max"),
         "diverted": bool(res.get("diverted")),
         "restored": bool(res.get("restored")),
     })
@@ -317,6 +321,12 @@ def pause_step(res: dict[str, Any], target: PauseTarget, link_speed_gbps: float,
             f"  note: the pause lapsed {res['lapses']} time(s) between frames of the train "
             f"(one frame = {res['frame_ms']} ms at {link_speed_gbps:g} Gb/s; the controller expired it "
             f"before handling the next frame); {res.get('diverted_fraction')} of the traffic was diverted"
+        )
+    if res.get("lapses"):  # the port went back to its default path inside the train: not one held pause
+        step.failures.append(
+            f"PAUSE test: the pause lapsed {res['lapses']} time(s) between the frames of the train (one frame "
+            f"{res['frame_ms']} ms at {link_speed_gbps:g} Gb/s, controller reaction p90 "
+            f"{(res.get('reaction_stats') or {}).get('p90')} ms); give longer frames (--link-speed-gbps lower)"
         )
     if res.get("error"):
         step.failures.append("PAUSE test: " + res["error"])

@@ -1,10 +1,10 @@
 """Reachability step: all-pairs ping, and steady pings judged by ``icmp_seq`` gaps.
 
-* :func:`all_pairs_ping`: every ordered pair once, every source at the same time (``fping`` per
-  source if installed, else parallel ``ping``); :func:`ping_step` turns it into summary keys and a
-  failure; :func:`reachable_all_pairs` retries lost pairs (a busy 2-core box drops the odd echo).
-  Every source runs at once: pacing the sources (fabrics of a few hundred hosts) belongs in
-  :func:`all_pairs_ping`, which callers reach only through these functions.
+* :func:`all_pairs_ping`: every ordered pair (or :func:`pair_targets`' covering set), paced and
+  adaptive with fping (:mod:`paced_ping`: a bounded number of sources at once, rate backed off on
+  loss, lost pairs retried at a lower rate, a pair lost only after its retries);
+  :func:`ping_step` turns it into summary keys and a failure; :func:`reachable_all_pairs` raises
+  if a pair stays unreachable.
 * :class:`SteadyPing`: ``ping -i INTERVAL`` from one host to another while something happens
   (a PAUSE, a controller restart, a link cut); lost = sequence numbers missing below the highest
   answered one.
@@ -22,105 +22,124 @@ import time
 from typing import Any, Callable
 
 from fabric_topo import node  # mininet/fabric_topo.py
+from paced_ping import Pacing, paced_reachability
 from runkit import CheckFailed, StepResult
 
 from hpcfabric.topology.model import Fabric
 
-_FPING_LINE = re.compile(r"^(\S+)\s*:\s*xmt/rcv/%loss = (\d+)/(\d+)/\d+%(?:.*min/avg/max = ([\d.]+)/([\d.]+)/([\d.]+))?")
+
+def pair_targets(fabric: Fabric, coverage: str = "all", sample: int = 4) -> dict[str, list[str]]:
+    """Source host -> destination hosts to probe.
+
+    ``all``: every ordered pair. ``cover``: a covering set for fabrics where all pairs take too long:
+    every host to one host on every other switch (rotated with the source's rank, so every host of a
+    switch is a destination for someone), plus all pairs among the hosts of ``sample`` switches spread
+    over the fabric (every path class: same switch, same group/row, other group/row). Each switch pair
+    is then covered in both directions, and every host both sends and answers.
+    """
+    hosts = [h.name for h in fabric.hosts]
+    if coverage == "all":
+        return {s: [d for d in hosts if d != s] for s in hosts}
+    if coverage != "cover":
+        raise ValueError(f"coverage must be 'all' or 'cover', got {coverage!r}")
+    on = {sw.name: [h.name for h in fabric.hosts_on(sw.name)] for sw in fabric.switches}
+    switches = [s for s, hs in on.items() if hs]
+    step = max(1, len(switches) // max(1, sample))
+    sampled = set(switches[::step][:sample])
+    out: dict[str, list[str]] = {}
+    for rank, h in enumerate(fabric.hosts):
+        dsts = [on[sw][rank % len(on[sw])] for sw in switches if sw != h.switch]
+        if h.switch in sampled:
+            dsts += [d for sw in sampled for d in on[sw] if d != h.name and d not in dsts]
+        out[h.name] = dsts
+    return out
 
 
 def all_pairs_ping(
-    net: Any, fabric: Fabric, count: int = 1, interval_ms: int = 5, timeout_ms: int = 1000, tool: str | None = None
+    net: Any, fabric: Fabric, count: int = 1, interval_ms: int = 5, timeout_ms: int = 1000, tool: str | None = None,
+    coverage: str = "all", pacing: Pacing | None = None, progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Ping every ordered pair of hosts (all sources in parallel): fping if installed, else ping
-    (16 at a time per source); ``tool`` forces one.
+    """Ping every ordered pair of hosts (``coverage="cover"``: :func:`pair_targets`' covering set).
 
-    Returns pairs, sent, received, lost (pings), lost_pairs (first 20 unreachable
-    ordered pairs), rtt_avg_ms/rtt_max_ms, seconds and the tool used.
+    With fping (installed by scripts/bootstrap.sh): paced and adaptive (:mod:`paced_ping`; a pair is
+    lost only when every retry pass failed). Without it (or ``tool="ping"``): parallel ``ping``,
+    16 at a time per source, every source at once (small fabrics only).
+
+    Returns pairs, sent, received, lost and unreachable_pairs (pairs never answered), lost_pairs (first
+    20), rtt_avg_ms/rtt_max_ms, seconds and the tool; the paced sweep adds retried, passes, rate_pps, ...
     """
+    use_fping = tool == "fping" or (tool is None and shutil.which("fping") is not None)
+    targets = pair_targets(fabric, coverage)
+    if use_fping:
+        res = paced_reachability(net, targets, pacing, progress=progress)
+        res.update(sent=res["probes"], received=res["reached"], unreachable_pairs=res["lost"], coverage=coverage)
+        return res
     t0 = time.monotonic()
     ips = net.hf_ips
     by_ip = {ip: name for name, ip in ips.items()}
-    hosts = [h.name for h in fabric.hosts]
-    use_fping = tool == "fping" or (tool is None and shutil.which("fping") is not None)
     procs = {}
-    for src in hosts:
-        targets = [ips[d] for d in hosts if d != src]
-        if use_fping:
-            cmd = ["fping", "-4", "-q", "-c", str(count), "-p", "20", "-i", str(interval_ms), "-t", str(timeout_ms), *targets]
-        else:
-            wait_s = max(1, math.ceil(timeout_ms / 1000))
-            script = (
-                f"printf '%s\\n' {' '.join(targets)} | xargs -P 16 -I@ sh -c "
-                f"'ping -n -q -c {count} -i 0.02 -W {wait_s} @ >/dev/null 2>&1 && echo OK @ || echo LOST @'"
-            )
-            cmd = ["bash", "-c", script]
-        procs[src] = node(net, src).popen(cmd, text=True)
-    sent = received = 0
-    rtts: list[float] = []
-    rtt_max = 0.0
+    wait_s = max(1, math.ceil(timeout_ms / 1000))
+    for src, dsts in targets.items():
+        script = (
+            f"printf '%s\\n' {' '.join(ips[d] for d in dsts)} | xargs -P 16 -I@ sh -c "
+            f"'ping -n -q -c {count} -i 0.02 -W {wait_s} @ >/dev/null 2>&1 && echo OK @ || echo LOST @'"
+        )
+        procs[src] = node(net, src).popen(["bash", "-c", script], text=True)
+    sent = received = seen = 0
     lost_pairs: list[tuple[str, str]] = []
-    seen = 0
     for src, proc in procs.items():
-        out, err = proc.communicate(timeout=120)
-        if use_fping:
-            for line in err.splitlines():
-                m = _FPING_LINE.match(line.strip())
-                if not m:
-                    continue
+        out, _ = proc.communicate(timeout=120)
+        for line in out.splitlines():
+            word, _, ip = line.partition(" ")
+            if word in ("OK", "LOST"):
                 seen += 1
-                xmt, rcv = int(m.group(2)), int(m.group(3))
-                sent += xmt
-                received += rcv
-                if rcv == 0:
-                    lost_pairs.append((src, by_ip.get(m.group(1), m.group(1))))
-                if m.group(5):
-                    rtts.append(float(m.group(5)))
-                    rtt_max = max(rtt_max, float(m.group(6)))
-        else:
-            for line in out.splitlines():
-                word, _, ip = line.partition(" ")
-                if word in ("OK", "LOST"):
-                    seen += 1
-                    sent += count
-                    if word == "OK":
-                        received += count
-                    else:
-                        lost_pairs.append((src, by_ip.get(ip, ip)))
-    pairs = len(hosts) * (len(hosts) - 1)
+                sent += count
+                if word == "OK":
+                    received += count
+                else:
+                    lost_pairs.append((src, by_ip.get(ip, ip)))
+    pairs = sum(len(d) for d in targets.values())
     missing = pairs - seen  # no report at all for a pair counts as lost
     return {
-        "tool": "fping" if use_fping else "ping",
+        "tool": "ping",
+        "coverage": coverage,
         "pairs": pairs,
         "sent": sent + missing * count,
         "received": received,
-        "lost": sent - received + missing * count,
+        "lost": len(lost_pairs) + missing,
         "unreachable_pairs": len(lost_pairs) + missing,
         "lost_pairs": [f"{a}->{b}" for a, b in lost_pairs[:20]],
-        "rtt_avg_ms": round(statistics.mean(rtts), 3) if rtts else None,
-        "rtt_max_ms": round(rtt_max, 3) if rtts else None,
+        "rtt_avg_ms": None,
+        "rtt_max_ms": None,
         "seconds": round(time.monotonic() - t0, 2),
     }
 
 
-def ping_step(net: Any, fabric: Fabric, progress: Callable[[str], None]) -> StepResult:
-    """All-pairs ping as summary keys (``ping_pairs``, ``ping_lost``, ...); any lost ping is a failure."""
-    ping = all_pairs_ping(net, fabric)
+def ping_step(net: Any, fabric: Fabric, progress: Callable[[str], None], coverage: str = "all") -> StepResult:
+    """Reachability as summary keys (``ping_pairs``, ``ping_lost``, ``ping_retried``, ...); a pair lost after
+    its retries is a failure."""
+    ping = all_pairs_ping(net, fabric, coverage=coverage, progress=lambda line: progress("  " + line))
     res = StepResult({
         "ping_pairs": ping["pairs"],
+        "ping_coverage": coverage,
         "ping_lost": ping["lost"],
         "ping_unreachable_pairs": ping["unreachable_pairs"],
+        "ping_retried": ping.get("retried"),
+        "ping_passes": ping.get("passes"),
+        "ping_rate_pps": ping.get("rate_pps"),
+        "ping_backoffs": ping.get("backoffs"),
         "ping_rtt_avg_ms": ping["rtt_avg_ms"],
         "ping_rtt_max_ms": ping["rtt_max_ms"],
         "ping_s": ping["seconds"],
         "ping_tool": ping["tool"],
     })
     progress(
-        f"all-pairs ping ({ping['tool']}): {ping['pairs']} pairs, {ping['lost']} lost, "
+        f"reachability ({ping['tool']}, {coverage}): {ping['pairs']} pairs, {ping['lost']} lost, "
+        f"{ping.get('retried')} retried over {ping.get('passes')} pass(es), {ping.get('rate_pps')} probes/s, "
         f"avg rtt {ping['rtt_avg_ms']} ms, {ping['seconds']} s"
     )
     if ping["lost"]:
-        res.failures.append(f"{ping['lost']} ping(s) lost, e.g. {', '.join(ping['lost_pairs'][:5])}")
+        res.failures.append(f"{ping['lost']} pair(s) lost after retries, e.g. {', '.join(ping['lost_pairs'][:5])}")
     return res
 
 
@@ -131,19 +150,12 @@ def ping_pair(net: Any, src: str, dst: str, count: int = 3) -> bool:
 
 
 def reachable_all_pairs(net: Any, fabric: Fabric, attempts: int = 3) -> dict[str, Any]:
-    """All-pairs ping; a busy 2-core box drops the odd echo, so lost pairs are retried (whole sweep up to
-    ``attempts`` times, then the <= 20 remaining pairs one by one). Raises CheckFailed."""
-    for _ in range(attempts):
-        ping = all_pairs_ping(net, fabric)
-        if not ping["lost"]:
-            return ping
-        time.sleep(1.0)
-    if ping["unreachable_pairs"] <= len(ping["lost_pairs"]):
-        still = [p for p in ping["lost_pairs"] if not ping_pair(net, *p.split("->"))]
-        if not still:
-            return ping
-    else:
-        still = ping["lost_pairs"]
+    """All-pairs ping, paced, a lost pair retried in up to ``attempts - 1`` slower passes (a busy 2-core box
+    drops the odd echo); raises CheckFailed if a pair stays unreachable."""
+    ping = all_pairs_ping(net, fabric, pacing=Pacing(passes=max(1, attempts) + 1))
+    if not ping["unreachable_pairs"]:
+        return ping
+    still = ping["lost_pairs"]
     raise CheckFailed(f"all-pairs ping before the experiment: {ping['unreachable_pairs']} pair(s) unreachable, "
                       f"e.g. {still[:3]}")
 

@@ -11,12 +11,14 @@ plays the controller's part in the PAUSE test itself (flow-table baseline).
 
 Steps (progress on stderr): controller -> Mininet net -> wait until every
 switch is confirmed and rules_installed == rules_expected (and each bridge
-holds exactly the compiled flows) -> DMP on every host -> every host's MAC
-equals the plan -> static neighbour entries -> all-pairs ping -> PCP capture (tcpdump
+holds exactly the compiled flows) -> LLDP discovery complete -> DMP on every
+host -> every host's MAC equals the plan (hosts without it ask again, up to 3
+rounds) -> static neighbour entries -> paced reachability (paced_ping.py:
+every pair, a pair lost only after retries) -> PCP capture (tcpdump
 before and after a global hop: the PCP rises on it) -> PAUSE test (PFC frames for the
 classes in use, or 802.3x without classes: flip to table 3, traffic diverted, expiry
 restores the default path) ->
-teardown (also on Ctrl-C / SIGTERM / errors). The last stdout line is a
+teardown, batched (also on Ctrl-C / SIGTERM / errors). The last stdout line is a
 one-line JSON summary; exit 0 only if every check passed (1 failed checks,
 2 bad arguments or environment, 130 interrupted).
 
@@ -51,7 +53,7 @@ from pause_inject import MAX_QUANTA, pause_plan  # noqa: E402
 from pcp_capture import capture_step, choose_capture  # noqa: E402
 from reachability import ping_step  # noqa: E402
 from runkit import (  # noqa: E402
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, UsageError,
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, StepResult, UsageError,
     raise_on_signals, restore_signals, shield_signals,
 )  # fmt: skip
 
@@ -79,6 +81,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pause-seconds", type=float, default=2.0, help="how long the port stays paused (a PAUSE train if one frame is shorter; default 2.0)")
     p.add_argument("--pause-interval-ms", type=float, help="spacing of the frames of a PAUSE train (default: a third of one frame's pause)")
     p.add_argument("--no-pause", action="store_true", help="skip the PAUSE test")
+    p.add_argument("--reach", choices=("all", "cover"), default="all",
+                   help="reachability pairs: all ordered pairs (default), or a covering set (every host to one host "
+                        "on every other switch, all pairs on 4 sampled switches) for fabrics too large for all pairs")
+    p.add_argument("--discovery-timeout", type=float, default=60.0,
+                   help="seconds to wait (after the rules) until the controller has discovered every link")
     p.add_argument("--link-bw", type=float, help="shape every link to this many Mbit/s (TCLink/htb)")
     p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the controller to install everything")
     p.add_argument("--prefix", default="", help="prefix for Mininet node names (run next to another net)")
@@ -155,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
         report.add(rules_in_place(net, setup, controller, args.ready_timeout, progress))  # 3. rules
 
+        if controller is not None:  # 3b. LLDP discovery complete (OVS settled before hundreds of hosts ask DMP)
+            report.add(discovery_step(controller, t, args.discovery_timeout, progress))
         dmp = assign_planned_macs(net, plan)  # 4. DMP
         report.update(**dmp.fields())
         progress(f"DMP: {len(dmp.assigned)}/{len(fabric.hosts)} hosts hold their planned MAC ({summary['dmp_s']} s)")
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CheckFailed("DMP failed")
 
         set_static_neighbours(net, plan)  # 5. neighbours
-        report.add(ping_step(net, fabric, progress))  # 6. all-pairs ping
+        report.add(ping_step(net, fabric, progress, args.reach))  # 6. paced reachability
         report.add(capture_step(net, fabric, choose_capture(setup.compiled), progress))  # 6b. PCP on the wire
 
         report.update(pause_flips=0, pause_reaction_ms=None, diverted=None, restored=None)  # 7. PAUSE
@@ -219,6 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     return code if report.failures else EXIT_OK
 
 
+def discovery_step(controller: Controller, t_net: float, timeout: float, progress: Progress) -> StepResult:
+    """Wait until the controller's LLDP has discovered every expected link; ``discovery_s`` counts from the
+    start of the Mininet build (``t_net``)."""
+    end = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while True:
+        status = controller.status() or {}
+        exp, got = status.get("links_expected"), status.get("links_discovered")
+        if exp is not None and got is not None and got >= exp or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    res = StepResult({"discovery_s": round(time.monotonic() - t_net, 2)})
+    progress(f"LLDP discovery: {got}/{exp} links, {res.fields['discovery_s']} s after the build started")
+    if exp is None or got is None or got < exp:
+        res.failures.append(f"LLDP discovery: {got}/{exp} links after {timeout:g} s")
+    return res
+
+
 def teardown(net: Any, controller: Controller | None, report: Report, progress: Progress, code: int) -> None:
     """Stop the net, then the controller (by PID); ``teardown_s``, and the controller's log tail if it failed."""
     t = time.monotonic()
@@ -234,6 +261,7 @@ def teardown(net: Any, controller: Controller | None, report: Report, progress: 
         if code == EXIT_FAILED or rc not in (0, None, -signal.SIGTERM):
             report.summary["controller_log"] = controller.log_tail(20)
     report.summary["teardown_s"] = round(time.monotonic() - t, 2)
+    report.summary["teardown_parts"] = getattr(net, "hf_teardown", None)  # bridges_s, links_s, shells_s
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def test_pause_target_and_skip_reasons():
 def test_dmp_outcome_names_the_hosts_without_their_planned_mac():
     planned = {"a": 0x020000000001, "b": 0x020000000002}
     ok = DmpOutcome({"a": {"returncode": 0, "rtt_ms": 0.5}, "b": {"returncode": 0}}, dict(planned), planned, 0.123)
-    assert ok.problem() is None and ok.fields() == {"dmp_assigned": 2, "dmp_s": 0.12, "dmp_rtt_ms_max": 0.5}
+    assert ok.problem() is None and ok.fields() == {"dmp_assigned": 2, "dmp_s": 0.12, "dmp_rtt_ms_max": 0.5, "dmp_rounds": 1}
     bad = DmpOutcome({"a": {"returncode": 0}, "b": {"returncode": 1, "stderr": "timeout"}},
                      {"a": planned["a"], "b": 0x001122334455}, planned, 1.0)
     assert bad.assigned == ["a"] and bad.wrong == ["b"]
