@@ -175,6 +175,7 @@ class _Model:
 
 
 def _score(load: np.ndarray, links: np.ndarray, amounts: np.ndarray, beta: float) -> tuple[float, float]:
+    """(largest resulting load among the touched links, increase of the sum of squared loads)."""
     if not len(links):
         return 0.0, 0.0
     add = np.bincount(links, weights=amounts * beta, minlength=len(load))
@@ -183,10 +184,82 @@ def _score(load: np.ndarray, links: np.ndarray, amounts: np.ndarray, beta: float
     return float(new.max()), float((new * new - load[touched] ** 2).sum())
 
 
+class _Search:
+    """Greedy placement and local search over one model (module docstring)."""
+
+    def __init__(self, model: _Model, routing: str, static: dict[int, tuple[int, ...]]) -> None:
+        self.m = model
+        self.alpha, self.beta = ALPHA[routing], 1.0 - ALPHA[routing]
+        self.two = routing == "conditional"
+        self.static = static
+        self.load = self.alpha * model.minimal
+        self.chosen: dict[int, tuple[int, ...]] = {}
+        self.added: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def contribution(self, i: int, ports: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return self.m.contribution(i, ports[0], ports[1] if self.two and len(ports) > 1 else None)
+
+    def apply(self, i: int, ports: tuple[int, ...]) -> None:
+        links, amounts = self.added[i] = self.contribution(i, ports)
+        self.chosen[i] = ports
+        np.add.at(self.load, links, self.beta * amounts)
+
+    def remove(self, i: int) -> tuple[int, ...]:
+        links, amounts = self.added.pop(i)
+        np.add.at(self.load, links, -self.beta * amounts)
+        return self.chosen.pop(i)
+
+    def place(self, i: int) -> tuple[int, ...]:
+        """The best ports for host ``i`` given the other placements (ties: the static order)."""
+        m, load, beta = self.m, self.load, self.beta
+        s = int(m.h_sw[i])
+        ports = m.valiant[s]
+        n = len(ports)
+        start = ports.index(self.static[i][0])
+        best, best_key = ports[0], None
+        for r in range(n):
+            p = ports[(start + r) % n]
+            key = (*_score(load, *m.contribution(i, p, None), beta), r)
+            if best_key is None or key < best_key:
+                best, best_key = p, key
+        nxt = ports[(ports.index(best) + 1) % n]
+        if not self.two or n < 2:
+            return (best,)
+        blocks = m.fblock[m.off[i]:m.off[i + 1]]
+        if not (m.l2[s, blocks] == m.lid[(s, best)]).any():
+            return (best, nxt)  # no flow of this host has its default port there: the second is never used
+        second, second_key = nxt, None
+        for r in range(1, n):
+            q = ports[(ports.index(best) + r) % n]
+            key = (*_score(load, *m.contribution(i, best, q), beta), r)
+            if second_key is None or key < second_key:
+                second, second_key = q, key
+        return (best, second)
+
+    def sweep(self, order: list[int]) -> bool:
+        """Every host port removed and placed again; True if any moved to a strictly better place."""
+        changed = False
+        for i in order:
+            old = self.remove(i)
+            new = self.place(i)
+            if new != old and _score(self.load, *self.contribution(i, new), self.beta) >= \
+                    _score(self.load, *self.contribution(i, old), self.beta):
+                new = old
+            changed |= new != old
+            self.apply(i, new)
+        return changed
+
+    def objective(self) -> tuple[float, float]:
+        return float(self.load.max(initial=0.0)), float((self.load * self.load).sum())
+
+
 def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = "conditional",
-                         passes: int = 3) -> WorkloadChoice:
+                         passes: int = 4) -> WorkloadChoice:
     """Per access switch, per host port, the Valiant ports (first, second) for ``traffic`` (module
     docstring). ``routing``: ``conditional`` (even-split model, two ports) or ``valiant`` (one port).
+    Two searches run: greedy from nothing and local search from the static choice; the better one
+    (largest load, then sum of squares; the static-seeded one on a tie) is returned, so the model
+    never rates the choice worse than the static one.
 
     Raises
     ------
@@ -197,96 +270,33 @@ def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = 
         raise CompileError(f"workload-aware intermediates are for valiant or conditional routing, not {routing!r}")
     t0 = time.perf_counter()
     model = _Model(fabric, traffic)
-    alpha, beta = ALPHA[routing], 1.0 - ALPHA[routing]
-    two = routing == "conditional"
     hosts = fabric.hosts
-    static = {h.name: static_intermediates(model.valiant[model.sidx[h.switch]], h.index) for h in hosts
-              if model.valiant[model.sidx[h.switch]]}
-    order = [i for i in np.argsort(-np.add.reduceat(np.append(model.fw, 0), model.off[:-1]) *
-                                   (np.diff(model.off) > 0), kind="stable").tolist()
-             if model.off[i + 1] > model.off[i] and len(model.valiant[model.h_sw[i]]) > 1]
-
-    def total(choice: dict[int, tuple[int, ...]]) -> np.ndarray:
-        load = alpha * model.minimal
-        for i in range(len(hosts)):
-            if model.off[i + 1] > model.off[i] and model.valiant[model.h_sw[i]]:
-                ports = choice.get(i) or static[hosts[i].name]
-                links, amounts = model.contribution(i, ports[0], ports[1] if two and len(ports) > 1 else None)
-                load = load + beta * np.bincount(links, weights=amounts, minlength=model.nlinks)
-        return load
-
-    static_load = total({})
-    load = alpha * model.minimal.copy()
-    chosen: dict[int, tuple[int, ...]] = {}
-    added: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def place(i: int) -> tuple[int, ...]:
-        ports = model.valiant[model.h_sw[i]]
-        base = static[hosts[i].name]
-        n = len(ports)
-        rank = {p: (ports.index(p) - ports.index(base[0])) % n for p in ports}
-        best, best_key = None, None
-        for p in ports:
-            links, amounts = model.contribution(i, p, None)
-            key = (*_score(load, links, amounts, beta), rank[p])
-            if best_key is None or key < best_key:
-                best, best_key = p, key
-        assert best is not None
-        if not two or n < 2:
-            return (best,)
-        default_here = (model.l2[model.h_sw[i], model.fblock[model.off[i]:model.off[i + 1]]] == model.lid[(model.h_sw[i], best)]).any()
-        if not default_here:
-            return (best, ports[(ports.index(best) + 1) % n])
-        second, second_key = None, None
-        for q in ports:
-            if q == best:
-                continue
-            links, amounts = model.contribution(i, best, q)
-            key = (*_score(load, links, amounts, beta), (ports.index(q) - ports.index(best)) % n)
-            if second_key is None or key < second_key:
-                second, second_key = q, key
-        assert second is not None
-        return (best, second)
-
-    def apply(i: int, ports: tuple[int, ...], sign: float) -> None:
-        nonlocal load
-        if sign > 0:
-            links, amounts = model.contribution(i, ports[0], ports[1] if two and len(ports) > 1 else None)
-            added[i] = (links, amounts)
-        else:
-            links, amounts = added.pop(i)
-        np.add.at(load, links, sign * beta * amounts)
-
+    static = {i: static_intermediates(model.valiant[int(model.h_sw[i])], h.index) for i, h in enumerate(hosts)
+              if model.valiant[int(model.h_sw[i])]}
+    weight = np.array([model.fw[model.off[i]:model.off[i + 1]].sum() for i in range(len(hosts))])
+    order = [i for i in np.argsort(-weight, kind="stable").tolist()
+             if weight[i] > 0 and len(model.valiant[int(model.h_sw[i])]) > 1]
+    seeded = _Search(model, routing, static)
     for i in order:
-        chosen[i] = place(i)
-        apply(i, chosen[i], 1.0)
-    for _ in range(max(0, passes - 1)):
-        changed = False
-        for i in order:
-            old = chosen[i]
-            apply(i, old, -1.0)
-            new = place(i)
-            if new != old:
-                ol, oa = model.contribution(i, old[0], old[1] if two and len(old) > 1 else None)
-                nl, na = model.contribution(i, new[0], new[1] if two and len(new) > 1 else None)
-                if _score(load, nl, na, beta) < _score(load, ol, oa, beta):
-                    changed = True
-                else:
-                    new = old
-            chosen[i] = new
-            apply(i, new, 1.0)
-        if not changed:
-            break
+        seeded.apply(i, static[i])
+    static_max = seeded.objective()[0]
+    greedy = _Search(model, routing, static)
+    for i in order:
+        greedy.apply(i, greedy.place(i))
+    for search in (seeded, greedy):
+        for _ in range(passes):
+            if not search.sweep(order):
+                break
+    best = greedy if greedy.objective() < seeded.objective() else seeded
     result: dict[str, dict[int, tuple[int, ...]]] = {}
     moved = 0
     for i, h in enumerate(hosts):
-        if h.name not in static:
+        if i not in static:
             continue
-        ports = chosen.get(i) or static[h.name]
-        if not two:
+        ports = best.chosen.get(i, static[i])
+        if routing != "conditional":
             ports = ports[:1]
         result.setdefault(h.switch, {})[h.port] = ports
-        moved += ports != (static[h.name] if two else static[h.name][:1])
-    final = total(chosen)
-    return WorkloadChoice(result, float(static_load.max(initial=0.0)), float(final.max(initial=0.0)),
-                          float(model.minimal.max(initial=0.0)), int(moved), len(hosts), time.perf_counter() - t0)
+        moved += ports != static[i][:len(ports)]
+    return WorkloadChoice(result, static_max, best.objective()[0], float(model.minimal.max(initial=0.0)), int(moved),
+                          len(order), time.perf_counter() - t0)
