@@ -27,8 +27,9 @@ valiant policy always detours (``alpha = 0``).
 remote weight, each takes the first port minimising (the largest load among the links it touches,
 then the increase of the sum of squared loads, then the distance from the static port); its
 second port likewise for the flows whose default it is (else the next port after it, as
-statically). Then local search: every host port in turn removed and placed again, until no move
-improves or ``passes`` sweeps are done. Deterministic (fixed orders, ties to the static choice).
+statically). Then local search: every host port touching a link loaded to >= :data:`HOT` of the
+maximum is removed and placed again (kept only if strictly better), until a sweep moves nothing or
+``passes`` sweeps are done. Deterministic (fixed orders, ties to the static choice).
 Cost O(passes x host ports x Valiant ports x destination blocks per host), numpy per candidate.
 """
 
@@ -49,6 +50,8 @@ from hpcfabric.topology.traffic import TrafficMatrix
 #: per switch, per host port: Valiant ports in preference order (first, second)
 Intermediates = Mapping[str, Mapping[int, tuple[int, ...]]]
 ALPHA = {"conditional": 0.5, "valiant": 0.0}
+#: local search revisits only host ports touching a link loaded to at least this share of the maximum
+HOT = 0.9
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,11 @@ class _Search:
     def sweep(self, order: list[int]) -> bool:
         """Every host port removed and placed again; True if any moved to a strictly better place."""
         changed = False
+        hot = HOT * float(self.load.max(initial=0.0))
         for i in order:
+            links = self.added[i][0]
+            if not len(links) or float(self.load[links].max()) < hot:
+                continue  # touches no link near the maximum: moving it cannot lower the objective now
             old = self.remove(i)
             new = self.place(i)
             if new != old:
