@@ -33,6 +33,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_handed = 0
+
+
+def free_range(count: int, kind: int = socket.SOCK_STREAM, low: int = 10000, high: int = 32000) -> int:
+    """A base port such that ``base .. base+count-1`` are free (``kind``: TCP or UDP) on 127.0.0.1, below
+    the kernel's ephemeral range (32768-60999) so that no outgoing connection takes one meanwhile."""
+    global _handed
+    start = low + (os.getpid() * 7919 + _handed) % max(1, high - low - count)
+    _handed += count  # two clusters of one process never get the same range
+    for k in range(0, high - low, max(count, 1)):
+        base = low + (start - low + k) % max(1, high - low - count)
+        held = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, kind)
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports in {low}..{high}")
+
+
 def partition(fabric: Any, parts: int) -> list[list[str]]:
     """The switches of each of ``parts`` partitions as the controllers derive them (``[ha] partitions``:
     :func:`hpcfabric.topology.partition.partition_fabric`, contiguous group ranges)."""
@@ -107,8 +133,8 @@ class Cluster:
         self.n_emu = emulators
         self.extra, self.lldp_interval, self.log_level = extra, lldp_interval, log_level
         self.ports = [free_port() for _ in self.parts]
-        self.udp_base = 20000 + (os.getpid() % 2000) * 8
-        self.mgmt_base = 30000 + (os.getpid() % 2000) * 16 if mgmt else 0
+        self.udp_base = free_range(emulators, socket.SOCK_DGRAM)
+        self.mgmt_base = free_range(len(self.names)) if mgmt else 0
         self.ctl: list[subprocess.Popen | None] = [None] * len(self.parts)
         self.emus: list[Emulator] = []
         self.owner = {n: i for i, part in enumerate(self.parts) for n in part}
