@@ -3,7 +3,8 @@
 Subcommands: ``check`` (validate a topology or a controller config), ``plan`` (host addresses),
 ``rules`` (compiled tables: summary, JSON or ``ovs-ofctl`` syntax),
 ``verify`` (all-pairs forwarding check), ``sweep`` (every single paused port) and ``prove``
-(delivery and deadlock freedom under any set of paused ports). Errors print one line on stderr
+(delivery and deadlock freedom under any set of paused ports), each with ``--traffic FILE``
+(workload-aware intermediates), and ``traffic`` (matrices: :mod:`hpcfabric.cli_traffic`). Errors print one line on stderr
 and exit 2 for bad input, never a traceback (set ``HPCFABRIC_DEBUG=1`` to
 see one for internal errors).
 """
@@ -17,6 +18,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from hpcfabric import __version__
+from hpcfabric.cli_traffic import add_traffic_option, add_traffic_parser
 from hpcfabric.rules.addressing import MODES, AddressPlan, plan_addresses
 from hpcfabric.errors import ConfigError, HpcfabricError
 from hpcfabric.topology.model import Fabric
@@ -173,7 +175,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     if args.switch and not fabric.has_switch(args.switch):
         raise ConfigError(f"no switch {args.switch!r} in {fabric.name}", field="--switch")
     names = [args.switch] if args.switch else [sw.name for sw in fabric.switches]
@@ -211,10 +213,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _policy(args: argparse.Namespace) -> dict[str, Any]:
-    """compile_fabric keywords from --routing / --cos / --cos-levels."""
+def _policy(args: argparse.Namespace, fabric: Fabric) -> dict[str, Any]:
+    """compile_fabric keywords from --routing / --cos / --cos-levels / --traffic (hpcfabric.cli_traffic)."""
+    from hpcfabric.cli_traffic import traffic_keywords
+
     cos = {"default": None, "on": True, "off": False}.get(args.cos, args.cos)
-    return {"routing": args.routing or "minimal", "cos": cos, "cos_levels": args.cos_levels}
+    return {"routing": args.routing or "minimal", "cos": cos, "cos_levels": args.cos_levels,
+            **traffic_keywords(args, fabric)}
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -223,7 +228,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     paused = []
     if args.paused not in (None, "all"):
         sw, _, port = args.paused.rpartition(":")
@@ -276,7 +281,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
                               f"use --symmetric or the full sweep", source=args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     t0 = time.perf_counter()
 
     def progress(*parts: Any) -> None:
@@ -314,7 +319,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     compile_s = time.perf_counter() - t0
     rep = prove(compiled, fallback=None if args.fallback == "none" else args.fallback)
     data = {"addressing": plan.mode, "compile_seconds": round(compile_s, 3), **rep.as_dict()}
@@ -369,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="classes of service in a VLAN PCP: on = the fabric's default scheme, or a scheme "
                        "(default: on for valiant, off otherwise)")
         p.add_argument("--cos-levels", type=int, default=None, metavar="N", help="PCP values to use (1..8)")
+        add_traffic_option(p)
 
     def addressing(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -470,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    add_traffic_parser(sub)  # traffic generate | check (docs/workload.md)
     from hpcfabric.analysis.cli import add_analyze_parser
 
     add_analyze_parser(sub)  # analyze rules | power | onoff | scale (docs/analysis.md)

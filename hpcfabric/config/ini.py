@@ -42,6 +42,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "lldp_interval": "1.0",
         "lldp_timeout": "",
         "reload_poll": "1.0",
+        "traffic": "",
     },
     "openflow": {
         "listen_host": "127.0.0.1",

@@ -134,7 +134,7 @@ class StatusReporter:
                 "host_punts": served["host_punts"],
                 "meter_drops": {sw: {str(k): v for k, v in d.items()} for sw, d in sorted(app.poller.meter_drops.items())},
             },
-            "reload": {k: v for k, v in app.reloader.reloads.items()},
+            "reload": app.reloader.as_dict(),
             "ha": app.ha.as_dict(),
             "failover": app.failover.as_dict(),
             "metrics": f"{config.metrics_listen[0]}:{config.metrics_listen[1]}" if config.metrics_listen else None,
