@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from hpcfabric.errors import ConfigError
@@ -52,11 +51,12 @@ def cmd_traffic_generate(args: argparse.Namespace) -> int:
             raise ConfigError(f"--param {item!r}: expected KEY=VALUE", source="<arguments>", field="--param")
         kw[key.strip()] = _number(value.strip())
     matrix = pattern_traffic(fabric, args.pattern, **kw)
-    if args.output == "-":
-        write_traffic(matrix, sys.stdout)
-    else:
+    try:
         write_traffic(matrix, args.output)
-        print(f"{args.output}: {args.pattern} on {fabric.name}: {_describe(matrix)}", file=sys.stderr)
+    except OSError as err:
+        raise ConfigError(f"cannot write {args.output}: {err.strerror or err}", source=args.output,
+                          field="--output") from None
+    print(f"{args.output}: {args.pattern} on {fabric.name}: {_describe(matrix)}")
     return 0
 
 
@@ -83,15 +83,10 @@ def _number(text: str) -> Any:
 
 
 def _summary(matrix: Any) -> dict[str, Any]:
-    """What a matrix holds, from whatever summary it offers (entries, total weight, level)."""
-    if hasattr(matrix, "summary"):
-        return dict(matrix.summary())
-    out: dict[str, Any] = {}
-    for name in ("level", "entries", "total"):
-        value = getattr(matrix, name, None)
-        if value is not None and not callable(value):
-            out[name] = value if isinstance(value, (int, float, str)) else len(value)
-    return out
+    """What a matrix holds: level, entries, endpoints that send / receive, total weight."""
+    return {"level": matrix.level, "entries": len(matrix), "senders": len(set(matrix.src.tolist())),
+            "receivers": len(set(matrix.dst.tolist())), "endpoints": len(matrix.names),
+            "total_weight": round(float(matrix.weight.sum()), 6)}
 
 
 def _describe(matrix: Any) -> str:
@@ -109,9 +104,12 @@ def add_traffic_parser(sub: Any) -> None:
                         "of a pattern on a fabric (docs/workload.md lists the patterns)")
     g.set_defaults(func=cmd_traffic_generate)
     g.add_argument("--fabric", required=True, metavar="TOPO", help="topology YAML file")
-    g.add_argument("--pattern", required=True, metavar="NAME", help="pattern name (docs/workload.md)")
+    g.add_argument("--pattern", required=True, metavar="NAME",
+                   help="uniform (un), adversarial (adv), stencil (--param width=N), transpose, bitrev "
+                   "(hpcfabric.topology.traffic.TRAFFIC_PATTERNS; docs/workload.md)")
     g.add_argument("--param", action="append", metavar="KEY=VALUE", help="pattern parameter (repeatable)")
-    g.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-': stdout)")
+    g.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="output file: CSV src,dst,weight, or YAML for .yaml/.yml")
     c = tsub.add_parser("check", help="load a matrix against a fabric and summarise it",
                         description="load a traffic matrix against a fabric; errors name file, row and field")
     c.set_defaults(func=cmd_traffic_check)

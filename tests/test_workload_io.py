@@ -1,0 +1,137 @@
+"""Traffic matrices, the user side (issue 20): ``hpcfabric traffic generate|check``, ``--traffic`` on the
+compiling commands, ``[hpcfabric] traffic`` in the controller config, and the diff-only reload of a new
+matrix (fake switches here; emulated switches and Mininet in tests/test_workload_reload.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcfabric.cli import main
+from hpcfabric.config import load_config
+from hpcfabric.errors import ConfigError, HpcfabricError
+from hpcfabric.openflow.reconcile import diff
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPO = ROOT / "topologies"
+DF = str(TOPO / "dragonfly-a4-p2-h2.yaml")
+FB = str(TOPO / "fb-2d-4x4.yaml")
+TINY = str(TOPO / "dragonfly-a2-p1-h1.yaml")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def generate(capsys, fabric: str, pattern: str, path: Path, *extra: str) -> Path:
+    code, out, err = run(capsys, "traffic", "generate", "--fabric", fabric, "--pattern", pattern, "-o", path, *extra)
+    assert code == 0, err
+    return path
+
+
+# ---------------------------------------------------------------------------
+# hpcfabric traffic generate | check
+
+
+@pytest.mark.parametrize("fabric", [DF, FB])
+@pytest.mark.parametrize("pattern", ["uniform", "adv", "stencil", "transpose", "bitrev"])
+def test_generate_writes_a_matrix_check_reads_back(capsys, tmp_path, fabric, pattern):
+    from hpcfabric.topology.loader import load_topology
+    from hpcfabric.topology.traffic import load_traffic, pattern_traffic
+
+    path = generate(capsys, fabric, pattern, tmp_path / f"{pattern}.csv")
+    fab = load_topology(fabric)
+    assert load_traffic(str(path), fab).same(pattern_traffic(fab, pattern))
+    code, out, err = run(capsys, "traffic", "check", path, "--fabric", fabric, "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["fabric"] == fab.name and data["entries"] == len(pattern_traffic(fab, pattern)) > 0
+
+
+def test_generate_yaml_and_a_parameter(capsys, tmp_path):
+    path = generate(capsys, DF, "stencil", tmp_path / "s.yaml", "--param", "width=4")
+    code, out, _ = run(capsys, "traffic", "check", path, "--fabric", DF)
+    assert code == 0 and "level host, entries 288" in out  # 72 hosts x 4 neighbours
+    assert "format: hpcfabric-traffic/1" in path.read_text()
+
+
+@pytest.mark.parametrize("text, where", [
+    ("src,dst,weight\ng0s0h0,g1s0h0,1\ng0s0h0,nohost,2\n", "row 3, dst"),
+    ("src,dst,weight\ng0s0h0,g1s0h0,-1\n", "row 2, weight"),
+    ("src,dst,weight\ng0s0h0,g1s0h0\n", "row 2"),
+    ("g0s0h0,g1s0,1\n", "row 1, dst"),  # a host and a switch in one file
+])
+def test_bad_matrix_names_file_row_and_field_exit_2(capsys, tmp_path, text, where):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    for argv in (("traffic", "check", bad, "--fabric", DF),
+                 ("rules", DF, "--routing", "conditional", "--traffic", bad),
+                 ("verify", DF, "--routing", "valiant", "--traffic", bad),
+                 ("sweep", DF, "--routing", "conditional", "--traffic", bad)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "", argv
+        assert f"{bad}: {where}" in err and "Traceback" not in err, err
+
+
+def test_cli_errors_exit_2_without_traceback(tmp_path):
+    good = tmp_path / "adv.csv"
+    cmds = [
+        (["traffic", "generate", "--fabric", DF, "--pattern", "zipf", "-o", str(good)], "unknown traffic pattern 'zipf'"),
+        (["traffic", "generate", "--fabric", DF, "--pattern", "stencil", "--param", "width=5", "-o", str(good)],
+         "stencil width 5"),
+        (["traffic", "generate", "--fabric", DF, "--pattern", "adv", "-o", str(tmp_path / "no" / "x.csv")],
+         "cannot write"),
+        (["traffic", "check", str(tmp_path / "missing.csv"), "--fabric", DF], "no such traffic matrix file"),
+        (["rules", DF, "--traffic", str(ROOT / "README.md")], "--traffic: a traffic matrix chooses Valiant"),
+    ]
+    for argv, msg in cmds:
+        res = subprocess.run([sys.executable, "-m", "hpcfabric.cli", *argv], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and msg in res.stderr and "Traceback" not in res.stderr, (argv, res.stderr)
+
+
+# ---------------------------------------------------------------------------
+# [hpcfabric] traffic
+
+
+def conf(tmp_path: Path, traffic: str, routing: str = "conditional", topo: str = DF, name: str = "c.conf") -> Path:
+    path = tmp_path / name
+    path.write_text(f"[hpcfabric]\ntopology = {topo}\nrouting = {routing}\ntraffic = {traffic}\nreload_poll = 0\n")
+    return path
+
+
+def test_config_traffic_is_relative_to_the_config_file(capsys, tmp_path):
+    sub = tmp_path / "etc"
+    sub.mkdir()
+    generate(capsys, DF, "stencil", sub / "job.csv")
+    cfg = load_config(conf(sub, "job.csv"), compile=False)
+    assert cfg.traffic == str(sub / "job.csv") and cfg.traffic_matrix is not None and len(cfg.traffic_matrix) == 288
+    assert load_config(conf(sub, "", name="d.conf"), compile=False).traffic is None
+
+
+@pytest.mark.parametrize("value, routing, field, message", [
+    ("missing.csv", "conditional", "hpcfabric.traffic", "does not exist"),
+    (".", "conditional", "hpcfabric.traffic", "is a directory"),
+    ("job.csv", "minimal", "hpcfabric.traffic", "needs routing = valiant or conditional"),
+])
+def test_config_traffic_errors(capsys, tmp_path, value, routing, field, message):
+    generate(capsys, DF, "adv", tmp_path / "job.csv")
+    with pytest.raises(ConfigError) as err:
+        load_config(conf(tmp_path, value, routing), compile=False)
+    assert err.value.field == field and message in str(err.value) and str(tmp_path / "c.conf") in str(err.value)
+
+
+def test_config_bad_matrix_is_refused_at_start_naming_the_matrix_row(tmp_path):
+    bad = tmp_path / "job.csv"
+    bad.write_text("src,dst,weight\ng0s0h0,g9s9h9,1\n")
+    path = conf(tmp_path, "job.csv")
+    with pytest.raises(HpcfabricError, match=r"job\.csv: row 2, dst: 'g9s9h9'"):
+        load_config(path)
+    for argv in (["check", str(path)], ["controller", "--config", str(path)]):
+        res = subprocess.run([sys.executable, "-m", "hpcfabric.cli", *argv], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "row 2, dst" in res.stderr and "Traceback" not in res.stderr, res.stderr
