@@ -35,37 +35,40 @@ def address_plan(cfg: ControllerConfig) -> AddressPlan:
         raise AddressingError(err.detail, source=cfg.path, field=widths_field) from None
 
 
-def compile_rules(cfg: ControllerConfig, only: Any = None) -> Any:
+def compile_rules(cfg: ControllerConfig, only: Any = None, traffic: Any = None) -> Any:
     """Compile ``cfg``'s fabric (routing, CoS, pause reaction, CNM snooping); ``only``: the switches
-    to compile (a partition's), default all. Compile errors name the config key they are about."""
+    to compile (a partition's), default all; ``traffic``: a
+    :class:`~hpcfabric.topology.traffic.TrafficMatrix` choosing the Valiant intermediates
+    (None: static). Compile errors name the config key they are about."""
     from hpcfabric.rules.compiler import compile_fabric
 
     cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cfg.cos, cfg.cos)
     try:
         return compile_fabric(cfg.fabric, cfg.plan, routing=cfg.routing, pause_reaction=cfg.pause_reaction,
                               switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg,
-                              cos_levels=cfg.cos_levels, only=only)
+                              cos_levels=cfg.cos_levels, only=only, traffic=traffic)
     except CompileError as err:
         raise config_error(cfg.path, _compile_error_key(str(err), cfg.routing, cfg.cos_levels),
                            f"cannot compile rules for {cfg.fabric.name}: {err}") from None
 
 
-def whole_fabric_rules(cfg: ControllerConfig) -> Any:
+def whole_fabric_rules(cfg: ControllerConfig, traffic: Any = None) -> Any:
     """``cfg.compiled`` if it holds every switch's table, else the whole fabric compiled: a partition's
     controller installs its own switches only, but deadlock freedom is a property of the whole fabric."""
     if len(cfg.compiled.tables) == len(cfg.fabric.switches):
         return cfg.compiled
-    return compile_rules(cfg)
+    return compile_rules(cfg, traffic=traffic)
 
 
-def build_tables(cfg: ControllerConfig) -> ControllerConfig:
+def build_tables(cfg: ControllerConfig, traffic: Any = None) -> ControllerConfig:
     """``cfg`` with the compiled fabric, the tables to install and the fast-failover groups.
 
     Compile (routing, CoS, pause reaction, CNM snooping), then adapt the tables:
     host MAC rewrite, guards (source check, punt meters), fast-failover groups.
     """
     source, fabric, plan, real_macs = cfg.path, cfg.fabric, cfg.plan, cfg.real_macs
-    compiled = compile_rules(cfg, only=cfg.manages if cfg.ha_switches and not cfg.fast_failover else None)
+    compiled = compile_rules(cfg, only=cfg.manages if cfg.ha_switches and not cfg.fast_failover else None,
+                             traffic=traffic)
     tagged = compiled.cos is not None
     tables = {name: t.flows for name, t in compiled.tables.items()}
     if cfg.host_mac == "rewrite":

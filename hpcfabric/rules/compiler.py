@@ -41,7 +41,7 @@ and the policy's entries (:mod:`~hpcfabric.rules.policies.valiant`,
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.addressing import AddressPlan
@@ -53,9 +53,11 @@ from hpcfabric.rules.infra import cnm_snoop_flows, infra_flows
 from hpcfabric.rules.policies.conditional import conditional_flows
 from hpcfabric.rules.policies.minimal import minimal_flows
 from hpcfabric.rules.policies.valiant import valiant_flows
+from hpcfabric.rules.policies.workload import choose_intermediates
 from hpcfabric.rules.port_state import default_rule_flows, switch_pause_flows
 from hpcfabric.rules.tables import CompiledFabric, SwitchTable
 from hpcfabric.topology.model import Fabric, Switch, gc_paused
+from hpcfabric.topology.traffic import TrafficMatrix
 
 ROUTINGS = ("minimal", "valiant", "conditional")
 #: what each non-minimal policy adds to the default rules' PORT_STATE entries and fallbacks
@@ -117,6 +119,8 @@ def compile_fabric(
     pause_reaction: str = "controller",
     switch_hold_s: int = 1,
     only: Callable[[str], bool] | None = None,
+    traffic: TrafficMatrix | None = None,
+    intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
 
@@ -150,6 +154,15 @@ def compile_fabric(
     only : callable, optional
         Compile only the switches whose name it accepts (a controller partition,
         ``[ha] switches``); the others have no table in the result.
+    traffic : TrafficMatrix, optional
+        An application's traffic matrix (:mod:`hpcfabric.topology.traffic`): the valiant and
+        conditional policies take the Valiant ports of every host port from
+        :func:`~hpcfabric.rules.policies.workload.choose_intermediates` for it (same entries per
+        switch, same classes of service; docs/workload.md). None: the static choice, tables
+        identical to a compile without it. Ignored by minimal routing.
+    intermediates : mapping, optional
+        Already chosen Valiant ports (``switch -> host port -> ports``, e.g. a
+        :class:`~hpcfabric.rules.policies.workload.WorkloadChoice`'s) instead of ``traffic``.
 
     Raises
     ------
@@ -173,6 +186,11 @@ def compile_fabric(
         ctx = Context(fabric, plan, routing)
         ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
         ctx.pause_reaction, ctx.switch_hold_s = pause_reaction, switch_hold_s
+        if routing in ("valiant", "conditional") and fabric.kind in ("dragonfly", "flattened_butterfly"):
+            if intermediates is None and traffic is not None:
+                intermediates = choose_intermediates(fabric, traffic, routing).intermediates
+            ctx.intermediates = intermediates or {}
         tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches if only is None or only(sw.name)}
-    return CompiledFabric(fabric, plan, routing, tables, scheme, levels, pause_reaction, switch_hold_s)
+    return CompiledFabric(fabric, plan, routing, tables, scheme, levels, pause_reaction, switch_hold_s,
+                          ctx.intermediates)
 

@@ -4,7 +4,7 @@ longest-prefix tables, ORTC-compacted on request (:func:`lpm_flows`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.addressing import AddressPlan, Layout
@@ -37,6 +37,9 @@ class Context:
         self.cnm_snoop = False
         self.pause_reaction = "controller"
         self.switch_hold_s = 1
+        #: per switch, per host port, its Valiant ports in preference order (traffic-chosen,
+        #: :mod:`hpcfabric.rules.policies.workload`); empty: the static choice
+        self.intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = {}
         self.router = router_for(fabric)
         self.cache = FlowCache(plan.layout)
         #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)

@@ -108,6 +108,8 @@ class CompiledFabric:
     cos_levels: int = 0
     pause_reaction: str = "controller"
     switch_hold_s: int = 1
+    #: traffic-chosen Valiant ports per switch and host port (empty: static; rules.policies.workload)
+    intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def flows(self, switch: str) -> tuple[FlowSpec, ...]:
         return self.tables[switch].flows

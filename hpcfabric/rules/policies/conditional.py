@@ -22,7 +22,7 @@ from hpcfabric.rules.context import Context
 from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, uplinks
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, FlowSpec, Match, Output, RuleClass, make_cookie
-from hpcfabric.rules.policies.valiant import detour_flow, detour_row_bit, valiant_ports
+from hpcfabric.rules.policies.valiant import detour_flow, detour_row_bit, host_intermediates, valiant_ports
 from hpcfabric.rules.tables import (
     METADATA_DIMS_SHIFT, METADATA_PORT_MASK, PRIO_ALT_DIM, PRIO_ALT_UP, PRIO_BOUNCE, PRIO_VALIANT,
 )
@@ -66,10 +66,11 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     valiant = valiant_ports(fabric, sw)
     row_bit = detour_row_bit(fabric)
     for host in fabric.hosts_on(sw.name) if valiant else ():
-        out = valiant[host.index % len(valiant)]
+        prefs = host_intermediates(ctx, sw, host, valiant)
+        out = prefs[0]
         flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT, host.port, (row_bit, row_bit) if row_bit else None, out))
         if len(valiant) > 1:  # the host's intermediate is behind the paused port itself: take the next one
-            second = valiant[(host.index + 1) % len(valiant)]
+            second = prefs[1]
             flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT + 1, host.port,
                                      (out | row_bit, METADATA_PORT_MASK | row_bit), second))
     if fabric.kind == "dragonfly" and len(valiant) == 1:

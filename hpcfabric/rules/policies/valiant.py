@@ -13,7 +13,7 @@ from hpcfabric.rules.context import Context
 from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_ports
 from hpcfabric.rules.flows import TABLE_PORT_STATE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.tables import METADATA_DIMS_SHIFT, PRIO_VALIANT_ALWAYS
-from hpcfabric.topology.model import Fabric, Switch
+from hpcfabric.topology.model import Fabric, Host, Switch
 
 
 def valiant_ports(fabric: Fabric, sw: Switch) -> list[int]:
@@ -40,6 +40,20 @@ def detour_row_bit(fabric: Fabric) -> int:
     return 0
 
 
+def static_intermediates(valiant: list[int], index: int) -> tuple[int, ...]:
+    """The static Valiant ports of host ``index``: port ``index mod n`` and, when there are two or
+    more, the next one (for when the first is the paused default port itself)."""
+    first = valiant[index % len(valiant)]
+    return (first, valiant[(index + 1) % len(valiant)]) if len(valiant) > 1 else (first,)
+
+
+def host_intermediates(ctx: Context, sw: Switch, host: Host, valiant: list[int]) -> tuple[int, ...]:
+    """The Valiant ports of ``host`` in preference order: chosen for a traffic matrix
+    (``ctx.intermediates``, :mod:`hpcfabric.rules.policies.workload`) or static."""
+    chosen = ctx.intermediates.get(sw.name, {}).get(host.port) if ctx.intermediates else None
+    return tuple(chosen) if chosen else static_intermediates(valiant, host.index)
+
+
 def detour_flow(table: int, priority: int, in_port: int, metadata: tuple[int, int] | None, out: int) -> FlowSpec:
     """A Valiant detour: frames from host port ``in_port`` (and ``metadata``) leave through ``out``."""
     return FlowSpec(table, priority, Match(in_port=in_port, metadata=metadata), (Output(out),),
@@ -53,7 +67,7 @@ def valiant_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     row_bit = detour_row_bit(fabric)
     flows = []
     for host in fabric.hosts_on(sw.name) if valiant else ():
-        out = valiant[host.index % len(valiant)]
+        out = host_intermediates(ctx, sw, host, valiant)[0]
         flows.append(detour_flow(TABLE_PORT_STATE, PRIO_VALIANT_ALWAYS, host.port,
                                  (row_bit, row_bit) if row_bit else None, out))
     return flows

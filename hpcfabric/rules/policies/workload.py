@@ -1,0 +1,302 @@
+"""Workload-aware intermediates: the Valiant port of every host port chosen from a traffic matrix.
+
+The valiant and conditional policies give every host port of an access switch one Valiant port
+(Dragonfly global port, Flattened Butterfly top-dimension port) and, under conditional routing, a
+second one for when the first is the paused default port itself. Statically that is host ``t`` ->
+port ``t mod n`` and the next one (:func:`~hpcfabric.rules.policies.valiant.static_intermediates`).
+:func:`choose_intermediates` instead chooses them for an application's
+:class:`~hpcfabric.topology.traffic.TrafficMatrix` (Lugones et al., paper notes §4): the same
+number of entries per switch, the same entry shapes and classes of service, only other ports in
+them -- so the deadlock and delivery proofs hold as for the static choice (docs/workload.md) and
+the verifier checks them again on the compiled tables.
+
+**Model.** Only the *top links* (Dragonfly global links, FB top-dimension links; directed, one per
+``(switch, port)``) are loaded; a frame whose destination block (group / top-dimension row) is
+its source's own never detours. A flow (host -> destination block, weight ``w``) loads
+
+* minimally: the top link its minimal route crosses (the routing of :mod:`hpcfabric.rules.routing`);
+* through intermediate port ``v`` (leading to switch ``x`` of block ``b``): link ``(s, v)`` and,
+  unless ``b`` is the destination block, the top link of ``x``'s minimal route to it. Under
+  conditional routing a flow whose default port *is* ``v`` (paused) takes the second port.
+
+Expected load of a link = ``alpha`` x (minimal loads) + ``(1 - alpha)`` x (Valiant loads): the
+conditional policy's frames take either path (``alpha = 1/2``, the even-split model); the
+valiant policy always detours (``alpha = 0``).
+
+**Optimisation.** Minimise the maximum expected top-link load. Greedy: host ports by decreasing
+remote weight, each takes the first port minimising (the largest load among the links it touches,
+then the increase of the sum of squared loads, then the distance from the static port); its
+second port likewise for the flows whose default it is (else the next port after it, as
+statically). Then local search: every host port in turn removed and placed again, until no move
+improves or ``passes`` sweeps are done. Deterministic (fixed orders, ties to the static choice).
+Cost O(passes x host ports x Valiant ports x destination blocks per host), numpy per candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from hpcfabric.errors import CompileError
+from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_ports
+from hpcfabric.rules.policies.valiant import static_intermediates, valiant_ports
+from hpcfabric.topology.model import Fabric
+from hpcfabric.topology.traffic import TrafficMatrix
+
+#: per switch, per host port: Valiant ports in preference order (first, second)
+Intermediates = Mapping[str, Mapping[int, tuple[int, ...]]]
+ALPHA = {"conditional": 0.5, "valiant": 0.0}
+
+
+@dataclass(frozen=True)
+class WorkloadChoice:
+    """The chosen intermediates and what the model says about them.
+
+    ``static_max`` / ``chosen_max``: the largest expected top-link load (in matrix weight units per
+    unit of weight) with the static and the chosen intermediates; ``moved``: host ports whose
+    ports differ from the static choice; ``seconds``: time to choose."""
+
+    intermediates: Intermediates
+    static_max: float
+    chosen_max: float
+    minimal_max: float
+    moved: int
+    host_ports: int
+    seconds: float
+
+
+class _Model:
+    """Top links, the blocks, the second-hop link table and the host flows of one fabric + matrix."""
+
+    def __init__(self, fabric: Fabric, traffic: TrafficMatrix) -> None:
+        if fabric.kind not in ("dragonfly", "flattened_butterfly"):
+            raise CompileError(f"workload-aware intermediates apply to Dragonfly and Flattened Butterfly fabrics, "
+                               f"not {fabric.kind}")
+        self.fabric = fabric
+        sws = fabric.switches
+        self.sidx = {s.name: i for i, s in enumerate(sws)}
+        fb = fabric.kind == "flattened_butterfly"
+        blk = [s.coords[-1] if fb else s.group for s in sws]
+        keys = sorted(set(blk))
+        bpos = {b: i for i, b in enumerate(keys)}
+        self.block = np.array([bpos[b] for b in blk], dtype=np.int64)
+        nb = len(keys)
+        self.valiant: list[list[int]] = [valiant_ports(fabric, s) for s in sws]
+        self.lid: dict[tuple[int, int], int] = {}
+        self.peer: dict[tuple[int, int], int] = {}
+        for i, s in enumerate(sws):
+            for port in self.valiant[i]:
+                self.lid[(i, port)] = len(self.lid)
+                self.peer[(i, port)] = self.sidx[fabric.peer(s.name, port).node]
+        self.nlinks = len(self.lid)
+        # second-hop table: top link of switch i's minimal route to block B (-1: own block)
+        l2 = np.full((len(sws), nb), -1, dtype=np.int64)
+        if fb:
+            top = len(fabric.params["dims"]) - 1
+            for i, s in enumerate(sws):
+                for d, v, port in fb_dim_ports(fabric, s):
+                    if d == top:
+                        l2[i, bpos[v]] = self.lid[(i, port)]
+        else:
+            links: dict[int, dict[int, list[tuple[int, int]]]] = {}
+            index_of = {(s.group, s.index): i for i, s in enumerate(sws)}
+            for (i, port), j in self.peer.items():
+                links.setdefault(sws[i].group, {}).setdefault(sws[j].group, []).append((sws[i].index, port))
+            for per in links.values():
+                for lst in per.values():
+                    lst.sort()
+            for i, s in enumerate(sws):
+                for g, lst in links.get(s.group, {}).items():
+                    mine = [port for k, port in lst if k == s.index]
+                    if mine:
+                        l2[i, bpos[g]] = self.lid[(i, mine[0])]
+                    else:  # as DragonflyRouter.to_group: the holder chosen by the group number
+                        k = lst[g % len(lst)][0]
+                        h = index_of[(s.group, k)]
+                        l2[i, bpos[g]] = self.lid[(h, [p for kk, p in lst if kk == k][0])]
+        self.l2 = l2
+        self._flows(fabric, traffic, bpos)
+
+    def _flows(self, fabric: Fabric, traffic: TrafficMatrix, bpos: dict[int, int]) -> None:
+        """Per host (fabric order): remote destination blocks and weights, CSR."""
+        hosts = fabric.hosts
+        nb = self.l2.shape[1]
+        h_sw = np.array([self.sidx[h.switch] for h in hosts], dtype=np.int64)
+        traffic.check(fabric)
+        if traffic.level == "host":
+            hid = {h.name: i for i, h in enumerate(hosts)}
+            ids = np.array([hid[n] for n in traffic.names], dtype=np.int64)
+            src = ids[traffic.src]
+            dblk = self.block[h_sw[ids[traffic.dst]]]
+            key = src * nb + dblk
+            w = traffic.weight
+        else:
+            ids = np.array([self.sidx[n] for n in traffic.names], dtype=np.int64)
+            ssw, dblk = ids[traffic.src], self.block[ids[traffic.dst]]
+            row = np.bincount(ssw * nb + dblk, weights=traffic.weight, minlength=len(self.block) * nb)
+            row = row.reshape(len(self.block), nb)
+            cnt = np.bincount(h_sw, minlength=len(self.block)).astype(np.float64)
+            per = row[h_sw] / cnt[h_sw][:, None]  # hosts x blocks (dense; blocks are few)
+            hsrc, hb = np.nonzero(per)
+            key, w = hsrc * nb + hb, per[hsrc, hb]
+        remote = (key % nb) != self.block[h_sw[key // nb]]
+        uniq, inv = np.unique(key[remote], return_inverse=True)
+        agg = np.bincount(inv, weights=np.asarray(w)[remote], minlength=len(uniq))
+        self.fhost, self.fblock, self.fw = uniq // nb, uniq % nb, agg
+        self.off = np.concatenate([[0], np.cumsum(np.bincount(self.fhost, minlength=len(hosts)))]).astype(np.int64)
+        self.h_sw = h_sw
+        self.minimal = np.bincount(self.l2[h_sw[self.fhost], self.fblock], weights=self.fw, minlength=self.nlinks)
+
+    def contribution(self, hi: int, first: int, second: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(links, amounts) host ``hi``'s flows add through ``first`` (``second`` for the flows whose
+        default port is ``first``; None: no second entry, they take ``first`` too)."""
+        a, b = self.off[hi], self.off[hi + 1]
+        blocks, w = self.fblock[a:b], self.fw[a:b]
+        s = self.h_sw[hi]
+        f = self.lid[(s, first)]
+        dflt = self.l2[s, blocks]
+        via = np.full(len(blocks), first, dtype=np.int64)
+        if second is not None:
+            via[dflt == f] = second
+        links, amounts = [], []
+        for port in np.unique(via).tolist():
+            m = via == port
+            wm = w[m]
+            links.append(np.array([self.lid[(s, port)]]))
+            amounts.append(np.array([wm.sum()]))
+            hop2 = self.l2[self.peer[(s, port)], blocks[m]]
+            keep = hop2 >= 0
+            links.append(hop2[keep])
+            amounts.append(wm[keep])
+        return np.concatenate(links), np.concatenate(amounts)
+
+
+def _score(load: np.ndarray, links: np.ndarray, amounts: np.ndarray, beta: float) -> tuple[float, float]:
+    """(largest resulting load among the touched links, increase of the sum of squared loads)."""
+    if not len(links):
+        return 0.0, 0.0
+    add = np.bincount(links, weights=amounts * beta, minlength=len(load))
+    touched = np.nonzero(add)[0]
+    new = load[touched] + add[touched]
+    return float(new.max()), float((new * new - load[touched] ** 2).sum())
+
+
+class _Search:
+    """Greedy placement and local search over one model (module docstring)."""
+
+    def __init__(self, model: _Model, routing: str, static: dict[int, tuple[int, ...]]) -> None:
+        self.m = model
+        self.alpha, self.beta = ALPHA[routing], 1.0 - ALPHA[routing]
+        self.two = routing == "conditional"
+        self.static = static
+        self.load = self.alpha * model.minimal
+        self.chosen: dict[int, tuple[int, ...]] = {}
+        self.added: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def contribution(self, i: int, ports: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return self.m.contribution(i, ports[0], ports[1] if self.two and len(ports) > 1 else None)
+
+    def apply(self, i: int, ports: tuple[int, ...]) -> None:
+        links, amounts = self.added[i] = self.contribution(i, ports)
+        self.chosen[i] = ports
+        np.add.at(self.load, links, self.beta * amounts)
+
+    def remove(self, i: int) -> tuple[int, ...]:
+        links, amounts = self.added.pop(i)
+        np.add.at(self.load, links, -self.beta * amounts)
+        return self.chosen.pop(i)
+
+    def place(self, i: int) -> tuple[int, ...]:
+        """The best ports for host ``i`` given the other placements (ties: the static order)."""
+        m, load, beta = self.m, self.load, self.beta
+        s = int(m.h_sw[i])
+        ports = m.valiant[s]
+        n = len(ports)
+        start = ports.index(self.static[i][0])
+        best, best_key = ports[0], None
+        for r in range(n):
+            p = ports[(start + r) % n]
+            key = (*_score(load, *m.contribution(i, p, None), beta), r)
+            if best_key is None or key < best_key:
+                best, best_key = p, key
+        nxt = ports[(ports.index(best) + 1) % n]
+        if not self.two or n < 2:
+            return (best,)
+        blocks = m.fblock[m.off[i]:m.off[i + 1]]
+        if not (m.l2[s, blocks] == m.lid[(s, best)]).any():
+            return (best, nxt)  # no flow of this host has its default port there: the second is never used
+        second, second_key = nxt, None
+        for r in range(1, n):
+            q = ports[(ports.index(best) + r) % n]
+            key = (*_score(load, *m.contribution(i, best, q), beta), r)
+            if second_key is None or key < second_key:
+                second, second_key = q, key
+        return (best, second)
+
+    def sweep(self, order: list[int]) -> bool:
+        """Every host port removed and placed again; True if any moved to a strictly better place."""
+        changed = False
+        for i in order:
+            old = self.remove(i)
+            new = self.place(i)
+            if new != old and _score(self.load, *self.contribution(i, new), self.beta) >= \
+                    _score(self.load, *self.contribution(i, old), self.beta):
+                new = old
+            changed |= new != old
+            self.apply(i, new)
+        return changed
+
+    def objective(self) -> tuple[float, float]:
+        return float(self.load.max(initial=0.0)), float((self.load * self.load).sum())
+
+
+def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = "conditional",
+                         passes: int = 4) -> WorkloadChoice:
+    """Per access switch, per host port, the Valiant ports (first, second) for ``traffic`` (module
+    docstring). ``routing``: ``conditional`` (even-split model, two ports) or ``valiant`` (one port).
+    Two searches run: greedy from nothing and local search from the static choice; the better one
+    (largest load, then sum of squares; the static-seeded one on a tie) is returned, so the model
+    never rates the choice worse than the static one.
+
+    Raises
+    ------
+    CompileError
+        A fabric kind without Valiant ports (fat-tree, Clos, explicit) or an unknown routing.
+    """
+    if routing not in ALPHA:
+        raise CompileError(f"workload-aware intermediates are for valiant or conditional routing, not {routing!r}")
+    t0 = time.perf_counter()
+    model = _Model(fabric, traffic)
+    hosts = fabric.hosts
+    static = {i: static_intermediates(model.valiant[int(model.h_sw[i])], h.index) for i, h in enumerate(hosts)
+              if model.valiant[int(model.h_sw[i])]}
+    weight = np.array([model.fw[model.off[i]:model.off[i + 1]].sum() for i in range(len(hosts))])
+    order = [i for i in np.argsort(-weight, kind="stable").tolist()
+             if weight[i] > 0 and len(model.valiant[int(model.h_sw[i])]) > 1]
+    seeded = _Search(model, routing, static)
+    for i in order:
+        seeded.apply(i, static[i])
+    static_max = seeded.objective()[0]
+    greedy = _Search(model, routing, static)
+    for i in order:
+        greedy.apply(i, greedy.place(i))
+    for search in (seeded, greedy):
+        for _ in range(passes):
+            if not search.sweep(order):
+                break
+    best = greedy if greedy.objective() < seeded.objective() else seeded
+    result: dict[str, dict[int, tuple[int, ...]]] = {}
+    moved = 0
+    for i, h in enumerate(hosts):
+        if i not in static:
+            continue
+        ports = best.chosen.get(i, static[i])
+        if routing != "conditional":
+            ports = ports[:1]
+        result.setdefault(h.switch, {})[h.port] = ports
+        moved += ports != static[i][:len(ports)]
+    return WorkloadChoice(result, static_max, best.objective()[0], float(model.minimal.max(initial=0.0)), int(moved),
+                          len(order), time.perf_counter() - t0)
