@@ -18,7 +18,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from hpcfabric import __version__
-from hpcfabric.cli_traffic import add_traffic_option, add_traffic_parser
+from hpcfabric.cli_traffic import add_traffic_option, add_traffic_parser, workload_report
 from hpcfabric.rules.addressing import MODES, AddressPlan, plan_addresses
 from hpcfabric.errors import ConfigError, HpcfabricError
 from hpcfabric.topology.model import Fabric
@@ -186,6 +186,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
             sys.stdout.write(flows_text(compiled.flows(name)))
         return 0
     report = _rules_report(compiled)
+    if workload_report(args):
+        report["workload"] = workload_report(args)
     if args.switch:
         report["per_switch"] = [r for r in report["per_switch"] if r["switch"] == args.switch]
     if args.format == "json":
@@ -210,6 +212,11 @@ def cmd_rules(args: argparse.Namespace) -> int:
             f"switch besides routing: PORT_STATE {report['port_state_rules_max']}, ALTERNATIVE "
             f"{report['alternative_rules_min']}..{report['alternative_rules_max']}, CoS {report['cos_rules_max']}"
         )
+    if "workload" in report:
+        w = report["workload"]
+        print(f"  intermediates for {w['traffic']}: {w['moved']} of {w['host_ports']} host ports off the static choice; "
+              f"largest expected top-link load {w['chosen_max_load']:g} (static {w['static_max_load']:g}, minimal "
+              f"{w['minimal_max_load']:g}), chosen in {w['seconds']:g} s")
     return 0
 
 

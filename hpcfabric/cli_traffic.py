@@ -34,9 +34,23 @@ def traffic_keywords(args: argparse.Namespace, fabric: Fabric) -> dict[str, Any]
     if (args.routing or "minimal") == "minimal":
         raise ConfigError("a traffic matrix chooses Valiant intermediates: give --routing valiant or conditional",
                           source="<arguments>", field="--traffic")
+    from hpcfabric.rules.policies.workload import choose_intermediates
     from hpcfabric.topology.traffic import load_traffic
 
-    return {"traffic": load_traffic(path, fabric)}
+    choice = choose_intermediates(fabric, load_traffic(path, fabric), args.routing)
+    args.workload_choice = choice  # for workload_report
+    return {"intermediates": choice.intermediates}
+
+
+def workload_report(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What ``--traffic`` chose (for ``rules``): host ports moved off the static intermediates, the model's
+    largest expected top-link load with static and chosen intermediates, and the time taken; None without it."""
+    choice = getattr(args, "workload_choice", None)
+    if choice is None:
+        return None
+    return {"traffic": args.traffic, "host_ports": choice.host_ports, "moved": choice.moved,
+            "static_max_load": round(choice.static_max, 6), "chosen_max_load": round(choice.chosen_max, 6),
+            "minimal_max_load": round(choice.minimal_max, 6), "seconds": round(choice.seconds, 3)}
 
 
 def cmd_traffic_generate(args: argparse.Namespace) -> int:

@@ -135,3 +135,89 @@ def test_config_bad_matrix_is_refused_at_start_naming_the_matrix_row(tmp_path):
     for argv in (["check", str(path)], ["controller", "--config", str(path)]):
         res = subprocess.run([sys.executable, "-m", "hpcfabric.cli", *argv], capture_output=True, text=True, timeout=120)
         assert res.returncode == 2 and "row 2, dst" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("routing", ["conditional", "valiant"])
+def test_rules_verify_sweep_prove_the_traffic_chosen_tables(capsys, tmp_path, routing):
+    """--traffic compiles other intermediates (same entry counts), and verify / sweep / prove pass on them."""
+    from hpcfabric.config import load_config
+
+    matrix = generate(capsys, DF, "transpose", tmp_path / "t.csv")
+    code, out, _ = run(capsys, "rules", DF, "--routing", routing, "--traffic", matrix, "--format", "json")
+    wl = json.loads(out)
+    code0, out0, _ = run(capsys, "rules", DF, "--routing", routing, "--format", "json")
+    static = json.loads(out0)
+    assert code == code0 == 0 and wl["total_flows"] == static["total_flows"]
+    assert wl["workload"]["moved"] > 0 and wl["workload"]["chosen_max_load"] < wl["workload"]["static_max_load"]
+    # the CLI's tables are the controller's: a config with the same matrix installs the same flows
+    path = conf(tmp_path, "t.csv", routing)
+    code, out, _ = run(capsys, "rules", DF, "--routing", routing, "--traffic", matrix, "--format", "ofctl",
+                       "--switch", "g0s0")
+    from hpcfabric.openflow.ofctl import flows_text
+
+    cfg = load_config(path)
+    assert out.split("\n", 1)[1] == flows_text(cfg.compiled.flows("g0s0"))
+    static_cfg = load_config(conf(tmp_path, "", routing, name="s.conf"))
+    changed = sum(diff(cfg.desired[n], static_cfg.desired[n]).changes for n in cfg.desired)
+    assert 0 < changed < cfg.rules_expected  # other intermediates, same everything else
+    for argv in (("verify", DF, "--routing", routing, "--traffic", matrix),
+                 ("sweep", DF, "--routing", routing, "--cos", "on", "--traffic", matrix),
+                 ("prove", DF, "--routing", routing, "--cos", "on", "--traffic", matrix, "--json")):
+        code, out, err = run(capsys, *argv)
+        assert code == 0 and json.loads(out)["ok"], (argv, out[:500], err)
+
+
+# ---------------------------------------------------------------------------
+# diff-only reload of a new matrix (the real app, fake switches: tests/test_ops_fakes.py)
+
+
+def test_job_switch_reload_sends_only_the_table_difference(capsys, tmp_path):
+    from test_ops_fakes import FakeSwitch, make_app, ours, settle
+
+    from hpcfabric.openflow.reconcile import canonical
+
+    job = tmp_path / "job.csv"
+    generate(capsys, DF, "adv", job)
+    path = conf(tmp_path, "job.csv", "valiant")
+    app = make_app(path, tmp_path / "status.json")
+    sws = {}
+    for st in app.switches.values():
+        sws[st.name] = FakeSwitch(app, st.dpid, list(range(1, 9)))
+        sws[st.name].connect()
+    settle()
+    assert all(s.confirmed for s in app.switches.values())
+    total = app.config.rules_expected
+    for pattern in ("transpose", "stencil", "adv"):
+        old = {n: app.desired(n) for n in sws}
+        base = {n: sw.flow_mods() for n, sw in sws.items()}
+        generate(capsys, DF, pattern, job)  # the job's matrix file edited in place
+        assert app.reload("test") is True and app.config.traffic_matrix.source == str(job)
+        settle()
+        want = {n: diff(app.desired(n), old[n]).changes for n in sws}
+        sent = {n: sw.flow_mods() - base[n] for n, sw in sws.items()}
+        assert sent == want, pattern
+        last = app.reloader.as_dict()["last"]
+        assert last["table_diff"] == sum(want.values()) == last["flow_mods_sent"], (pattern, last)
+        assert 0 < last["table_diff"] < total == last["rules_total"]
+        assert sorted(last["resynced"]) == sorted(n for n, c in want.items() if c)
+        assert last["switches_synced"] == len(last["resynced"]) and last["traffic"] == str(job)
+        for n, sw in sws.items():
+            assert ours(sw.table()) == {canonical(f) for f in app.desired(n)}, n
+    # the key removed: back to the static intermediates, again only the difference
+    path.write_text(path.read_text().replace("traffic = job.csv", "traffic ="))
+    base = sum(sw.flow_mods() for sw in sws.values())
+    assert app.reload("test") is True and app.config.traffic is None
+    settle()
+    last = app.reloader.as_dict()["last"]
+    assert sum(sw.flow_mods() for sw in sws.values()) - base == last["table_diff"] == last["flow_mods_sent"] > 0
+    # a broken matrix is refused: nothing sent, the running tables stay
+    path.write_text(path.read_text().replace("traffic =", "traffic = job.csv"))
+    job.write_text("src,dst,weight\ng0s0h0,g1s0h0,zero\n")
+    base = sum(sw.flow_mods() for sw in sws.values())
+    assert app.reload("test") is False
+    settle()
+    assert sum(sw.flow_mods() for sw in sws.values()) == base
+    assert "row 2, weight" in app.reloader.reloads["last"]["error"]
+    app.reporter.write()
+    st = json.loads((tmp_path / "status.json").read_text())
+    assert st["reload"]["ok"] == 4 and st["reload"]["failed"] == 1
