@@ -17,7 +17,8 @@ controller's status), ``expected_diff`` (the same computed here from the two con
 frames sent and lost across the run (``lost`` must be 0) plus a 10-ms ping across the switches.
 
 The last stdout line is one JSON object; exit 0 if every check passed (flow-mods sent == table diff,
-0 < table diff < rules total, no frame lost), 1 if one failed, 2 on bad arguments or environment.
+0 < table diff < rules total, group-mods sent <= fast-failover groups differing -- fewer when a switch still
+holds a group from an earlier job --, no frame lost), 1 if one failed, 2 on bad arguments or environment.
 The steps are in ``job_switch.py``; bring-up from ``controller_proc``, ``fabric_topo``, ``dmp_hosts``.
 """
 
@@ -124,14 +125,19 @@ def run_fabric(label: str, args: argparse.Namespace, work: Path, report: Report,
             rec = {"from": args.job_list[i - 1], "to": args.job_list[i], "table_diff": last["table_diff"],
                    "expected_diff": sum(want.values()), "flow_mods_sent": last["flow_mods_sent"],
                    "rules_total": last["rules_total"], "switches_changed": len(want),
+                   "group_diff": last.get("group_diff"), "group_mods_sent": last.get("group_mods_sent"),
                    "switches_resynced": len(last["resynced"]), "apply_s": last["apply_s"]}
             switches.append(rec)
             log(f"  {rec['from']} -> {rec['to']}: {rec['flow_mods_sent']} flow-mods sent, table diff "
                 f"{rec['table_diff']} (expected {rec['expected_diff']}) of {rec['rules_total']} entries, "
+                f"{rec['group_mods_sent']} group-mods (groups differing {rec['group_diff']}), "
                 f"{rec['switches_resynced']} switches, applied in {rec['apply_s']} s")
             if not (rec["flow_mods_sent"] == rec["table_diff"] == rec["expected_diff"]):
                 report.fail(f"{name} {rec['from']}->{rec['to']}: flow-mods sent {rec['flow_mods_sent']}, table diff "
                             f"{rec['table_diff']}, expected {rec['expected_diff']}")
+            if rec["group_mods_sent"] > rec["group_diff"]:  # fewer: a group still on the switch from an earlier job
+                report.fail(f"{name} {rec['from']}->{rec['to']}: group-mods sent {rec['group_mods_sent']} > groups "
+                            f"differing {rec['group_diff']}")
             if not 0 < rec["table_diff"] < rec["rules_total"]:
                 report.fail(f"{name} {rec['from']}->{rec['to']}: table diff {rec['table_diff']} not in "
                             f"(0, {rec['rules_total']})")

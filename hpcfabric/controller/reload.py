@@ -72,6 +72,7 @@ class Reloader:
         self.app = app
         self.requested = False
         self.reloads: dict[str, Any] = {"ok": 0, "failed": 0, "last": None, "pending_restart": []}
+        self.group_diff = 0  # fast-failover groups that differed at the last reload
 
     def request(self) -> None:
         """Reload soon (from a signal handler: the loop picks it up, never work inside a handler)."""
@@ -87,8 +88,9 @@ class Reloader:
         out = dict(self.reloads)
         last = out.get("last")
         if last and last.get("ok") and "sent_mark" in last:
-            last = {k: v for k, v in last.items() if k != "sent_mark" and k != "sync_marks"}
+            last = {k: v for k, v in last.items() if k not in ("sent_mark", "group_mark", "sync_marks")}
             last["flow_mods_sent"] = self.app.counters["rules_sent"] - self.reloads["last"]["sent_mark"]
+            last["group_mods_sent"] = self.app.counters["group_mods"] - self.reloads["last"]["group_mark"]
             marks = self.reloads["last"]["sync_marks"]
             last["switches_synced"] = sum(1 for name, n in marks.items()
                                           if (st := self.app.switches.get(name)) is not None and st.syncs > n)
@@ -138,7 +140,7 @@ class Reloader:
         if kept:
             new = replace(new, **{k: getattr(app.config, k) for k in kept})
             LOG.warning("reload: %s changed but needs a restart; the running value is kept", ", ".join(kept))
-        sent_mark = app.counters["rules_sent"]
+        sent_mark, group_mark = app.counters["rules_sent"], app.counters["group_mods"]
         resynced, retired, added = self.apply(new)
         self.reloads["ok"] += 1
         self.reloads["pending_restart"] = kept
@@ -147,7 +149,8 @@ class Reloader:
             "resynced": resynced, "retired": retired, "added": added, "pending_restart": kept,
             "traffic": new.traffic, "table_diff": sum(changed.values()),
             "rules_total": sum(len(f) for n, f in new.desired.items() if new.manages(n)),
-            "sent_mark": sent_mark, "sync_marks": {n: app.switches[n].syncs for n in resynced if n in app.switches},
+            "group_diff": self.group_diff, "sent_mark": sent_mark, "group_mark": group_mark,
+            "sync_marks": {n: app.switches[n].syncs for n in resynced if n in app.switches},
         }
         LOG.info("reload (%s) ok in %.3f s: %d switch(es) to reconcile (%d entries differ of %d), %d retired, %d new",
                  reason, time.monotonic() - t0, len(resynced), self.reloads["last"]["table_diff"],
@@ -177,6 +180,8 @@ class Reloader:
         app.switches, app.by_dpid, carried = build_switches(new, old)
         old_groups = app.tables.groups
         app.tables = Tables(new, group_buckets(new) if new.fast_failover else {})
+        self.group_diff = sum(1 for name, groups in app.tables.groups.items() for gid, buckets in groups.items()
+                              if (old_groups.get(name) or {}).get(gid) != buckets)
         # pause state: keep the ports that still exist as fabric ports
         conditional = new.routing == "conditional"
         until = {k: v for k, v in app.pause.until.items()
