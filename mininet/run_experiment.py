@@ -80,20 +80,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="run_experiment.py", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat, short windows (<= 10 minutes)")
     ap.add_argument("--fabrics", default="df,fb", help=f"comma list of {', '.join(FABRICS)}")
-    ap.add_argument("--policies", default="minimal,valiant,conditional,conditional-wl,conditional-switch",
+    ap.add_argument("--policies", default=None,
                     help="comma list: minimal, valiant, conditional, conditional-switch (conditional with the "
                          "switch-local PAUSE reaction, [hpcfabric] pause_reaction = switch), conditional-wl / "
                          "valiant-wl (intermediates chosen for each pattern's traffic matrix, [hpcfabric] traffic, "
-                         "loaded by the diff-only reload before the pattern runs)")
+                         "loaded by the diff-only reload before the pattern runs); default minimal, valiant, "
+                         "conditional, conditional-wl, conditional-switch (quick: without conditional-switch)")
     ap.add_argument("--switch-local-on", default=None,
                     help="fabrics that also run conditional-switch (default: all; with --quick: none)")
     ap.add_argument("--patterns", default="adv,un,stencil,transpose",
                     help="comma list: adv, un, stencil (nearest neighbour, one grid row per group), transpose, "
                          "bitrev (hpcfabric.topology.traffic)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per (fabric, policy, pattern) (default 3; quick 1)")
-    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 5)")
+    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 4)")
     ap.add_argument("--warmup", type=float, default=None, help="warm-up before the window, s (default 3; quick 2)")
-    ap.add_argument("--drain", type=float, default=1.5, help="load kept on after the window while it drains, s")
+    ap.add_argument("--drain", type=float, default=None,
+                    help="load kept on after the window while it drains, s (default 1.5; quick 1)")
     ap.add_argument("--link-mbit", type=float, default=1.0, help="fabric link rate, Mbit/s (default 1)")
     ap.add_argument("--queue-bytes", type=int, default=30000, help="byte FIFO per fabric link direction")
     ap.add_argument("--size", type=int, default=1400, help="UDP payload bytes per frame (fewer frames per bit: less OVS CPU)")
@@ -127,7 +129,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if bad or not fabrics:
         raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
                          f"{', '.join(FABRICS)} or controller .conf files")
-    policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    default = "minimal,valiant,conditional,conditional-wl" + ("" if args.quick else ",conditional-switch")
+    policies = tuple(x.strip() for x in (args.policies or default).split(",") if x.strip())
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise UsageError(f"--policies: unknown {', '.join(bad) or '(empty)'}; expected {', '.join(POLICIES)}")
@@ -138,7 +141,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
                          "bitrev")
     patterns = tuple(PATTERN_NAMES[p] for p in patterns)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    measure = args.measure if args.measure is not None else (5.0 if args.quick else 20.0)
+    measure = args.measure if args.measure is not None else (4.0 if args.quick else 20.0)
+    drain = args.drain if args.drain is not None else (1.0 if args.quick else 1.5)
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 3.0)
     for name, value, low in (("--repeats", repeats, 1), ("--measure", measure, 1), ("--link-mbit", args.link_mbit, 0.01),
                              ("--size", args.size, 64), ("--queue-bytes", args.queue_bytes, 2 * args.size)):
@@ -156,7 +160,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         switch_on = () if args.quick else fabrics
     else:
         switch_on = tuple(x.strip() for x in args.switch_local_on.split(",") if x.strip())
-    return Plan(fabrics, policies, switch_on, patterns, repeats, warmup, measure, args.drain, args.link_mbit, args.queue_bytes,
+    return Plan(fabrics, policies, switch_on, patterns, repeats, warmup, measure, drain, args.link_mbit, args.queue_bytes,
                 args.size, {"adversarial": args.load_adv, "uniform": args.load_un,
                             **{p: args.load_app for p in patterns if p not in ("adversarial", "uniform")}},
                 args.xoff, args.xon,
