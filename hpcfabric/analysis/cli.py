@@ -215,6 +215,37 @@ def cmd_fig12(args: argparse.Namespace) -> int:
     return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
 
 
+def cmd_workload(args: argparse.Namespace) -> int:
+    from hpcfabric.analysis import workload
+    from hpcfabric.sim.sweep import WA
+    from hpcfabric.topology.loader import load_topology
+    from hpcfabric.topology.traffic import TRAFFIC_PATTERNS
+
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    known = set(workload.ROUTERS) | {"COND-switch", "COND-controller", "COND-switch" + WA, "COND-controller" + WA}
+    for r in routers:
+        if r not in known:
+            raise ConfigError(f"unknown router {r!r}; expected some of {', '.join(sorted(known))}", field="--routers")
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    for p in patterns:
+        if p not in TRAFFIC_PATTERNS:
+            raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(TRAFFIC_PATTERNS)}", field="--patterns")
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError(f"must be >= 1, got {args.seeds}", field="--seeds")
+    base = workload.QUICK_LOADS if args.quick else workload.LOADS
+    loads = {p: _float_list(args.loads, "--loads") if args.loads else list(base[p]) for p in patterns}
+    fabric = load_topology(args.file)
+    res, paths = workload.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
+                              seeds=args.seeds, jobs=_jobs(args), plots=not args.no_plots, log=_log)
+    print(f"{'router':<16} {'pattern':<12} {'load':>5} {'latency us':>11} {'accepted':>9}  notes")
+    for r in res["points"]:
+        note = "DEADLOCK" if r["deadlock"] else ("saturated" if r["unfinished"] or r["accepted"] < 0.9 * r["load"] else "")
+        print(f"{r['router']:<16} {r['pattern']:<12} {r['load']:>5.2f} {r['latency_ns'] / 1000:>11.2f} {r['accepted']:>9.3f}  {note}")
+    print(json.dumps({"model": res["model"], "bounds": res["bounds"]}))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
+
+
 def add_analyze_parser(sub: Any) -> None:
     """Register ``analyze`` and its subcommands on the main parser's subparsers."""
     from hpcfabric.rules.addressing import MODES
@@ -287,5 +318,21 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")
     p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
+    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
+    jobs(p)
+
+    p = an.add_parser("workload", help="workload-aware vs static Valiant intermediates in the simulator (docs/workload.md)",
+                      description="per traffic pattern: the intermediates chosen for its matrix, the tables' saturation "
+                                  "bounds, and MIN, VAL, VAL+WA, COND-ideal, COND-ideal+WA simulated")  # fmt: skip
+    p.set_defaults(func=cmd_workload)
+    p.add_argument("file", nargs="?", default="topologies/dragonfly-a4-p2-h2.yaml", metavar="TOPOLOGY",
+                   help="topology YAML file (default topologies/dragonfly-a4-p2-h2.yaml)")
+    p.add_argument("--out", default="workload-out", metavar="DIR", help="output directory (default workload-out)")
+    p.add_argument("--quick", action="store_true", help="2 loads per pattern, 1 seed, short windows (CI)")
+    p.add_argument("--routers", default="MIN,VAL,VAL+WA,COND-ideal,COND-ideal+WA", metavar="R,...")
+    p.add_argument("--patterns", default="uniform,adversarial,stencil,transpose", metavar="P,...",
+                   help="uniform, adversarial, stencil, transpose, bitrev")
+    p.add_argument("--loads", default=None, metavar="L,...", help="offered loads (default per pattern)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N", help="runs per point (default 2, quick 1)")
     p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
     jobs(p)

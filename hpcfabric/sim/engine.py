@@ -291,7 +291,7 @@ class Simulator:
     def _hosts(self, t: int, generate: bool, load: float, measure: tuple[int, int]) -> None:
         H = self.H
         if generate and t % self.k == 0:
-            gen = np.flatnonzero(self.rng.random(H) < load)
+            gen = np.flatnonzero(self.rng.random(H) < load * self.tr.rate)
             if len(gen):
                 self.stats["generated"] += len(gen)
                 room = self.sqlen[gen] < self.sqbuf.shape[1]

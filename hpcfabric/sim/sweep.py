@@ -21,9 +21,12 @@ from hpcfabric.sim.tables import Forwarding, SimError, compile_policy
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.model import Fabric
 
-__all__ = ["ROUTERS", "Routers", "run_point", "summarise", "t_quantile"]
+__all__ = ["ROUTERS", "WA", "Routers", "run_point", "summarise", "t_quantile"]
 
 ROUTERS = ("MIN", "VAL", "PB", "COND-ideal", "COND-switch", "COND-controller")
+#: suffix of a router whose Valiant intermediates are chosen for the run's traffic matrix
+#: (``VAL+WA``, ``COND-ideal+WA``, ...; :mod:`hpcfabric.rules.policies.workload`)
+WA = "+WA"
 _POLICY = {"MIN": "minimal", "VAL": "valiant", "PB": "minimal", "COND-ideal": "conditional",
            "COND-switch": "conditional", "COND-controller": "conditional"}
 
@@ -38,18 +41,29 @@ class Routers:
     def __init__(self, fabric: Fabric, mode: str = "compact") -> None:
         self.fabric = fabric
         self.mode = mode
-        self._fw: dict[str, Forwarding] = {}
+        self._fw: dict[Any, Forwarding] = {}
+        self._traffic: dict[str, Any] = {}
 
-    def forwarding(self, policy: str) -> Forwarding:
-        fw = self._fw.get(policy)
+    def set_traffic(self, key: str, matrix: Any) -> None:
+        """The TrafficMatrix the ``+WA`` routers of pattern ``key`` choose their intermediates for."""
+        self._traffic[key] = matrix
+
+    def forwarding(self, policy: str, traffic_key: str | None = None) -> Forwarding:
+        key = (policy, traffic_key)
+        fw = self._fw.get(key)
         if fw is None:
-            fw = self._fw[policy] = Forwarding(compile_policy(self.fabric, policy, self.mode))
+            matrix = self._traffic[traffic_key] if traffic_key is not None else None
+            fw = self._fw[key] = Forwarding(compile_policy(self.fabric, policy, self.mode, matrix))
         return fw
 
-    def router(self, name: str) -> Any:
-        if name not in _POLICY:
-            raise SimError(f"unknown router {name!r}: expected one of {', '.join(ROUTERS)}")
-        fw = self.forwarding(_POLICY[name])
+    def router(self, name: str, traffic_key: str | None = None) -> Any:
+        base = name.removesuffix(WA)
+        if base not in _POLICY or (name.endswith(WA) and base in ("MIN", "PB")):
+            raise SimError(f"unknown router {name!r}: expected one of {', '.join(ROUTERS)} "
+                           f"(VAL and COND-* also with {WA})")
+        if name.endswith(WA) and traffic_key not in self._traffic:
+            raise SimError(f"router {name} needs a traffic matrix (set_traffic) for {traffic_key!r}")
+        fw = self.forwarding(_POLICY[base], traffic_key if name.endswith(WA) else None)
         return PBRouter(fw) if name == "PB" else TableRouter(fw)
 
     @staticmethod
@@ -64,7 +78,7 @@ class Routers:
         window sees flipped rules."""
         if not name.startswith("COND-"):
             return params
-        reaction = name.split("-", 1)[1]
+        reaction = name.removesuffix(WA).split("-", 1)[1]
         hold = params.pause_hold_ns or HOLDS_NS[reaction]
         p = replace(params, reaction=reaction, pause_hold_ns=hold)
         extra = -(-int(p.reaction_ns) // int(p.frame_ns))
@@ -75,8 +89,12 @@ class Routers:
 
 
 def run_point(routers: Routers, name: str, pattern: str, load: float, params: SimParams, seed: int,
-              progress: Callable[[int, int], None] | None = None) -> RunResult:
-    sim = Simulator(routers.router(name), Traffic(routers.fabric, pattern), Routers.params_for(name, params), seed=seed)
+              progress: Callable[[int, int], None] | None = None, traffic: Traffic | None = None) -> RunResult:
+    """One run; ``traffic``: the frames' destinations (default: ``Traffic(fabric, pattern)``); a
+    ``+WA`` router uses the matrix :meth:`Routers.set_traffic` gave for ``pattern``."""
+    tr = traffic if traffic is not None else Traffic(routers.fabric, pattern)
+    sim = Simulator(routers.router(name, pattern if name.endswith(WA) else None), tr,
+                    Routers.params_for(name, params), seed=seed)
     return sim.run(load, progress)
 
 

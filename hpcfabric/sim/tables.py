@@ -91,13 +91,14 @@ def port_map(fabric: Fabric) -> PortMap:
     return PortMap(names, base, width, sw, port, kind, peer, host, host_pid, group)
 
 
-def compile_policy(fabric: Fabric, policy: str, mode: str = "compact") -> Any:
+def compile_policy(fabric: Fabric, policy: str, mode: str = "compact", traffic: Any = None) -> Any:
     """The tables the controller would install for ``policy``, with classes of service on
-    (the paper's 2 CoS levels for Dragonfly: lossless links need them to stay deadlock-free)."""
+    (the paper's 2 CoS levels for Dragonfly: lossless links need them to stay deadlock-free);
+    ``traffic``: a TrafficMatrix choosing the Valiant intermediates (workload-aware), None: static."""
     if policy not in POLICIES:
         raise SimError(f"unknown policy {policy!r}: expected one of {', '.join(POLICIES)}")
     plan = plan_addresses(fabric, mode)
-    return compile_fabric(fabric, plan, routing=policy, cos=True)
+    return compile_fabric(fabric, plan, routing=policy, cos=True, traffic=traffic)
 
 
 class Forwarding:

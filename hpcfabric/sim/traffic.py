@@ -13,11 +13,15 @@ import numpy as np
 
 from hpcfabric.topology.model import Fabric
 from hpcfabric.topology.patterns import ALIASES, PatternError, pattern
+from hpcfabric.topology.traffic import TrafficMatrix
 
 __all__ = ["Traffic"]
 
 
 class Traffic:
+    #: relative injection rate per host id (1: every host sends at the offered load)
+    rate: "float | np.ndarray" = 1.0
+
     def __init__(self, fabric: Fabric, name: str) -> None:
         key = ALIASES.get(name.lower())
         if key is None:
@@ -48,8 +52,29 @@ class Traffic:
             self.off = np.concatenate([[0], np.cumsum(self.cnt)[:-1]]).astype(np.int64)
             self.flat = np.concatenate(dsts)
 
+    @classmethod
+    def from_matrix(cls, fabric: Fabric, matrix: TrafficMatrix) -> "Traffic":
+        """Destinations drawn with the weights of ``matrix`` (:meth:`TrafficMatrix.host_rows`); a host
+        sends at the offered load times its relative rate (the busiest host at the offered load)."""
+        self = cls.__new__(cls)
+        self.name = matrix.source or "matrix"
+        self.H = len(fabric.hosts)
+        if self.H < 2 or not len(matrix):
+            raise PatternError(f"traffic matrix {self.name!r} sends nothing on {fabric.name!r}")
+        rate, off, dsts, prob = matrix.host_rows(fabric)
+        self.kind = "weighted"
+        self.rate = rate
+        self.off, self.cnt, self.flat, self.prob = off[:-1], np.diff(off), dsts, prob
+        self.cum = np.cumsum(prob)
+        return self
+
     def sample(self, src: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One destination host id per source host id."""
+        if self.kind == "weighted":
+            start = self.off[src]
+            base = np.where(start > 0, self.cum[np.maximum(start - 1, 0)], 0.0)
+            idx = np.searchsorted(self.cum, base + rng.random(len(src)), side="right")
+            return self.flat[np.clip(idx, start, start + self.cnt[src] - 1)]
         if self.kind == "uniform":
             d = rng.integers(0, self.H - 1, len(src))
             return d + (d >= src)
@@ -62,4 +87,6 @@ class Traffic:
             d = np.delete(np.arange(self.H), src)
             return d, np.full(len(d), 1.0 / len(d))
         d = self.flat[self.off[src]: self.off[src] + self.cnt[src]]
+        if self.kind == "weighted":
+            return d, self.prob[self.off[src]: self.off[src] + self.cnt[src]]
         return d, np.full(len(d), 1.0 / len(d))

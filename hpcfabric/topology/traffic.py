@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import numpy as np
 import yaml
 
-from hpcfabric.errors import TopologyError, read_user_file
+from hpcfabric.errors import ConfigError, TopologyError, read_user_file
 from hpcfabric.topology.model import Fabric
 from hpcfabric.topology.patterns import ALIASES, PatternError, pattern
 
@@ -183,7 +183,12 @@ def load_traffic(path: str, fabric: Fabric) -> TrafficMatrix:
         and what is expected (an unknown host, a weight that is not a positive number, hosts and
         switches mixed, a matrix made for another fabric, no entry at all).
     """
-    text = read_user_file(str(path), "a traffic matrix file (CSV src,dst,weight or YAML)", "no such traffic matrix file")
+    try:
+        text = read_user_file(str(path), "a traffic matrix file (CSV src,dst,weight or YAML)", "no such traffic matrix file")
+    except TopologyError:
+        raise
+    except ConfigError as err:
+        raise TopologyError(err.detail, source=err.source, field=err.field) from None
     if str(path).endswith((".yaml", ".yml")):
         rows = _yaml_rows(str(path), text, fabric)
     else:

@@ -27,8 +27,9 @@ valiant policy always detours (``alpha = 0``).
 remote weight, each takes the first port minimising (the largest load among the links it touches,
 then the increase of the sum of squared loads, then the distance from the static port); its
 second port likewise for the flows whose default it is (else the next port after it, as
-statically). Then local search: every host port in turn removed and placed again, until no move
-improves or ``passes`` sweeps are done. Deterministic (fixed orders, ties to the static choice).
+statically). Then local search: every host port touching a link loaded to >= :data:`HOT` of the
+maximum is removed and placed again (kept only if strictly better), until a sweep moves nothing or
+``passes`` sweeps are done. Deterministic (fixed orders, ties to the static choice).
 Cost O(passes x host ports x Valiant ports x destination blocks per host), numpy per candidate.
 """
 
@@ -49,6 +50,8 @@ from hpcfabric.topology.traffic import TrafficMatrix
 #: per switch, per host port: Valiant ports in preference order (first, second)
 Intermediates = Mapping[str, Mapping[int, tuple[int, ...]]]
 ALPHA = {"conditional": 0.5, "valiant": 0.0}
+#: local search revisits only host ports touching a link loaded to at least this share of the maximum
+HOT = 0.9
 
 
 @dataclass(frozen=True)
@@ -178,10 +181,10 @@ def _score(load: np.ndarray, links: np.ndarray, amounts: np.ndarray, beta: float
     """(largest resulting load among the touched links, increase of the sum of squared loads)."""
     if not len(links):
         return 0.0, 0.0
-    add = np.bincount(links, weights=amounts * beta, minlength=len(load))
-    touched = np.nonzero(add)[0]
-    new = load[touched] + add[touched]
-    return float(new.max()), float((new * new - load[touched] ** 2).sum())
+    uniq, inv = np.unique(links, return_inverse=True)
+    old = load[uniq]
+    new = old + np.bincount(inv, weights=amounts * beta, minlength=len(uniq))
+    return float(new.max()), float((new * new - old * old).sum())
 
 
 class _Search:
@@ -209,42 +212,59 @@ class _Search:
         np.add.at(self.load, links, -self.beta * amounts)
         return self.chosen.pop(i)
 
+    def keys(self, i: int, ports: list[int], blocks: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """Per candidate port: (largest resulting load among the links it touches, increase of the sum
+        of squares) for host ``i``'s flows ``blocks``/``w`` all through it, vectorised. A candidate's
+        links are distinct (one first hop out of the source block, one second hop per other block)."""
+        m, load, beta = self.m, self.load, self.beta
+        s = int(m.h_sw[i])
+        first = np.array([m.lid[(s, p)] for p in ports])
+        hop2 = m.l2[np.array([m.peer[(s, p)] for p in ports])][:, blocks]  # candidates x flows
+        ok = hop2 >= 0
+        old2 = np.where(ok, load[np.maximum(hop2, 0)], 0.0)
+        new2 = np.where(ok, old2 + beta * w, 0.0)
+        f_old = load[first]
+        f_new = f_old + beta * w.sum()
+        worst = np.maximum(f_new, new2.max(axis=1, initial=0.0))
+        sq = f_new ** 2 - f_old ** 2 + (new2 ** 2 - old2 ** 2).sum(axis=1)
+        return np.stack([worst, sq], axis=1)
+
     def place(self, i: int) -> tuple[int, ...]:
         """The best ports for host ``i`` given the other placements (ties: the static order)."""
-        m, load, beta = self.m, self.load, self.beta
+        m = self.m
         s = int(m.h_sw[i])
         ports = m.valiant[s]
         n = len(ports)
         start = ports.index(self.static[i][0])
-        best, best_key = ports[0], None
-        for r in range(n):
-            p = ports[(start + r) % n]
-            key = (*_score(load, *m.contribution(i, p, None), beta), r)
-            if best_key is None or key < best_key:
-                best, best_key = p, key
+        cand = [ports[(start + r) % n] for r in range(n)]  # static order: ties go to the static port
+        blocks, w = m.fblock[m.off[i]:m.off[i + 1]], m.fw[m.off[i]:m.off[i + 1]]
+        k = self.keys(i, cand, blocks, w)
+        best = cand[int(np.lexsort((np.arange(n), k[:, 1], k[:, 0]))[0])]
         nxt = ports[(ports.index(best) + 1) % n]
         if not self.two or n < 2:
             return (best,)
-        blocks = m.fblock[m.off[i]:m.off[i + 1]]
-        if not (m.l2[s, blocks] == m.lid[(s, best)]).any():
+        mask = m.l2[s, blocks] == m.lid[(s, best)]
+        if not mask.any():
             return (best, nxt)  # no flow of this host has its default port there: the second is never used
-        second, second_key = nxt, None
-        for r in range(1, n):
-            q = ports[(ports.index(best) + r) % n]
-            key = (*_score(load, *m.contribution(i, best, q), beta), r)
-            if second_key is None or key < second_key:
-                second, second_key = q, key
-        return (best, second)
+        rest = [ports[(ports.index(best) + r) % n] for r in range(1, n)]
+        k2 = self.keys(i, rest, blocks[mask], w[mask])
+        return (best, rest[int(np.lexsort((np.arange(n - 1), k2[:, 1], k2[:, 0]))[0])])
 
     def sweep(self, order: list[int]) -> bool:
         """Every host port removed and placed again; True if any moved to a strictly better place."""
         changed = False
+        hot = HOT * float(self.load.max(initial=0.0))
         for i in order:
+            links = self.added[i][0]
+            if not len(links) or float(self.load[links].max()) < hot:
+                continue  # touches no link near the maximum: moving it cannot lower the objective now
             old = self.remove(i)
             new = self.place(i)
-            if new != old and _score(self.load, *self.contribution(i, new), self.beta) >= \
-                    _score(self.load, *self.contribution(i, old), self.beta):
-                new = old
+            if new != old:
+                nl, na = self.contribution(i, new)
+                ol, oa = self.contribution(i, old)
+                if _score(self.load, nl, na, self.beta) >= _score(self.load, ol, oa, self.beta):
+                    new = old
             changed |= new != old
             self.apply(i, new)
         return changed

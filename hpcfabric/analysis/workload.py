@@ -1,0 +1,174 @@
+"""Workload-aware routing judged in the simulator: ``hpcfabric analyze workload`` (docs/workload.md).
+
+For every pattern (a :class:`~hpcfabric.topology.traffic.TrafficMatrix` from
+:func:`~hpcfabric.topology.traffic.pattern_traffic`): the intermediates the policy chooses for it
+(:func:`~hpcfabric.rules.policies.workload.choose_intermediates`, model loads and time), the
+saturation bound of the oblivious tables (MIN, VAL, VAL+WA: exact channel loads over the compiled
+tables, :func:`~hpcfabric.sim.bounds.saturation_bound`), and latency / accepted load vs offered load
+from the frame-level simulator for MIN, VAL, VAL+WA, COND-ideal, COND-ideal+WA (``+WA``: the
+tables compiled with ``traffic=`` that matrix). Writes ``workload.csv``, ``workload.json`` and
+``workload.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from hpcfabric.rules.policies.workload import choose_intermediates
+from hpcfabric.sim.bounds import saturation_bound
+from hpcfabric.sim.params import SimParams
+from hpcfabric.sim.sweep import WA, Routers, run_point, summarise
+from hpcfabric.sim.traffic import Traffic
+from hpcfabric.topology.model import Fabric
+from hpcfabric.topology.traffic import pattern_traffic
+
+__all__ = ["run", "PATTERNS", "ROUTERS", "LOADS", "QUICK_LOADS", "plot"]
+
+PATTERNS = ("uniform", "adversarial", "stencil", "transpose")
+ROUTERS = ("MIN", "VAL", "VAL" + WA, "COND-ideal", "COND-ideal" + WA)
+LOADS = {"uniform": (0.1, 0.3, 0.5, 0.7), "adversarial": (0.05, 0.1, 0.2, 0.3, 0.4, 0.5),
+         "stencil": (0.05, 0.1, 0.2, 0.3, 0.4, 0.5), "transpose": (0.1, 0.2, 0.3, 0.5, 0.7, 0.9),
+         "bitrev": (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)}
+QUICK_LOADS = {"uniform": (0.1, 0.4), "adversarial": (0.1, 0.3), "stencil": (0.1, 0.3),
+               "transpose": (0.1, 0.5), "bitrev": (0.1, 0.5)}
+FIELDS = ("router", "pattern", "load", "seeds", "latency_ns", "latency_ci_ns", "p99_ns", "accepted", "accepted_ci",
+          "unfinished", "refused", "lost", "conserved", "deadlock", "flips", "wall_s")
+
+_STATE: dict[str, Any] = {}
+
+
+def _traffic(fabric: Fabric, pattern: str, matrix: Any) -> Traffic:
+    # UN and ADV through the simulator's arithmetic draws (same distribution as their matrices)
+    return Traffic(fabric, pattern) if pattern in ("uniform", "adversarial") else Traffic.from_matrix(fabric, matrix)
+
+
+def _curve(task: tuple[str, str, tuple[float, ...], int, SimParams]) -> list[dict[str, Any]]:
+    name, pattern, loads, seeds, params = task
+    routers: Routers = _STATE["routers"]
+    tr: Traffic = _STATE["traffic"][pattern]
+    share = float(np.mean(tr.rate)) if isinstance(tr.rate, np.ndarray) else 1.0
+    rows = []
+    for load in loads:
+        s = summarise(run_point(routers, name, pattern, load, params, seed, traffic=tr) for seed in range(seeds))
+        # accepted per sending host (silent hosts of a matrix do not count)
+        s["accepted"] /= share
+        s["accepted_ci"] /= share
+        s.update(router=name, pattern=pattern, load=load)
+        rows.append(s)
+        if s["deadlock"] or s["unfinished"] > 0 or s["accepted"] < 0.9 * load:
+            break
+    return rows
+
+
+def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, routers: Sequence[str] = ROUTERS,
+        patterns: Sequence[str] = PATTERNS, loads: dict[str, Sequence[float]] | None = None, seeds: int | None = None,
+        params: SimParams | None = None, jobs: int = 1, plots: bool = True,
+        log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[Path]]:
+    """Model, bounds and simulated curves of every (router, pattern); see the module docstring."""
+    t0 = time.perf_counter()
+    loads = dict(loads or (QUICK_LOADS if quick else LOADS))
+    seeds = seeds or (1 if quick else 2)
+    params = params or (SimParams(warmup_slots=300, window_slots=300, drain_slots=600) if quick else
+                        SimParams(warmup_slots=500, window_slots=500, drain_slots=1000))
+    say = log or (lambda _m: None)
+    rt = Routers(fabric)
+    model: dict[str, Any] = {}
+    bounds: dict[str, Any] = {}
+    traffic: dict[str, Traffic] = {}
+    for pat in patterns:
+        matrix = pattern_traffic(fabric, pat)
+        rt.set_traffic(pat, matrix)
+        traffic[pat] = _traffic(fabric, pat, matrix)
+        for routing in ("valiant", "conditional"):
+            c = choose_intermediates(fabric, matrix, routing)
+            model[f"{routing}/{pat}"] = {"static_max": c.static_max, "chosen_max": c.chosen_max,
+                                         "minimal_max": c.minimal_max, "moved": c.moved, "host_ports": c.host_ports,
+                                         "seconds": round(c.seconds, 3)}
+            say(f"{fabric.name} {pat} {routing}: model max load static {c.static_max:g} -> chosen {c.chosen_max:g}, "
+                f"{c.moved}/{c.host_ports} host ports moved, {c.seconds:.1f} s")
+        for name in routers:
+            say(f"{fabric.name}: tables for {name} / {pat}")
+            rt.router(name, pat if name.endswith(WA) else None)
+            if name in ("MIN", "VAL", "VAL" + WA):
+                pol = {"MIN": "minimal"}.get(name, "valiant")
+                fw = rt.forwarding(pol, pat if name.endswith(WA) else None)
+                b, pid = saturation_bound(fw, traffic[pat])
+                bounds[f"{name}/{pat}"] = {"saturation": b,
+                                           "link": f"{fw.pm.names[int(fw.pm.sw[pid])]}:{int(fw.pm.port[pid])}"}
+    _STATE.update(routers=rt, traffic=traffic)
+    tasks = [(n, pat, tuple(loads[pat]), seeds, params) for pat in patterns for n in routers]
+    rows: list[dict[str, Any]] = []
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    partial = outdir / "workload.partial.csv"
+
+    def collect(got: list[dict[str, Any]]) -> None:
+        rows.extend(got)
+        _write_csv(partial, rows)
+        say(f"curve {got[0]['router']} / {got[0]['pattern']} done ({len(rows)} points)")
+
+    if jobs > 1 and len(tasks) > 1:
+        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+            for got in pool.imap_unordered(_curve, tasks):
+                collect(got)
+    else:
+        for task in tasks:
+            collect(_curve(task))
+    _STATE.clear()
+    rows.sort(key=lambda r: (r["pattern"], list(routers).index(r["router"]), r["load"]))
+    result = {"fabric": fabric.name, "switches": len(fabric.switches), "hosts": len(fabric.hosts), "quick": quick,
+              "params": {k: v for k, v in params.as_dict().items() if k != "extra"}, "seeds": seeds,
+              "routers": list(routers), "patterns": list(patterns), "model": model, "bounds": bounds, "points": rows,
+              "wall_s": time.perf_counter() - t0}
+    paths = [outdir / "workload.csv", outdir / "workload.json"]
+    _write_csv(paths[0], rows)
+    partial.unlink(missing_ok=True)
+    paths[1].write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
+    if plots:
+        paths.append(outdir / "workload.png")
+        plot(result, paths[2])
+    return result, paths
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "deadlock": " -> ".join(r["deadlock"]) if r["deadlock"] else ""})
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Latency (top) and accepted load (bottom) vs offered load, one column per pattern."""
+    from hpcfabric.analysis.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    pats = result["patterns"]
+    fig, axes = plt.subplots(2, max(1, len(pats)), figsize=(5 * max(1, len(pats)), 8), squeeze=False)
+    for j, pat in enumerate(pats):
+        for name in result["routers"]:
+            pts = [r for r in result["points"] if r["pattern"] == pat and r["router"] == name]
+            if not pts:
+                continue
+            x = [r["load"] for r in pts]
+            style = "--" if name.endswith(WA) else "-"
+            axes[0][j].errorbar(x, [r["latency_ns"] / 1000 for r in pts], yerr=[r["latency_ci_ns"] / 1000 for r in pts],
+                                marker="o", ms=3, ls=style, label=name, capsize=2)
+            axes[1][j].errorbar(x, [r["accepted"] for r in pts], yerr=[r["accepted_ci"] for r in pts], marker="o", ms=3,
+                                ls=style, label=name, capsize=2)
+        axes[0][j].set(title=f"{result['fabric']}: {pat}", xlabel="offered load (fraction of link rate)",
+                       ylabel="average latency (us)", yscale="log")
+        axes[1][j].plot([0, 1], [0, 1], color="grey", lw=0.5)
+        axes[1][j].set(xlabel="offered load", ylabel="accepted load per sending host", xlim=(0, 1), ylim=(0, 1))
+        axes[0][j].legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
