@@ -116,6 +116,7 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{s['rules_expected']} rules, host_mac={s['host_mac']}, listen {s['listen']}, guards={s['guards']}, "
         f"metrics={s['metrics']}, ha={s['ha']}, fast_failover={s['fast_failover']}"
         + (f" ({s['ff_groups']} groups)" if s["fast_failover"] == "on" else "")
+        + (f", traffic matrix {s['traffic']}" if s.get("traffic") else "")
     )
     print(f"  classes of service {s['cos']}, flow_control = {s['flow_control']}: deadlock {s['deadlock']}: "
           f"{s['deadlock_explanation']}")
