@@ -9,9 +9,10 @@
   ``bitrev`` from their traffic matrices (:func:`hpcfabric.topology.traffic.pattern_traffic`): every
   host draws its destinations with the matrix's probabilities (a host the matrix leaves silent only
   receives).
-* :func:`load_job`: a workload-aware controller gets the pattern's matrix before the pattern runs, by
-  the diff-only reload (``job_switch.switch_job``: the matrix file replaced, SIGHUP, every resynced
-  switch confirmed); the flow-mods it cost go into the run's record.
+* :func:`bring_ups` / :class:`Job`: a routing's static and workload-aware variants share one bring-up; before
+  each (pattern, variant) the controller gets the pattern's matrix or none by the diff-only reload
+  (``job_switch``: the matrix file replaced and/or the ``traffic`` key set or emptied, SIGHUP, every resynced
+  switch confirmed); the flow-mods it cost go into the first run's record.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from job_switch import switch_job  # mininet/job_switch.py
+from job_switch import reload_and_wait, set_traffic_key  # mininet/job_switch.py
 
 from hpcfabric.topology.patterns import ALIASES, pattern
 
@@ -70,13 +71,52 @@ def matrix_file(fabric: Any, name: str, tmp: Path) -> Path:
     return path
 
 
-def load_job(controller: Any, traffic_file: Path, fabric: Any, name: str, tmp: Path) -> dict[str, Any]:
-    """Give the running workload-aware controller the matrix of pattern ``name`` (diff-only reload).
-    Returns ``{reload_flow_mods, reload_table_diff, reload_rules_total, reload_apply_s}`` (zeros when the
-    controller already runs that matrix)."""
-    new = matrix_file(fabric, name, tmp)
-    if traffic_file.exists() and traffic_file.read_bytes() == new.read_bytes():
-        return {"reload_flow_mods": 0, "reload_table_diff": 0, "reload_rules_total": None, "reload_apply_s": 0.0}
-    last = switch_job(controller, traffic_file, new)
-    return {"reload_flow_mods": last["flow_mods_sent"], "reload_table_diff": last["table_diff"],
-            "reload_rules_total": last["rules_total"], "reload_apply_s": last["apply_s"]}
+def bring_ups(policies: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """The runner's bring-ups: (policy that names the bring-up, the variants measured on it). A workload-aware
+    policy shares the bring-up of its static one when both run (the controller switched between them by reload)."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for pol in policies:
+        if pol.endswith("-wl") and pol[:-3] in policies:
+            continue
+        wl = f"{pol}-wl"
+        out.append((pol, (pol, wl) if wl in policies else (pol,)))
+    return out
+
+
+class Job:
+    """What a running controller's ``[hpcfabric] traffic`` holds (None: the static intermediates), and the switch
+    to another job by the diff-only reload (``job_switch``): the matrix file replaced and/or the key set or
+    emptied in the config copy, SIGHUP, every resynced switch confirmed."""
+
+    def __init__(self, traffic_file: Path | None, tmp: Path) -> None:
+        self.traffic_file, self.tmp = traffic_file, tmp
+        self.pattern: str | None = None
+
+    @property
+    def current_file(self) -> Path | None:
+        return self.traffic_file if self.pattern is not None else None
+
+    def start(self, fabric: Any, name: str) -> None:
+        """Before the controller starts: its config will name ``name``'s matrix."""
+        assert self.traffic_file is not None
+        self.traffic_file.write_bytes(matrix_file(fabric, name, self.tmp).read_bytes())
+        self.pattern = name
+
+    def use(self, controller: Any, conf: Path, fabric: Any, name: str | None) -> dict[str, Any]:
+        """Make the running controller use pattern ``name``'s matrix (None: none). Returns the reload's counts as
+        ``reload_*`` keys, {} when nothing had to change."""
+        if name == self.pattern:
+            return {}
+        assert self.traffic_file is not None
+        if name is not None:
+            tmp = self.traffic_file.with_suffix(".new")
+            tmp.write_bytes(matrix_file(fabric, name, self.tmp).read_bytes())
+            tmp.replace(self.traffic_file)
+        if (name is None) != (self.pattern is None):
+            set_traffic_key(conf, self.traffic_file if name is not None else None)
+        last = reload_and_wait(controller)
+        self.pattern = name
+        return {"reload_job": f"{'static' if name is None else name + ' matrix'}",
+                "reload_flow_mods": last["flow_mods_sent"], "reload_table_diff": last["table_diff"],
+                "reload_group_mods": last.get("group_mods_sent"), "reload_rules_total": last["rules_total"],
+                "reload_apply_s": last["apply_s"]}

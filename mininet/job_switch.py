@@ -8,7 +8,9 @@
 * :class:`Generators`: ``traffic.py`` on every host (UDP with sequence numbers, Poisson, to every
   other host), the totals sent and received once they end.
 * :func:`switch_job`: overwrite the matrix file with the next job's, SIGHUP the controller, wait
-  until every switch the reload resynced is confirmed again; the reload's counts from the status file.
+  until every switch the reload resynced is confirmed again (:func:`reload_and_wait`); the reload's
+  counts from the status file. :func:`set_traffic_key`: the config's ``traffic`` key set or emptied
+  (back to the static intermediates) for the next reload.
 """
 
 from __future__ import annotations
@@ -126,13 +128,27 @@ class Generators:
 
 
 def switch_job(controller: Controller, traffic_file: Path, new_matrix: Path, timeout: float = 60.0) -> dict[str, Any]:
-    """Job switch: ``new_matrix`` replaces ``traffic_file`` (atomic rename), SIGHUP, then wait until the reload is
-    applied and every switch it resynced is confirmed. Returns ``reload.last`` (table_diff, rules_total,
-    flow_mods_sent, resynced, ...) with ``apply_s``: SIGHUP to the last switch confirmed."""
-    before = (controller.status() or {}).get("reload", {}).get("ok", 0)
+    """Job switch: ``new_matrix`` replaces ``traffic_file`` (atomic rename), then :func:`reload_and_wait`."""
     tmp = traffic_file.with_suffix(".new")
     shutil.copyfile(new_matrix, tmp)
     os.replace(tmp, traffic_file)
+    return reload_and_wait(controller, timeout)
+
+
+def set_traffic_key(conf: Path, traffic: Path | None) -> None:
+    """Rewrite ``[hpcfabric] traffic`` of the config copy ``conf`` (None: no matrix, the static intermediates)."""
+    parser = read_conf(conf)
+    parser["hpcfabric"]["traffic"] = str(traffic) if traffic is not None else ""
+    tmp = conf.with_suffix(".new")
+    write_conf(parser, tmp)
+    os.replace(tmp, conf)
+
+
+def reload_and_wait(controller: Controller, timeout: float = 60.0) -> dict[str, Any]:
+    """SIGHUP, then wait until the reload is applied and every switch it resynced is confirmed. Returns
+    ``reload.last`` (table_diff, rules_total, flow_mods_sent, group_mods_sent, resynced, ...) with ``apply_s``:
+    SIGHUP to the last switch confirmed."""
+    before = (controller.status() or {}).get("reload", {}).get("ok", 0)
     t0 = time.monotonic()
     os.kill(controller.pid, signal.SIGHUP)
     last: dict[str, Any] = {}

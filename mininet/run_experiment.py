@@ -56,7 +56,7 @@ from controller_proc import Controller, free_port  # noqa: E402
 from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
 from exp_report import check_targets, plots, ratios, report_md, table  # noqa: E402
 from exp_traffic import SWITCH_MODE_MAX_IDLE_MS, Plan, check_send_buffer, measure, set_max_idle  # noqa: E402
-from exp_workload import PATTERN_NAMES, POLICIES, load_job, matrix_file, pattern_dests  # noqa: E402
+from exp_workload import PATTERN_NAMES, POLICIES, Job, bring_ups, pattern_dests  # noqa: E402
 from fabric_setup import read_conf, write_conf  # noqa: E402
 from fabric_topo import FabricNetError, build_net, ovs_running, stop_net  # noqa: E402
 from reachability import reachable_all_pairs  # noqa: E402
@@ -197,20 +197,25 @@ def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int
     return write_conf(parser, tmp / f"{policy}.conf")
 
 
-def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress) -> list[dict[str, Any]]:
-    """Controller + net for one (fabric, policy), then every pattern x repeat. Returns one record per run."""
+def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress,
+               variants: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Controller + net for one (fabric, policy), then every pattern x variant x repeat. ``variants``: the policies
+    measured on this bring-up (default ``(policy,)``): a routing's static and workload-aware (``-wl``) variants
+    share it, the controller switched between them by the diff-only reload. Returns one record per run."""
+    variants = variants or (policy,)
     cfg_file = FABRICS[label][0] if label in FABRICS else str(Path(label).resolve())
     label = label if label in FABRICS else Path(label).stem
     tmp = work / f"{label}-{policy}"
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     status_file = tmp / "status.json"
-    workload = POLICIES[policy][2]
-    traffic = tmp / "traffic.csv" if workload else None
-    if traffic is not None:
-        fabric0 = load_config(ROOT / cfg_file if label in FABRICS else cfg_file, compile=False).fabric
-        traffic.write_bytes(matrix_file(fabric0, plan.patterns[0], tmp).read_bytes())
-    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms, traffic)
+    traffic = tmp / "traffic.csv" if any(POLICIES[v][2] for v in variants) else None
+    job = Job(traffic, tmp)
+    if POLICIES[variants[0]][2]:  # start with the first pattern's matrix
+        job.start(load_config(ROOT / cfg_file if label in FABRICS else cfg_file, compile=False).fabric,
+                  plan.patterns[0])
+    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms,
+                        job.current_file)
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:
@@ -238,24 +243,25 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
         lossless.shape_links(links, lossless.LinkShape(plan.link_mbit, plan.queue_bytes))
         links_file = tmp / "links.json"
         links_file.write_text(json.dumps([l.__dict__ for l in links]))
-        for pat in plan.patterns:
+        for pat, variant, rep in ((p, v, r) for p in plan.patterns for v in variants for r in range(plan.repeats)):
             dests = pattern_dests(fabric, pat)
             pps = plan.load[pat] * plan.link_mbit * 1e6 / (plan.size * 8)
-            job = load_job(controller, traffic, fabric, pat, tmp) if traffic is not None else {}
-            if job.get("reload_flow_mods"):
-                progress(f"  {label} {policy}: job {pat}: reload sent {job['reload_flow_mods']} flow-mods (table "
-                         f"diff {job['reload_table_diff']} of {job['reload_rules_total']}) in {job['reload_apply_s']} s")
-            for rep in range(plan.repeats):
-                seed = plan.seed + rep
-                what = {"fabric": label, "topology": fabric.name, "policy": policy, "pattern": pat, "repeat": rep,
-                        "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
-                rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / pat, links_file, links)
-                rec.update(job if rep == 0 else {})
-                records.append(rec)
-                progress(f"  {label} {policy:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
-                         f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
-                         f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
-                         f"diverted {rec['alternative_frames']}")
+            moved = job.use(controller, conf, fabric, pat if POLICIES[variant][2] else None) if rep == 0 else {}
+            if moved.get("reload_flow_mods") is not None:
+                progress(f"  {label} {variant}: {moved['reload_job']}: reload sent {moved['reload_flow_mods']} flow-mods "
+                         f"(table diff {moved['reload_table_diff']} of {moved['reload_rules_total']}) in "
+                         f"{moved['reload_apply_s']} s")
+            seed = plan.seed + rep
+            what = {"fabric": label, "topology": fabric.name, "policy": variant, "pattern": pat, "repeat": rep,
+                    "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
+            rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / f"{pat}-{variant}", links_file,
+                          links)
+            rec.update(moved)
+            records.append(rec)
+            progress(f"  {label} {variant:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
+                     f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
+                     f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
+                     f"diverted {rec['alternative_frames']}")
         return records
     finally:
         err = stop_net(net)
@@ -292,12 +298,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"{','.join(plan.patterns)}, {plan.repeats} repeat(s) x {plan.measure:g} s; links {plan.link_mbit:g} Mbit/s; "
                  f"results in {out}")
         for label in plan.fabrics:
-            for policy in plan.policies:
+            for policy, variants in bring_ups(plan.policies):
                 if policy == "conditional-switch" and label not in plan.switch_local_on:
                     continue
                 for attempt in (1, 2):  # Mininet's shell plumbing fails now and then (e.g. a UTF-8 read split)
                     try:
-                        records += run_policy(label, policy, plan, args.prefix, work, progress)
+                        records += run_policy(label, policy, plan, args.prefix, work, progress, variants)
                         break
                     except (UsageError, KeyboardInterrupt):
                         raise
