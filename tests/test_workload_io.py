@@ -261,3 +261,21 @@ def test_job_switch_on_emulated_switches_counts_the_flow_mods_they_receive(capsy
             assert sum(st["flows"] for st in c.emu_stats()) == c.status(0)["rules_expected"]
     finally:
         c.stop()
+
+
+def test_experiment_patterns_and_bring_ups():
+    """run_experiment's application-like destinations come from the matrices; static and -wl share a bring-up."""
+    sys.path.insert(0, str(ROOT / "mininet"))
+    from exp_workload import bring_ups, pattern_dests
+
+    from hpcfabric.topology.loader import load_topology
+    from hpcfabric.topology.traffic import pattern_traffic
+
+    fab = load_topology(DF)
+    for name in ("stencil", "transpose", "bitrev"):
+        dests = pattern_dests(fab, name)
+        want = {(a, b) for a, b, _ in pattern_traffic(fab, name).entries()}
+        assert {(h, d) for h, ds in dests.items() for d in ds} == want and set(dests) == {h.name for h in fab.hosts}
+    assert sum(1 for ds in pattern_dests(fab, "transpose").values() if not ds) == 72 - 56  # silent hosts receive only
+    assert bring_ups(("minimal", "valiant", "valiant-wl", "conditional-wl")) == [
+        ("minimal", ("minimal",)), ("valiant", ("valiant", "valiant-wl")), ("conditional-wl", ("conditional-wl",))]
