@@ -85,12 +85,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "switch-local PAUSE reaction, [hpcfabric] pause_reaction = switch), conditional-wl / "
                          "valiant-wl (intermediates chosen for each pattern's traffic matrix, [hpcfabric] traffic, "
                          "loaded by the diff-only reload before the pattern runs); default minimal, valiant, "
-                         "conditional, conditional-wl, conditional-switch (quick: without conditional-switch)")
+                         "valiant-wl, conditional, conditional-wl, conditional-switch (quick: without "
+                         "conditional-switch)")
     ap.add_argument("--switch-local-on", default=None,
                     help="fabrics that also run conditional-switch (default: all; with --quick: none)")
-    ap.add_argument("--patterns", default="adv,un,stencil,transpose",
+    ap.add_argument("--patterns", default=None,
                     help="comma list: adv, un, stencil (nearest neighbour, one grid row per group), transpose, "
-                         "bitrev (hpcfabric.topology.traffic)")
+                         "bitrev (hpcfabric.topology.traffic); default adv, un, stencil, transpose (quick: without un)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per (fabric, policy, pattern) (default 3; quick 1)")
     ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 4)")
     ap.add_argument("--warmup", type=float, default=None, help="warm-up before the window, s (default 3; quick 2)")
@@ -129,12 +130,13 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if bad or not fabrics:
         raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
                          f"{', '.join(FABRICS)} or controller .conf files")
-    default = "minimal,valiant,conditional,conditional-wl" + ("" if args.quick else ",conditional-switch")
+    default = "minimal,valiant,valiant-wl,conditional,conditional-wl" + ("" if args.quick else ",conditional-switch")
     policies = tuple(x.strip() for x in (args.policies or default).split(",") if x.strip())
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise UsageError(f"--policies: unknown {', '.join(bad) or '(empty)'}; expected {', '.join(POLICIES)}")
-    patterns = tuple(x.strip().lower() for x in args.patterns.split(",") if x.strip())
+    patterns = tuple(x.strip().lower() for x in (args.patterns or ("adv,stencil,transpose" if args.quick else
+                                                                   "adv,un,stencil,transpose")).split(",") if x.strip())
     bad = [p for p in patterns if p not in PATTERN_NAMES]
     if bad or not patterns:
         raise UsageError(f"--patterns: unknown {', '.join(bad) or '(empty)'}; expected adv, un, stencil, transpose, "
