@@ -236,3 +236,24 @@ def test_analyze_workload_runs_the_routers_on_the_matrix(tmp_path):
         assert r["lost"] == 0 and r["conserved"] and not r["deadlock"]
         assert abs(r["accepted"] - 0.1) < 0.03
     assert res["bounds"]["VAL+WA/transpose"]["saturation"] > res["bounds"]["VAL/transpose"]["saturation"]
+
+
+def test_spread_placement_puts_one_rank_on_every_access_switch():
+    f = fabric("dragonfly-a4-p2-h2")  # 36 switches: 6 x 6 transpose over their first hosts
+    m = pattern_traffic(f, "transpose", placement="spread")
+    senders = {m.names[i] for i in m.src.tolist()} | {m.names[i] for i in m.dst.tolist()}
+    assert all(f.host(h).index == 0 for h in senders) and len(senders) == 30  # the diagonal sends nothing
+    st = pattern_traffic(f, "stencil", placement="spread")  # rows of 4 switches = one group each
+    group = {h.name: f.switch(h.switch).group for h in f.hosts}
+    for a, b, _ in st.entries():
+        assert (group[b] - group[a]) % 9 in (0, 1, 8)
+    with pytest.raises(PatternError, match="unknown placement"):
+        pattern_traffic(f, "transpose", placement="random")
+
+
+def test_cli_analyze_workload_refuses_an_unknown_pattern(capsys):
+    from hpcfabric.cli import main
+
+    code = main(["analyze", "workload", "topologies/dragonfly-a4-p2-h2.yaml", "--patterns", "adversarial:spread"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--patterns" in err and "unknown pattern 'adversarial:spread'" in err and "Traceback" not in err

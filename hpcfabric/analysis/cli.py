@@ -228,12 +228,15 @@ def cmd_workload(args: argparse.Namespace) -> int:
             raise ConfigError(f"unknown router {r!r}; expected some of {', '.join(sorted(known))}", field="--routers")
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
     for p in patterns:
-        if p not in TRAFFIC_PATTERNS:
-            raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(TRAFFIC_PATTERNS)}", field="--patterns")
+        name, _, placement = p.partition(":")
+        if name not in TRAFFIC_PATTERNS or placement not in ("", "packed", "spread") or \
+                (placement and name in ("uniform", "adversarial")):
+            raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(TRAFFIC_PATTERNS)} "
+                              f"(stencil, transpose, bitrev also as NAME:spread)", field="--patterns")
     if args.seeds is not None and args.seeds < 1:
         raise ConfigError(f"must be >= 1, got {args.seeds}", field="--seeds")
     base = workload.QUICK_LOADS if args.quick else workload.LOADS
-    loads = {p: _float_list(args.loads, "--loads") if args.loads else list(base[p]) for p in patterns}
+    loads = {p: _float_list(args.loads, "--loads") if args.loads else list(base[p.partition(":")[0]]) for p in patterns}
     fabric = load_topology(args.file)
     res, paths = workload.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
                               seeds=args.seeds, jobs=_jobs(args), plots=not args.no_plots, log=_log)
@@ -331,7 +334,7 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="2 loads per pattern, 1 seed, short windows (CI)")
     p.add_argument("--routers", default="MIN,VAL,VAL+WA,COND-ideal,COND-ideal+WA", metavar="R,...")
     p.add_argument("--patterns", default="uniform,adversarial,stencil,transpose", metavar="P,...",
-                   help="uniform, adversarial, stencil, transpose, bitrev")
+                   help="uniform, adversarial, stencil, transpose, bitrev; NAME:spread = one rank per switch")
     p.add_argument("--loads", default=None, metavar="L,...", help="offered loads (default per pattern)")
     p.add_argument("--seeds", type=int, default=None, metavar="N", help="runs per point (default 2, quick 1)")
     p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")

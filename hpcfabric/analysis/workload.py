@@ -6,7 +6,8 @@ For every pattern (a :class:`~hpcfabric.topology.traffic.TrafficMatrix` from
 saturation bound of the oblivious tables (MIN, VAL, VAL+WA: exact channel loads over the compiled
 tables, :func:`~hpcfabric.sim.bounds.saturation_bound`), and latency / accepted load vs offered load
 from the frame-level simulator for MIN, VAL, VAL+WA, COND-ideal, COND-ideal+WA (``+WA``: the
-tables compiled with ``traffic=`` that matrix). Writes ``workload.csv``, ``workload.json`` and
+tables compiled with ``traffic=`` that matrix). A pattern ``NAME:spread`` places the ranks of
+stencil/transpose/bitrev one per access switch (``pattern_traffic(..., placement="spread")``). Writes ``workload.csv``, ``workload.json`` and
 ``workload.png``.
 """
 
@@ -74,7 +75,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
         log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[Path]]:
     """Model, bounds and simulated curves of every (router, pattern); see the module docstring."""
     t0 = time.perf_counter()
-    loads = dict(loads or (QUICK_LOADS if quick else LOADS))
+    loads = dict(loads or {p: (QUICK_LOADS if quick else LOADS)[p.partition(":")[0]] for p in patterns})
     seeds = seeds or (1 if quick else 2)
     params = params or (SimParams(warmup_slots=300, window_slots=300, drain_slots=600) if quick else
                         SimParams(warmup_slots=500, window_slots=500, drain_slots=1000))
@@ -84,7 +85,8 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
     bounds: dict[str, Any] = {}
     traffic: dict[str, Traffic] = {}
     for pat in patterns:
-        matrix = pattern_traffic(fabric, pat)
+        base, _, placement = pat.partition(":")
+        matrix = pattern_traffic(fabric, base, placement=placement or "packed")
         rt.set_traffic(pat, matrix)
         traffic[pat] = _traffic(fabric, pat, matrix)
         for routing in ("valiant", "conditional"):

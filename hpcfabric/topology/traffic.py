@@ -42,6 +42,8 @@ FORMAT = "hpcfabric-traffic/1"
 LEVELS = ("host", "switch")
 #: generated patterns (see the module docstring)
 TRAFFIC_PATTERNS = ("uniform", "adversarial", "stencil", "transpose", "bitrev")
+#: where the ranks of stencil/transpose/bitrev sit: every host (packed) or one per access switch (spread)
+PLACEMENTS = ("packed", "spread")
 #: entries a generated or loaded matrix may hold (UN on a ~300k-host fabric would be billions)
 MAX_ENTRIES = 50_000_000
 
@@ -315,15 +317,24 @@ def write_traffic(matrix: TrafficMatrix, path: str) -> None:
 
 def pattern_traffic(fabric: Fabric, name: str, **kw: Any) -> TrafficMatrix:
     """The matrix of pattern ``name`` on ``fabric`` (:data:`TRAFFIC_PATTERNS`, or the aliases
-    ``un``/``adv``). Options: ``stencil``: ``width`` (grid row length, default the hosts of one
-    group, so the x neighbours sit in the adjacent groups); ``transpose``/``bitrev``: none.
-
-    Ranks are the hosts in fabric order (group-major), rank ``r`` on host ``fabric.hosts[r]``.
+    ``un``/``adv``). Options: ``stencil``: ``width`` (grid row length, default the ranks of one
+    group, so the x neighbours sit in the adjacent groups); ``placement`` of the ranks of
+    stencil/transpose/bitrev: ``packed`` (default: rank ``r`` on host ``fabric.hosts[r]``, fabric
+    order, group-major) or ``spread`` (one rank per access switch, on its first host, in fabric
+    order: a job spread over the machine).
     """
     key = ALIASES.get(name.lower(), name.lower())
-    hosts = fabric.hosts
-    H = len(hosts)
-    names = tuple(h.name for h in hosts)
+    placement = kw.get("placement", "packed")
+    if placement not in PLACEMENTS:
+        raise PatternError(f"unknown placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
+    names = tuple(h.name for h in fabric.hosts)
+    if placement == "spread" and key in ("stencil", "transpose", "bitrev"):
+        # one rank per access switch (its first host): a job spread over the machine
+        ranked = [fabric.hosts_on(sw.name)[0].name for sw in fabric.access_switches]
+        inner = _ranked(fabric, key, len(ranked), kw)
+        idx = {n: i for i, n in enumerate(names)}
+        pos = np.array([idx[n] for n in ranked], dtype=np.int64)
+        return make_matrix(fabric, "host", names, pos[inner[0]], pos[inner[1]], inner[2], f"pattern:{key}:spread")
     src_name = f"pattern:{key}"
     if key == "uniform":
         access = fabric.access_switches
@@ -339,7 +350,7 @@ def pattern_traffic(fabric: Fabric, name: str, **kw: Any) -> TrafficMatrix:
         access = fabric.access_switches
         sidx = {s.name: i for i, s in enumerate(access)}
         s, d, w = [], [], []
-        for h in hosts:
+        for h in fabric.hosts:
             per: dict[int, float] = {}
             dl = lists[h.name]
             for x in dl:
@@ -350,8 +361,17 @@ def pattern_traffic(fabric: Fabric, name: str, **kw: Any) -> TrafficMatrix:
                 d.append(j)
                 w.append(wt)
         return make_matrix(fabric, "switch", tuple(s_.name for s_ in access), s, d, w, src_name)
+    if key in ("stencil", "transpose", "bitrev"):
+        src, dst, w = _ranked(fabric, key, len(names), kw)
+        extra = f":width={int(kw.get('width') or _group_hosts(fabric))}" if key == "stencil" else ""
+        return make_matrix(fabric, "host", names, src, dst, w, f"pattern:{key}{extra}")
+    raise PatternError(f"unknown traffic pattern {name!r}: expected one of {', '.join(TRAFFIC_PATTERNS)} (or un, adv)")
+
+
+def _ranked(fabric: Fabric, key: str, H: int, kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source rank, destination rank, weight) of the application-like patterns over ``H`` ranks."""
     if key == "stencil":
-        width = int(kw.get("width") or _group_hosts(fabric))
+        width = int(kw.get("width") or (_group_hosts(fabric) if H == len(fabric.hosts) else _group_switches(fabric)))
         if width < 1 or H % width:
             raise PatternError(f"stencil width {width} does not divide the {H} hosts of {fabric.name!r}")
         rows = H // width
@@ -359,16 +379,14 @@ def pattern_traffic(fabric: Fabric, name: str, **kw: Any) -> TrafficMatrix:
         x, y = np.divmod(r, width)
         nbrs = [((x + 1) % rows) * width + y, ((x - 1) % rows) * width + y,
                 x * width + (y + 1) % width, x * width + (y - 1) % width]
-        s = np.concatenate([r] * 4)
-        d = np.concatenate(nbrs)
-        return make_matrix(fabric, "host", names, s, d, np.ones(len(s)), f"{src_name}:width={width}")
+        return np.concatenate([r] * 4), np.concatenate(nbrs), np.ones(4 * H)
     if key == "transpose":
         n = math.isqrt(H)
         if n < 2:
             raise PatternError(f"transpose needs at least 4 hosts; {fabric.name!r} has {H}")
         r = np.arange(n * n, dtype=np.int64)
         x, y = np.divmod(r, n)
-        return make_matrix(fabric, "host", names, r, y * n + x, np.ones(len(r)), src_name)
+        return r, y * n + x, np.ones(len(r))
     if key == "bitrev":
         bits = H.bit_length() - 1
         if bits < 1:
@@ -377,8 +395,14 @@ def pattern_traffic(fabric: Fabric, name: str, **kw: Any) -> TrafficMatrix:
         rev = np.zeros_like(r)
         for b in range(bits):
             rev |= ((r >> b) & 1) << (bits - 1 - b)
-        return make_matrix(fabric, "host", names, r, rev, np.ones(len(r)), src_name)
-    raise PatternError(f"unknown traffic pattern {name!r}: expected one of {', '.join(TRAFFIC_PATTERNS)} (or un, adv)")
+        return r, rev, np.ones(len(r))
+    raise PatternError(f"unknown traffic pattern {key!r}")
+
+
+def _group_switches(fabric: Fabric) -> int:
+    """Access switches of the first group (the stencil row length of a spread job)."""
+    access = fabric.access_switches
+    return sum(1 for s in access if s.group == access[0].group)
 
 
 def _group_hosts(fabric: Fabric) -> int:

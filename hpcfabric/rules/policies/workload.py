@@ -19,9 +19,13 @@ its source's own never detours. A flow (host -> destination block, weight ``w``)
   unless ``b`` is the destination block, the top link of ``x``'s minimal route to it. Under
   conditional routing a flow whose default port *is* ``v`` (paused) takes the second port.
 
-Expected load of a link = ``alpha`` x (minimal loads) + ``(1 - alpha)`` x (Valiant loads): the
-conditional policy's frames take either path (``alpha = 1/2``, the even-split model); the
-valiant policy always detours (``alpha = 0``).
+Which share ``d`` of a flow detours: the valiant policy detours everything (``d = 1``). The
+conditional policy detours only while the default port is paused, i.e. where the minimal route is
+overloaded: ``d = max(0, 1 - mean / M)`` with ``M`` the minimal load of the flow's top link and
+``mean`` the mean minimal load over all top links (the *pressure model*: under UN or any
+matrix minimal routing spreads evenly nothing detours and the static choice stays; under ADV
+almost everything on the hot link does). Expected load of a link = the minimal loads of the
+``1 - d`` shares + the Valiant loads of the ``d`` shares.
 
 **Optimisation.** Minimise the maximum expected top-link load. Greedy: host ports by decreasing
 remote weight, each takes the first port minimising (the largest load among the links it touches,
@@ -49,7 +53,7 @@ from hpcfabric.topology.traffic import TrafficMatrix
 
 #: per switch, per host port: Valiant ports in preference order (first, second)
 Intermediates = Mapping[str, Mapping[int, tuple[int, ...]]]
-ALPHA = {"conditional": 0.5, "valiant": 0.0}
+ROUTINGS = ("conditional", "valiant")
 #: local search revisits only host ports touching a link loaded to at least this share of the maximum
 HOT = 0.9
 
@@ -74,7 +78,7 @@ class WorkloadChoice:
 class _Model:
     """Top links, the blocks, the second-hop link table and the host flows of one fabric + matrix."""
 
-    def __init__(self, fabric: Fabric, traffic: TrafficMatrix) -> None:
+    def __init__(self, fabric: Fabric, traffic: TrafficMatrix, routing: str) -> None:
         if fabric.kind not in ("dragonfly", "flattened_butterfly"):
             raise CompileError(f"workload-aware intermediates apply to Dragonfly and Flattened Butterfly fabrics, "
                                f"not {fabric.kind}")
@@ -121,10 +125,11 @@ class _Model:
                         h = index_of[(s.group, k)]
                         l2[i, bpos[g]] = self.lid[(h, [p for kk, p in lst if kk == k][0])]
         self.l2 = l2
-        self._flows(fabric, traffic, bpos)
+        self._flows(fabric, traffic, routing)
 
-    def _flows(self, fabric: Fabric, traffic: TrafficMatrix, bpos: dict[int, int]) -> None:
-        """Per host (fabric order): remote destination blocks and weights, CSR."""
+    def _flows(self, fabric: Fabric, traffic: TrafficMatrix, routing: str) -> None:
+        """Per host (fabric order): remote destination blocks and the weights that detour, CSR; the
+        minimal loads of the rest (module docstring)."""
         hosts = fabric.hosts
         nb = self.l2.shape[1]
         h_sw = np.array([self.sidx[h.switch] for h in hosts], dtype=np.int64)
@@ -151,7 +156,16 @@ class _Model:
         self.fhost, self.fblock, self.fw = uniq // nb, uniq % nb, agg
         self.off = np.concatenate([[0], np.cumsum(np.bincount(self.fhost, minlength=len(hosts)))]).astype(np.int64)
         self.h_sw = h_sw
-        self.minimal = np.bincount(self.l2[h_sw[self.fhost], self.fblock], weights=self.fw, minlength=self.nlinks)
+        dflt = self.l2[h_sw[self.fhost], self.fblock]
+        full = np.bincount(dflt, weights=agg, minlength=self.nlinks)
+        self.minimal_max = float(full.max(initial=0.0))
+        if routing == "valiant":
+            share = np.ones(len(agg))
+        else:
+            mean = float(full.mean()) if len(full) else 0.0  # an even spread over every top link
+            share = np.clip(1.0 - mean / np.maximum(full[dflt], 1e-300), 0.0, 1.0)
+        self.fw = agg * share
+        self.minimal = np.bincount(dflt, weights=agg - self.fw, minlength=self.nlinks)
 
     def contribution(self, hi: int, first: int, second: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(links, amounts) host ``hi``'s flows add through ``first`` (``second`` for the flows whose
@@ -192,10 +206,10 @@ class _Search:
 
     def __init__(self, model: _Model, routing: str, static: dict[int, tuple[int, ...]]) -> None:
         self.m = model
-        self.alpha, self.beta = ALPHA[routing], 1.0 - ALPHA[routing]
+        self.beta = 1.0
         self.two = routing == "conditional"
         self.static = static
-        self.load = self.alpha * model.minimal
+        self.load = model.minimal.copy()
         self.chosen: dict[int, tuple[int, ...]] = {}
         self.added: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -276,7 +290,7 @@ class _Search:
 def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = "conditional",
                          passes: int = 4) -> WorkloadChoice:
     """Per access switch, per host port, the Valiant ports (first, second) for ``traffic`` (module
-    docstring). ``routing``: ``conditional`` (even-split model, two ports) or ``valiant`` (one port).
+    docstring). ``routing``: ``conditional`` (pressure model, two ports) or ``valiant`` (one port).
     Two searches run: greedy from nothing and local search from the static choice; the better one
     (largest load, then sum of squares; the static-seeded one on a tie) is returned, so the model
     never rates the choice worse than the static one.
@@ -286,10 +300,10 @@ def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = 
     CompileError
         A fabric kind without Valiant ports (fat-tree, Clos, explicit) or an unknown routing.
     """
-    if routing not in ALPHA:
+    if routing not in ROUTINGS:
         raise CompileError(f"workload-aware intermediates are for valiant or conditional routing, not {routing!r}")
     t0 = time.perf_counter()
-    model = _Model(fabric, traffic)
+    model = _Model(fabric, traffic, routing)
     hosts = fabric.hosts
     static = {i: static_intermediates(model.valiant[int(model.h_sw[i])], h.index) for i, h in enumerate(hosts)
               if model.valiant[int(model.h_sw[i])]}
@@ -318,5 +332,5 @@ def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = 
             ports = ports[:1]
         result.setdefault(h.switch, {})[h.port] = ports
         moved += ports != static[i][:len(ports)]
-    return WorkloadChoice(result, static_max, best.objective()[0], float(model.minimal.max(initial=0.0)), int(moved),
+    return WorkloadChoice(result, static_max, best.objective()[0], model.minimal_max, int(moved),
                           len(order), time.perf_counter() - t0)
