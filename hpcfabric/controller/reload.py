@@ -130,8 +130,9 @@ class Reloader:
         old_desired = app.config.desired
         try:
             new = run_native(load_config, path)
-            changed = run_native(table_diff, old_desired, new.desired,
-                                 [n for n in new.desired if new.manages(n)])
+            changed = run_native(table_diff, old_desired, new.desired,  # + switches gone from the topology
+                                 [n for n in new.desired if new.manages(n)]
+                                 + [n for n in old_desired if n not in new.desired and app.config.manages(n)])
         except HpcfabricError as err:
             return self.failed(reason, str(err), t0)
         except Exception as err:  # noqa: BLE001 - reported, never fatal
