@@ -93,10 +93,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="comma list: adv, un, stencil (nearest neighbour, one grid row per group), transpose, "
                          "bitrev (hpcfabric.topology.traffic); default adv, un, stencil, transpose (quick: without un)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per (fabric, policy, pattern) (default 3; quick 1)")
-    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 4)")
-    ap.add_argument("--warmup", type=float, default=None, help="warm-up before the window, s (default 3; quick 2)")
+    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 3)")
+    ap.add_argument("--warmup", type=float, default=None, help="warm-up before the window, s (default 3; quick 1.5)")
     ap.add_argument("--drain", type=float, default=None,
-                    help="load kept on after the window while it drains, s (default 1.5; quick 1)")
+                    help="load kept on after the window while it drains, s (default 1.5; quick 0.5)")
     ap.add_argument("--link-mbit", type=float, default=1.0, help="fabric link rate, Mbit/s (default 1)")
     ap.add_argument("--queue-bytes", type=int, default=30000, help="byte FIFO per fabric link direction")
     ap.add_argument("--size", type=int, default=1400, help="UDP payload bytes per frame (fewer frames per bit: less OVS CPU)")
@@ -143,9 +143,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
                          "bitrev")
     patterns = tuple(PATTERN_NAMES[p] for p in patterns)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    measure = args.measure if args.measure is not None else (4.0 if args.quick else 20.0)
-    drain = args.drain if args.drain is not None else (1.0 if args.quick else 1.5)
-    warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 3.0)
+    measure = args.measure if args.measure is not None else (3.0 if args.quick else 20.0)
+    drain = args.drain if args.drain is not None else (0.5 if args.quick else 1.5)
+    warmup = args.warmup if args.warmup is not None else (1.5 if args.quick else 3.0)
     for name, value, low in (("--repeats", repeats, 1), ("--measure", measure, 1), ("--link-mbit", args.link_mbit, 0.01),
                              ("--size", args.size, 64), ("--queue-bytes", args.queue_bytes, 2 * args.size)):
         if value < low:
