@@ -292,8 +292,9 @@ def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = 
     """Per access switch, per host port, the Valiant ports (first, second) for ``traffic`` (module
     docstring). ``routing``: ``conditional`` (pressure model, two ports) or ``valiant`` (one port).
     Two searches run: greedy from nothing and local search from the static choice; the better one
-    (largest load, then sum of squares; the static-seeded one on a tie) is returned, so the model
-    never rates the choice worse than the static one.
+    (largest load, then sum of squares; the static-seeded one on a tie) is returned if its largest
+    load is strictly lower than the static choice's, else the static choice itself: the model never
+    rates the choice worse than static, and no host port moves without a strictly lower maximum.
 
     Raises
     ------
@@ -322,6 +323,10 @@ def choose_intermediates(fabric: Fabric, traffic: TrafficMatrix, routing: str = 
             if not search.sweep(order):
                 break
     best = greedy if greedy.objective() < seeded.objective() else seeded
+    if best.objective()[0] >= static_max * (1 - 1e-9):
+        best = _Search(model, routing, static)  # no strictly lower maximum: keep the static choice
+        for i in order:
+            best.apply(i, static[i])
     result: dict[str, dict[int, tuple[int, ...]]] = {}
     moved = 0
     for i, h in enumerate(hosts):
