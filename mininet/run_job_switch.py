@@ -17,7 +17,7 @@ controller's status), ``expected_diff`` (the same computed here from the two con
 frames sent and lost across the run (``lost`` must be 0) plus a 10-ms ping across the switches.
 
 The last stdout line is one JSON object; exit 0 if every check passed (flow-mods sent == table diff,
-0 < table diff < rules total, group-mods sent <= fast-failover groups differing -- fewer when a switch still
+table diff < rules total, group-mods sent <= fast-failover groups differing -- fewer when a switch still
 holds a group from an earlier job --, no frame lost), 1 if one failed, 2 on bad arguments or environment.
 The steps are in ``job_switch.py``; bring-up from ``controller_proc``, ``fabric_topo``, ``dmp_hosts``.
 """
@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="run_job_switch.py", description=__doc__.splitlines()[0])
     ap.add_argument("--fabrics", default="df,fb", help=f"comma list of {', '.join(FABRICS)} or controller .conf files")
     ap.add_argument("--routing", default="valiant", choices=("valiant", "conditional"))
-    ap.add_argument("--jobs", default="adversarial,stencil,transpose",
+    ap.add_argument("--jobs", default="adversarial,transpose,stencil",
                     help="comma list of traffic patterns (stencil:width=N for a parameter) or matrix files: the "
                     "controller starts with the first, then switches to each next one under traffic")
     ap.add_argument("--pps", type=float, default=20.0, help="UDP frames per second per host (default 20)")
@@ -138,9 +138,9 @@ def run_fabric(label: str, args: argparse.Namespace, work: Path, report: Report,
             if rec["group_mods_sent"] > rec["group_diff"]:  # fewer: a group still on the switch from an earlier job
                 report.fail(f"{name} {rec['from']}->{rec['to']}: group-mods sent {rec['group_mods_sent']} > groups "
                             f"differing {rec['group_diff']}")
-            if not 0 < rec["table_diff"] < rec["rules_total"]:
-                report.fail(f"{name} {rec['from']}->{rec['to']}: table diff {rec['table_diff']} not in "
-                            f"(0, {rec['rules_total']})")
+            if rec["table_diff"] >= rec["rules_total"]:  # 0 is right when the model keeps both jobs' tables
+                report.fail(f"{name} {rec['from']}->{rec['to']}: table diff {rec['table_diff']} not below "
+                            f"{rec['rules_total']}")
         frames = gen.totals()
         pinged = ping.stop()
         log(f"  traffic: {frames['sent']} frames sent by {frames['hosts']} hosts, {frames['lost']} lost; ping "

@@ -16,7 +16,7 @@ require_mininet()
 
 def test_job_switch_under_traffic_loses_nothing_and_sends_only_the_diff():
     cmd = [sys.executable, str(ROOT / "mininet" / "run_job_switch.py"), "--fabrics", str(ROOT / "configs" / "fb-2d-3x3.conf"),
-           "--jobs", "adversarial,transpose,stencil,adversarial", "--gap", "2", "--pps", "40", "--prefix", "tj"]
+           "--jobs", "adversarial,transpose,bitrev,uniform", "--gap", "2", "--pps", "40", "--prefix", "tj"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert res.returncode == 0 and summary["passed"], (summary, res.stderr[-2000:])
@@ -24,8 +24,8 @@ def test_job_switch_under_traffic_loses_nothing_and_sends_only_the_diff():
     assert frames["sent"] > 1000 and frames["lost"] == 0 and frames["received"] == frames["sent"]
     assert ping["sent"] > 300 and ping["lost"] == 0
     switches = summary["fb-2d-3x3_switches"]
-    assert [(s["from"], s["to"]) for s in switches] == [("adversarial", "transpose"), ("transpose", "stencil"),
-                                                        ("stencil", "adversarial")]
+    assert [(s["from"], s["to"]) for s in switches] == [("adversarial", "transpose"), ("transpose", "bitrev"),
+                                                        ("bitrev", "uniform")]
     for s in switches:
         assert s["flow_mods_sent"] == s["table_diff"] == s["expected_diff"], s
         assert 0 < s["table_diff"] < s["rules_total"] == 324
