@@ -34,7 +34,7 @@ help:
 	@echo "  demo       bootstrap + \$$DEMO_CMD"
 	@echo "  bench      run every $(BENCH_GLOB)"
 	@echo "  reliability  bootstrap + mininet/run_reliability.py (restart, HA failover, link failure, fuzz, spoof; JSON)"
-	@echo "  experiment bootstrap + mininet/run_experiment.py (UN/ADV x minimal/conditional on DF and FB; QUICK=1: <= 10 min)"
+	@echo "  experiment bootstrap + mininet/run_experiment.py (ADV/UN/stencil/transpose x minimal/valiant/conditional, static vs workload-aware intermediates, on DF and FB; QUICK=1: <= 10 min)"
 	@echo "  ovs        only make sure Open vSwitch is installed and running"
 	@echo "  clean      remove caches and build artefacts (keeps .venv)"
 	@echo "  distclean  clean + remove .venv"

@@ -3,7 +3,8 @@
 Subcommands: ``check`` (validate a topology or a controller config), ``plan`` (host addresses),
 ``rules`` (compiled tables: summary, JSON or ``ovs-ofctl`` syntax),
 ``verify`` (all-pairs forwarding check), ``sweep`` (every single paused port) and ``prove``
-(delivery and deadlock freedom under any set of paused ports). Errors print one line on stderr
+(delivery and deadlock freedom under any set of paused ports), each with ``--traffic FILE``
+(workload-aware intermediates), and ``traffic`` (matrices: :mod:`hpcfabric.cli_traffic`). Errors print one line on stderr
 and exit 2 for bad input, never a traceback (set ``HPCFABRIC_DEBUG=1`` to
 see one for internal errors).
 """
@@ -17,6 +18,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from hpcfabric import __version__
+from hpcfabric.cli_traffic import add_traffic_option, add_traffic_parser, workload_report
 from hpcfabric.rules.addressing import MODES, AddressPlan, plan_addresses
 from hpcfabric.errors import ConfigError, HpcfabricError
 from hpcfabric.topology.model import Fabric
@@ -114,6 +116,7 @@ def _check_config(args: argparse.Namespace) -> int:
         f"{s['rules_expected']} rules, host_mac={s['host_mac']}, listen {s['listen']}, guards={s['guards']}, "
         f"metrics={s['metrics']}, ha={s['ha']}, fast_failover={s['fast_failover']}"
         + (f" ({s['ff_groups']} groups)" if s["fast_failover"] == "on" else "")
+        + (f", traffic matrix {s['traffic']}" if s.get("traffic") else "")
     )
     print(f"  classes of service {s['cos']}, flow_control = {s['flow_control']}: deadlock {s['deadlock']}: "
           f"{s['deadlock_explanation']}")
@@ -173,7 +176,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     if args.switch and not fabric.has_switch(args.switch):
         raise ConfigError(f"no switch {args.switch!r} in {fabric.name}", field="--switch")
     names = [args.switch] if args.switch else [sw.name for sw in fabric.switches]
@@ -184,6 +187,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
             sys.stdout.write(flows_text(compiled.flows(name)))
         return 0
     report = _rules_report(compiled)
+    if workload_report(args):
+        report["workload"] = workload_report(args)
     if args.switch:
         report["per_switch"] = [r for r in report["per_switch"] if r["switch"] == args.switch]
     if args.format == "json":
@@ -208,13 +213,21 @@ def cmd_rules(args: argparse.Namespace) -> int:
             f"switch besides routing: PORT_STATE {report['port_state_rules_max']}, ALTERNATIVE "
             f"{report['alternative_rules_min']}..{report['alternative_rules_max']}, CoS {report['cos_rules_max']}"
         )
+    if "workload" in report:
+        w = report["workload"]
+        print(f"  intermediates for {w['traffic']}: {w['moved']} of {w['host_ports']} host ports off the static choice; "
+              f"largest expected top-link load {w['chosen_max_load']:g} (static {w['static_max_load']:g}, minimal "
+              f"{w['minimal_max_load']:g}), chosen in {w['seconds']:g} s")
     return 0
 
 
-def _policy(args: argparse.Namespace) -> dict[str, Any]:
-    """compile_fabric keywords from --routing / --cos / --cos-levels."""
+def _policy(args: argparse.Namespace, fabric: Fabric) -> dict[str, Any]:
+    """compile_fabric keywords from --routing / --cos / --cos-levels / --traffic (hpcfabric.cli_traffic)."""
+    from hpcfabric.cli_traffic import traffic_keywords
+
     cos = {"default": None, "on": True, "off": False}.get(args.cos, args.cos)
-    return {"routing": args.routing or "minimal", "cos": cos, "cos_levels": args.cos_levels}
+    return {"routing": args.routing or "minimal", "cos": cos, "cos_levels": args.cos_levels,
+            **traffic_keywords(args, fabric)}
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -223,7 +236,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     paused = []
     if args.paused not in (None, "all"):
         sw, _, port = args.paused.rpartition(":")
@@ -276,7 +289,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
                               f"use --symmetric or the full sweep", source=args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     t0 = time.perf_counter()
 
     def progress(*parts: Any) -> None:
@@ -314,7 +327,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     fabric = _load(args.file)
     plan = _plan(fabric, args)
-    compiled = compile_fabric(fabric, plan, **_policy(args))
+    compiled = compile_fabric(fabric, plan, **_policy(args, fabric))
     compile_s = time.perf_counter() - t0
     rep = prove(compiled, fallback=None if args.fallback == "none" else args.fallback)
     data = {"addressing": plan.mode, "compile_seconds": round(compile_s, 3), **rep.as_dict()}
@@ -369,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="classes of service in a VLAN PCP: on = the fabric's default scheme, or a scheme "
                        "(default: on for valiant, off otherwise)")
         p.add_argument("--cos-levels", type=int, default=None, metavar="N", help="PCP values to use (1..8)")
+        add_traffic_option(p)
 
     def addressing(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -494,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    add_traffic_parser(sub)  # traffic generate | check (docs/workload.md)
     from hpcfabric.analysis.cli import add_analyze_parser
 
     add_analyze_parser(sub)  # analyze rules | power | onoff | scale (docs/analysis.md)

@@ -56,6 +56,7 @@ from controller_proc import Controller, free_port  # noqa: E402
 from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
 from exp_report import check_targets, plots, ratios, report_md, table  # noqa: E402
 from exp_traffic import SWITCH_MODE_MAX_IDLE_MS, Plan, check_send_buffer, measure, set_max_idle  # noqa: E402
+from exp_workload import PATTERN_NAMES, POLICIES, Job, bring_ups, pattern_dests  # noqa: E402
 from fabric_setup import read_conf, write_conf  # noqa: E402
 from fabric_topo import FabricNetError, build_net, ovs_running, stop_net  # noqa: E402
 from reachability import reachable_all_pairs  # noqa: E402
@@ -65,7 +66,6 @@ from runkit import (  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
-from hpcfabric.topology.patterns import ALIASES, pattern  # noqa: E402
 
 PROG = "run_experiment"
 
@@ -80,21 +80,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="run_experiment.py", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat, short windows (<= 10 minutes)")
     ap.add_argument("--fabrics", default="df,fb", help=f"comma list of {', '.join(FABRICS)}")
-    ap.add_argument("--policies", default="minimal,conditional,conditional-switch",
-                    help="comma list: minimal, conditional, conditional-switch (conditional with the switch-local "
-                         "PAUSE reaction, [hpcfabric] pause_reaction = switch)")
+    ap.add_argument("--policies", default=None,
+                    help="comma list: minimal, valiant, conditional, conditional-switch (conditional with the "
+                         "switch-local PAUSE reaction, [hpcfabric] pause_reaction = switch), conditional-wl / "
+                         "valiant-wl (intermediates chosen for each pattern's traffic matrix, [hpcfabric] traffic, "
+                         "loaded by the diff-only reload before the pattern runs); default minimal, valiant, "
+                         "valiant-wl, conditional, conditional-wl, conditional-switch (quick: without "
+                         "conditional-switch)")
     ap.add_argument("--switch-local-on", default=None,
-                    help="fabrics that also run conditional-switch (default: all; with --quick: df)")
-    ap.add_argument("--patterns", default="adv,un", help="comma list: adv, un")
+                    help="fabrics that also run conditional-switch (default: all; with --quick: none)")
+    ap.add_argument("--patterns", default=None,
+                    help="comma list: adv, un, stencil (nearest neighbour, one grid row per group), transpose, "
+                         "bitrev (hpcfabric.topology.traffic); default adv, un, stencil, transpose (quick: without un)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per (fabric, policy, pattern) (default 3; quick 1)")
-    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 8)")
-    ap.add_argument("--warmup", type=float, default=3.0)
-    ap.add_argument("--drain", type=float, default=1.5, help="load kept on after the window while it drains, s")
+    ap.add_argument("--measure", type=float, default=None, help="measured window, s (default 20; quick 3)")
+    ap.add_argument("--warmup", type=float, default=None, help="warm-up before the window, s (default 3; quick 1.5)")
+    ap.add_argument("--drain", type=float, default=None,
+                    help="load kept on after the window while it drains, s (default 1.5; quick 0.5)")
     ap.add_argument("--link-mbit", type=float, default=1.0, help="fabric link rate, Mbit/s (default 1)")
     ap.add_argument("--queue-bytes", type=int, default=30000, help="byte FIFO per fabric link direction")
     ap.add_argument("--size", type=int, default=1400, help="UDP payload bytes per frame (fewer frames per bit: less OVS CPU)")
     ap.add_argument("--load-adv", type=float, default=0.5, help="offered load per host under ADV, x link rate")
     ap.add_argument("--load-un", type=float, default=0.3, help="offered load per host under UN, x link rate")
+    ap.add_argument("--load-app", type=float, default=0.5,
+                    help="offered load per sending host under stencil/transpose/bitrev, x link rate")
     ap.add_argument("--xoff", type=int, default=5000, help="emulated receiver: XOFF at this queue backlog, bytes")
     ap.add_argument("--xon", type=int, default=1000, help="emulated receiver: XON below this backlog, bytes")
     ap.add_argument("--refresh-ms", type=float, default=100.0, help="XOFF repeat interval while congested")
@@ -121,24 +130,28 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if bad or not fabrics:
         raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
                          f"{', '.join(FABRICS)} or controller .conf files")
-    policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
-    bad = [p for p in policies if p not in ("minimal", "conditional", "conditional-switch")]
+    default = "minimal,valiant,valiant-wl,conditional,conditional-wl" + ("" if args.quick else ",conditional-switch")
+    policies = tuple(x.strip() for x in (args.policies or default).split(",") if x.strip())
+    bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
-        raise UsageError(f"--policies: unknown {', '.join(bad) or '(empty)'}; expected minimal, conditional, "
-                         "conditional-switch")
-    patterns = tuple(x.strip().lower() for x in args.patterns.split(",") if x.strip())
-    bad = [p for p in patterns if p not in ALIASES]
+        raise UsageError(f"--policies: unknown {', '.join(bad) or '(empty)'}; expected {', '.join(POLICIES)}")
+    patterns = tuple(x.strip().lower() for x in (args.patterns or ("adv,stencil,transpose" if args.quick else
+                                                                   "adv,un,stencil,transpose")).split(",") if x.strip())
+    bad = [p for p in patterns if p not in PATTERN_NAMES]
     if bad or not patterns:
-        raise UsageError(f"--patterns: unknown {', '.join(bad) or '(empty)'}; expected adv, un")
-    patterns = tuple(ALIASES[p] for p in patterns)
+        raise UsageError(f"--patterns: unknown {', '.join(bad) or '(empty)'}; expected adv, un, stencil, transpose, "
+                         "bitrev")
+    patterns = tuple(PATTERN_NAMES[p] for p in patterns)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    measure = args.measure if args.measure is not None else (8.0 if args.quick else 20.0)
+    measure = args.measure if args.measure is not None else (3.0 if args.quick else 20.0)
+    drain = args.drain if args.drain is not None else (0.5 if args.quick else 1.5)
+    warmup = args.warmup if args.warmup is not None else (1.5 if args.quick else 3.0)
     for name, value, low in (("--repeats", repeats, 1), ("--measure", measure, 1), ("--link-mbit", args.link_mbit, 0.01),
                              ("--size", args.size, 64), ("--queue-bytes", args.queue_bytes, 2 * args.size)):
         if value < low:
             raise UsageError(f"{name} must be >= {low}, got {value}")
-    if not 0 < args.load_adv <= 4 or not 0 < args.load_un <= 4:
-        raise UsageError("--load-adv/--load-un must be in (0, 4] (x link rate per host)")
+    if not 0 < args.load_adv <= 4 or not 0 < args.load_un <= 4 or not 0 < args.load_app <= 4:
+        raise UsageError("--load-adv/--load-un/--load-app must be in (0, 4] (x link rate per host)")
     if not 0 <= args.xon < args.xoff:
         raise UsageError(f"need 0 <= --xon ({args.xon}) < --xoff ({args.xoff})")
     if args.xoff >= args.queue_bytes:
@@ -146,23 +159,29 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if not 0 < args.quanta <= 0xFFFF:
         raise UsageError(f"--quanta must be 1..65535, got {args.quanta}")
     if args.switch_local_on is None:
-        switch_on = ("df",) if args.quick else fabrics
+        switch_on = () if args.quick else fabrics
     else:
         switch_on = tuple(x.strip() for x in args.switch_local_on.split(",") if x.strip())
-    return Plan(fabrics, policies, switch_on, patterns, repeats, args.warmup, measure, args.drain, args.link_mbit, args.queue_bytes,
-                args.size, {"adversarial": args.load_adv, "uniform": args.load_un}, args.xoff, args.xon,
+    return Plan(fabrics, policies, switch_on, patterns, repeats, warmup, measure, drain, args.link_mbit, args.queue_bytes,
+                args.size, {"adversarial": args.load_adv, "uniform": args.load_un,
+                            **{p: args.load_app for p in patterns if p not in ("adversarial", "uniform")}},
+                args.xoff, args.xon,
                 args.refresh_ms, args.poll_ms, args.quanta, args.seed, args.spread, args.pause_hold_ms)
 
 
 
 def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int, status: Path,
-                 pause_hold_ms: float | None = None) -> Path:
-    """A copy of the shipped config with the policy, the emulated link speed, our status file and port."""
+                 pause_hold_ms: float | None = None, traffic: Path | None = None) -> Path:
+    """A copy of the shipped config with the policy, the emulated link speed, our status file and port
+    (and ``traffic``: the matrix file of a workload-aware policy; reloads on SIGHUP only)."""
     parser = read_conf(base)
     hf = parser["hpcfabric"]
     hf["topology"] = str((base.parent / hf["topology"].strip()).resolve())
-    hf["routing"] = "conditional" if policy.startswith("conditional") else policy
-    if policy == "conditional-switch":
+    hf["routing"] = POLICIES[policy][0]
+    hf["reload_poll"] = "0"  # a job switch is one SIGHUP, never a second reload from the mtime poll
+    if traffic is not None:
+        hf["traffic"] = str(traffic)
+    if POLICIES[policy][1]:
         hf["pause_reaction"] = "switch"
         if "failover" in parser:  # fast-failover groups and the switch-local reaction do not combine
             parser["failover"]["fast_failover"] = "off"
@@ -180,15 +199,25 @@ def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int
     return write_conf(parser, tmp / f"{policy}.conf")
 
 
-def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress) -> list[dict[str, Any]]:
-    """Controller + net for one (fabric, policy), then every pattern x repeat. Returns one record per run."""
+def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress,
+               variants: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Controller + net for one (fabric, policy), then every pattern x variant x repeat. ``variants``: the policies
+    measured on this bring-up (default ``(policy,)``): a routing's static and workload-aware (``-wl``) variants
+    share it, the controller switched between them by the diff-only reload. Returns one record per run."""
+    variants = variants or (policy,)
     cfg_file = FABRICS[label][0] if label in FABRICS else str(Path(label).resolve())
     label = label if label in FABRICS else Path(label).stem
     tmp = work / f"{label}-{policy}"
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     status_file = tmp / "status.json"
-    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms)
+    traffic = tmp / "traffic.csv" if any(POLICIES[v][2] for v in variants) else None
+    job = Job(traffic, tmp)
+    if POLICIES[variants[0]][2]:  # start with the first pattern's matrix
+        job.start(load_config(ROOT / cfg_file if label in FABRICS else cfg_file, compile=False).fabric,
+                  plan.patterns[0])
+    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms,
+                        job.current_file)
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:
@@ -216,19 +245,25 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
         lossless.shape_links(links, lossless.LinkShape(plan.link_mbit, plan.queue_bytes))
         links_file = tmp / "links.json"
         links_file.write_text(json.dumps([l.__dict__ for l in links]))
-        for pat in plan.patterns:
-            dests = pattern(fabric, pat)
+        for pat, variant, rep in ((p, v, r) for p in plan.patterns for v in variants for r in range(plan.repeats)):
+            dests = pattern_dests(fabric, pat)
             pps = plan.load[pat] * plan.link_mbit * 1e6 / (plan.size * 8)
-            for rep in range(plan.repeats):
-                seed = plan.seed + rep
-                what = {"fabric": label, "topology": fabric.name, "policy": policy, "pattern": pat, "repeat": rep,
-                        "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
-                rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / pat, links_file, links)
-                records.append(rec)
-                progress(f"  {label} {policy:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
-                         f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
-                         f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
-                         f"diverted {rec['alternative_frames']}")
+            moved = job.use(controller, conf, fabric, pat if POLICIES[variant][2] else None) if rep == 0 else {}
+            if moved.get("reload_flow_mods") is not None:
+                progress(f"  {label} {variant}: {moved['reload_job']}: reload sent {moved['reload_flow_mods']} flow-mods "
+                         f"(table diff {moved['reload_table_diff']} of {moved['reload_rules_total']}) in "
+                         f"{moved['reload_apply_s']} s")
+            seed = plan.seed + rep
+            what = {"fabric": label, "topology": fabric.name, "policy": variant, "pattern": pat, "repeat": rep,
+                    "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
+            rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / f"{pat}-{variant}", links_file,
+                          links)
+            rec.update(moved)
+            records.append(rec)
+            progress(f"  {label} {variant:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
+                     f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
+                     f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
+                     f"diverted {rec['alternative_frames']}")
         return records
     finally:
         err = stop_net(net)
@@ -265,12 +300,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"{','.join(plan.patterns)}, {plan.repeats} repeat(s) x {plan.measure:g} s; links {plan.link_mbit:g} Mbit/s; "
                  f"results in {out}")
         for label in plan.fabrics:
-            for policy in plan.policies:
+            for policy, variants in bring_ups(plan.policies):
                 if policy == "conditional-switch" and label not in plan.switch_local_on:
                     continue
                 for attempt in (1, 2):  # Mininet's shell plumbing fails now and then (e.g. a UTF-8 read split)
                     try:
-                        records += run_policy(label, policy, plan, args.prefix, work, progress)
+                        records += run_policy(label, policy, plan, args.prefix, work, progress, variants)
                         break
                     except (UsageError, KeyboardInterrupt):
                         raise

@@ -122,6 +122,26 @@ def test_stale_missing_or_mismatched_artifacts_are_refused(tmp_path: Path) -> No
         load_config(path)
 
 
+def test_an_artifact_holds_the_traffic_chosen_tables_and_a_new_matrix_makes_it_stale(tmp_path: Path) -> None:
+    from hpcfabric.topology import load_topology
+    from hpcfabric.topology.traffic import pattern_traffic, write_traffic
+
+    fabric = load_topology(DEMO)
+    job = tmp_path / "job.csv"
+    write_traffic(pattern_traffic(fabric, "transpose"), job)
+    path = conf(tmp_path, ha="partitions = 2\npartition = 1", extra=f"traffic = {job}")
+    m = write_artifact(load_config(path, compile=False), tmp_path / "art", 2)
+    assert m["deadlock"]["verdict"] == "proven"
+    cfg = load_config(path)
+    same_tables(cfg, fresh(path))
+    static = fresh(conf(tmp_path, "static.conf", ha="partitions = 2\npartition = 1"))
+    assert any(cfg.desired[n] != static.desired[n] for n in cfg.managed)  # the matrix moved some detours
+    # the next job: the artifact was made for another matrix
+    write_traffic(pattern_traffic(fabric, "bitrev"), job)
+    with pytest.raises(ConfigError, match=r"stale: the table settings \(traffic\) changed"):
+        load_config(path)
+
+
 @pytest.mark.parametrize("count", [2, 3, 4, 7, 12])
 def test_derived_partitions_cover_every_switch_exactly_once(tmp_path: Path, count: int) -> None:
     seen: list[str] = []

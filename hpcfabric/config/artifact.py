@@ -69,6 +69,9 @@ def fingerprint(cfg: ControllerConfig) -> dict[str, Any]:
     with open(cfg.topology, "rb") as fh:
         topo = hashlib.sha256(fh.read()).hexdigest()
     settings = {k: getattr(cfg, k) for k in SETTINGS}
+    if getattr(cfg, "traffic", None):  # the matrix choosing the Valiant intermediates shapes the tables too
+        with open(cfg.traffic, "rb") as fh:
+            settings["traffic"] = hashlib.sha256(fh.read()).hexdigest()
     settings_json = json.dumps(settings, sort_keys=True, default=list)
     return {"topology": cfg.topology, "topology_sha256": topo,
             "settings_sha256": hashlib.sha256(settings_json.encode()).hexdigest(), "settings": json.loads(settings_json),

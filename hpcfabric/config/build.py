@@ -43,6 +43,8 @@ def compile_rules(cfg: ControllerConfig, only: Any = None, traffic: Any = None) 
     from hpcfabric.rules.compiler import compile_fabric
 
     cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cfg.cos, cfg.cos)
+    if traffic is None:
+        traffic = cfg.traffic_matrix  # [hpcfabric] traffic (config.load)
     try:
         return compile_fabric(cfg.fabric, cfg.plan, routing=cfg.routing, pause_reaction=cfg.pause_reaction,
                               switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg,

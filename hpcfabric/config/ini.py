@@ -43,6 +43,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "lldp_timeout": "",
         "reload_poll": "1.0",
         "compiled": "",
+        "traffic": "",
     },
     "openflow": {
         "listen_host": "127.0.0.1",

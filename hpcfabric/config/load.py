@@ -110,6 +110,15 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
     )
     if timeout <= interval:
         raise config_error(source, "hpcfabric.lldp_timeout", f"{timeout:g} must be longer than lldp_interval ({interval:g})")
+    traffic_text = get_value(parser, "hpcfabric", "traffic")
+    traffic = resolve_path(base, traffic_text) if traffic_text else None
+    if traffic and not os.path.isfile(traffic):
+        raise config_error(source, "hpcfabric.traffic", f"traffic matrix {traffic} "
+                           f"{'is a directory' if os.path.isdir(traffic) else 'does not exist'} (relative paths are "
+                           "resolved against the config file's directory; docs/workload.md has the format)")
+    if traffic and routing == "minimal":
+        raise config_error(source, "hpcfabric.traffic", "a traffic matrix chooses Valiant intermediates: it needs "
+                           "routing = valiant or conditional (this config has routing = minimal)")
     widths = parse_widths(source, "hpcfabric.widths", get_value(parser, "hpcfabric", "widths"))
     addressing_text = get_value(parser, "hpcfabric", "addressing")
 
@@ -204,6 +213,13 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
             ha_switches = partition_fabric(fabric, ha_partitions)[ha_partition].switches
         except TopologyError as err:
             raise config_error(source, "ha.partitions", str(err)) from None
+
+    traffic_matrix = None
+    if traffic:
+        from hpcfabric.topology.traffic import load_traffic
+
+        traffic_matrix = load_traffic(traffic, fabric)  # its errors name the matrix file, row and field
+
     if ha_backend == "etcd" and ha_partitions > len(fabric.switches):
         raise config_error(source, "ha.partitions", f"{ha_partitions} partitions for {len(fabric.switches)} switches "
                            f"of {fabric.name}; expected 1..{len(fabric.switches)}")
@@ -256,6 +272,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         cos_levels=cos_levels,
         flow_control=flow_control,
         deadlock_check=deadlock_check,
+        traffic=traffic,
+        traffic_matrix=traffic_matrix,
     )
     cfg = replace(cfg, plan=address_plan(cfg))
     if not compile:

@@ -77,6 +77,10 @@ class ControllerConfig:
     deadlock_check: bool = True
     #: what is proven about deadlock for the compiled tables (hpcfabric.config.deadlock.deadlock_verdict)
     deadlock: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: ``[hpcfabric] traffic``: the traffic matrix file (absolute; None: static intermediates), docs/workload.md
+    traffic: str | None = None
+    #: that file loaded against the fabric (:class:`hpcfabric.topology.traffic.TrafficMatrix`), None without it
+    traffic_matrix: Any = field(default=None, repr=False)
     #: fast-failover groups per switch (:class:`hpcfabric.rules.flows.GroupSpec`), empty unless fast_failover
     groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
@@ -131,6 +135,7 @@ class ControllerConfig:
             "addressing": self.addressing,
             "layout": self.plan.layout.describe() if self.plan else None,
             "routing": self.routing,
+            "traffic": self.traffic,
             "cos": (f"{self.compiled.cos}/{self.compiled.cos_levels}" if self.compiled is not None
                     and self.compiled.cos is not None else "off"),
             "link_speed_gbps": self.link_speed_gbps,

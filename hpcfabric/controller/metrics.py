@@ -50,6 +50,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_ignored_frames": ("counter", "Well-formed packet-ins dropped on purpose, by reason"),
     "hpcfabric_reloads": ("counter", "Configuration reloads by result (ok, failed)"),
     "hpcfabric_config_valid": ("gauge", "0 while the last reload attempt failed (the previous config keeps running)"),
+    "hpcfabric_reload_table_diff": ("gauge", "Entries that differed between the old and new tables at the last reload"),
+    "hpcfabric_reload_flow_mods": ("gauge", "Flow-mods reconciliation sent since the last reload"),
     "hpcfabric_deadlock_proven": ("gauge", "1 if the running tables are proven deadlock-free under the declared flow "
                                   "control (labels flow_control, scheme, levels, verdict)"),
     "hpcfabric_flow_mods_sent": ("counter", "Flow-mods sent by reconciliation (adds, modifies, deletes)"),
@@ -212,6 +214,9 @@ class FabricCollector:
         yield m
         last = app.reloader.reloads.get("last") or {}
         yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
+        live = app.reloader.as_dict().get("last") or {}
+        yield gauge("hpcfabric_reload_table_diff", live.get("table_diff") or 0)
+        yield gauge("hpcfabric_reload_flow_mods", live.get("flow_mods_sent") or 0)
         dl = app.config.deadlock or {}
         proven = gauge("hpcfabric_deadlock_proven", labels=["flow_control", "scheme", "levels", "verdict"])
         proven.add_metric([str(dl.get("flow_control", app.config.flow_control)), str(dl.get("scheme", "")),

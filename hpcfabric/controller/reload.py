@@ -8,6 +8,13 @@ over, new tables, pause and discovery state kept where their ports still
 exist, reconciliation of only the switches whose table, meters or groups
 changed, retirement of switches no longer in the topology. Settings a
 running controller cannot change (:data:`RESTART_KEYS`) keep their running value.
+
+Every reload is counted in flow-mods: ``table_diff`` (computed with the new config,
+before anything is sent: the entries that differ between the old and the new desired
+tables, :func:`table_diff`) next to ``rules_total`` (the new tables' size), and
+``flow_mods_sent`` (what reconciliation has sent since, read live by :meth:`Reloader.as_dict`)
+-- so switching jobs (``[hpcfabric] traffic``, docs/workload.md) shows it moved only the
+entries that change.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller.discovery import DiscoveryState
@@ -24,6 +31,7 @@ from hpcfabric.controller.framework import hub, run_native
 from hpcfabric.controller.switches import build_switches
 from hpcfabric.controller.tables import Tables, group_buckets
 from hpcfabric.errors import HpcfabricError
+from hpcfabric.openflow.reconcile import diff
 from hpcfabric.protocols.pause import PauseState
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -45,6 +53,18 @@ def file_stamps(paths: Iterable[str]) -> tuple:
     return tuple(out)
 
 
+def table_diff(old: Mapping[str, Sequence[Any]], new: Mapping[str, Sequence[Any]],
+               switches: Iterable[str] | None = None) -> dict[str, int]:
+    """Per switch (of ``switches``, default every switch of ``new``), the flow-mods that turn table ``old`` into
+    table ``new`` (adds, modifies, deletes: :func:`hpcfabric.openflow.reconcile.diff`); only switches that differ."""
+    out = {}
+    for name in (new if switches is None else switches):
+        n = diff(new.get(name, ()), old.get(name, ())).changes
+        if n:
+            out[name] = n
+    return out
+
+
 class Reloader:
     """Reloads of the app ``app``: its ``config`` and everything derived from it."""
 
@@ -52,6 +72,7 @@ class Reloader:
         self.app = app
         self.requested = False
         self.reloads: dict[str, Any] = {"ok": 0, "failed": 0, "last": None, "pending_restart": []}
+        self.group_diff = 0  # fast-failover groups that differed at the last reload
 
     def request(self) -> None:
         """Reload soon (from a signal handler: the loop picks it up, never work inside a handler)."""
@@ -60,7 +81,23 @@ class Reloader:
     def stamps(self) -> tuple:
         cfg = self.app.config
         manifest = (os.path.join(cfg.compiled_dir, "manifest.json"),) if cfg.compiled_dir else ()
-        return file_stamps((cfg.path, cfg.topology, *manifest))  # a recompiled artifact is a reload too
+        traffic = (cfg.traffic,) if cfg.traffic else ()
+        return file_stamps((cfg.path, cfg.topology, *manifest, *traffic))  # a recompiled artifact is a reload too
+
+    def as_dict(self) -> dict[str, Any]:
+        """The status file's ``reload``: counts, and the last reload with ``flow_mods_sent`` (reconciliation's
+        flow-mods since it was applied) and ``switches_synced`` (of ``resynced``, those reconciled since)."""
+        out = dict(self.reloads)
+        last = out.get("last")
+        if last and last.get("ok") and "sent_mark" in last:
+            last = {k: v for k, v in last.items() if k not in ("sent_mark", "group_mark", "sync_marks")}
+            last["flow_mods_sent"] = self.app.counters["rules_sent"] - self.reloads["last"]["sent_mark"]
+            last["group_mods_sent"] = self.app.counters["group_mods"] - self.reloads["last"]["group_mark"]
+            marks = self.reloads["last"]["sync_marks"]
+            last["switches_synced"] = sum(1 for name, n in marks.items()
+                                          if (st := self.app.switches.get(name)) is not None and st.syncs > n)
+            out["last"] = last
+        return out
 
     def loop(self) -> None:
         app = self.app
@@ -92,8 +129,12 @@ class Reloader:
         t0 = time.monotonic()
         path = app.config.path
         LOG.info("reload (%s): loading %s", reason, path)
+        old_desired = app.config.desired
         try:
             new = run_native(load_config, path)
+            changed = run_native(table_diff, old_desired, new.desired,  # + switches gone from the topology
+                                 [n for n in new.desired if new.manages(n)]
+                                 + [n for n in old_desired if n not in new.desired and app.config.manages(n)])
         except HpcfabricError as err:
             return self.failed(reason, str(err), t0)
         except Exception as err:  # noqa: BLE001 - reported, never fatal
@@ -102,15 +143,21 @@ class Reloader:
         if kept:
             new = replace(new, **{k: getattr(app.config, k) for k in kept})
             LOG.warning("reload: %s changed but needs a restart; the running value is kept", ", ".join(kept))
+        sent_mark, group_mark = app.counters["rules_sent"], app.counters["group_mods"]
         resynced, retired, added = self.apply(new)
         self.reloads["ok"] += 1
         self.reloads["pending_restart"] = kept
         self.reloads["last"] = {
             "time": time.time(), "ok": True, "reason": reason, "error": None, "seconds": round(time.monotonic() - t0, 4),
             "resynced": resynced, "retired": retired, "added": added, "pending_restart": kept,
+            "traffic": new.traffic, "table_diff": sum(changed.values()),
+            "rules_total": sum(len(f) for n, f in new.desired.items() if new.manages(n)),
+            "group_diff": self.group_diff, "sent_mark": sent_mark, "group_mark": group_mark,
+            "sync_marks": {n: app.switches[n].syncs for n in resynced if n in app.switches},
         }
-        LOG.info("reload (%s) ok in %.3f s: %d switch(es) to reconcile, %d retired, %d new", reason,
-                 time.monotonic() - t0, len(resynced), len(retired), len(added))
+        LOG.info("reload (%s) ok in %.3f s: %d switch(es) to reconcile (%d entries differ of %d), %d retired, %d new",
+                 reason, time.monotonic() - t0, len(resynced), self.reloads["last"]["table_diff"],
+                 self.reloads["last"]["rules_total"], len(retired), len(added))
         app.mark(rediscover=True)
         return True
 
@@ -136,6 +183,8 @@ class Reloader:
         app.switches, app.by_dpid, carried = build_switches(new, old)
         old_groups = app.tables.groups
         app.tables = Tables(new, group_buckets(new) if new.fast_failover else {})
+        self.group_diff = sum(1 for name, groups in app.tables.groups.items() for gid, buckets in groups.items()
+                              if (old_groups.get(name) or {}).get(gid) != buckets)
         # pause state: keep the ports that still exist as fabric ports
         conditional = new.routing == "conditional"
         until = {k: v for k, v in app.pause.until.items()

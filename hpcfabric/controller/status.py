@@ -165,7 +165,7 @@ class StatusReporter:
                 "host_punts": served["host_punts"],
                 "meter_drops": dict(sorted(meter_drops.items())),
             },
-            "reload": {k: v for k, v in app.reloader.reloads.items()},
+            "reload": app.reloader.as_dict(),
             "ha": app.ha.as_dict(),
             "heap": app.heap.as_dict(),
             "failover": app.failover.as_dict(),
