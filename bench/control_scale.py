@@ -147,6 +147,9 @@ def reroute(c: Cluster) -> dict:
     c.emulator_of(a).send(op="port", switch=a, port=ap, up=True, peer=False)
     c.emulator_of(b).send(op="port", switch=b, port=bp, up=True, peer=False)
     t = time.monotonic()
+    deadline = t + 300  # the link back: its recomputation too, so that a restart after it starts from settled tables
+    while time.monotonic() < deadline and c.status(owner).get("failover", {}).get("rerouted"):
+        time.sleep(0.2)
     back = quiet_since(c, t)
     return {"link": f"{a}:{ap}-{b}:{bp}", "reroute_s": round(secs, 3), "flow_mods_after_failure": fms,
             "controller_recompute_ms": c.status(owner).get("failover", {}).get("last_ms"),

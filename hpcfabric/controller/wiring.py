@@ -39,7 +39,7 @@ ROUND_SPREAD = 0.8
 #: walks over every switch (round plan, quarantine enforcement) let other green threads run every SLICE switches
 SLICE = 128
 #: cables of the discovery report between two such breaks (the status loop's write)
-REPORT_SLICE = 512
+REPORT_SLICE = 128
 
 
 def _hw(desc: Any) -> bytes:
