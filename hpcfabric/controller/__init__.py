@@ -103,6 +103,10 @@ from hpcfabric.openflow import ofwire
 from hpcfabric.protocols.pause import PauseState
 from hpcfabric.rules.flows import ETH_TYPE_CNM, ETH_TYPE_DMP, ETH_TYPE_LLDP, ETH_TYPE_PAUSE, FlowSpec
 
+#: LLDP packet-ins one receive path handles in a row before other green threads run (a datapath's read
+#: loop dispatches a whole buffer at once: at Table III a burst of ~100 frames held the hub for ~16 ms)
+LLDP_BURST = 16
+
 LOG = logging.getLogger("hpcfabric.controller")
 
 
@@ -139,6 +143,7 @@ class HpcfabricController(App):
         self.poller = StatsPoller(self)
         self.metrics = MetricsServer(self)
         self.heap = Heap(enabled=launch.OWN_PROCESS)
+        self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []
         self._restore_sighup: Any = None
@@ -298,6 +303,10 @@ class HpcfabricController(App):
                 self.pausing.on_cnm(msg, bytes(data), in_port, t0)
             else:
                 self.wiring.on_lldp(msg, bytes(data), in_port, t0)
+                self.lldp_burst += 1
+                if self.lldp_burst >= LLDP_BURST:  # a switch's buffer of LLDP frames must not hold a PAUSE back
+                    self.lldp_burst = 0
+                    hub.sleep(0)
         except Disconnected:
             pass
         except Exception:  # pragma: no cover - never kill the receive loop
