@@ -23,6 +23,7 @@ SHIPPED = {
     "dragonfly-a6-p3-h3.yaml": ("dragonfly", 114, 342, 456, 11),
     "dragonfly-table3.yaml": ("dragonfly", 2064, 16512, 129 * 120 + 129 * 128 // 2, 31),
     "fb-2d-4x4.yaml": ("flattened_butterfly", 16, 64, 48, 10),
+    "fb-2d-6x6.yaml": ("flattened_butterfly", 36, 324, 180, 19),  # 9 hosts + 2 x 5 neighbours
     "fb-2d-3x3.yaml": ("flattened_butterfly", 9, 18, 18, 6),
     "fb-3d-4x4x4.yaml": ("flattened_butterfly", 64, 256, 288, 13),
     "fat-tree-k4.yaml": ("fat_tree", 20, 16, 32, 4),
