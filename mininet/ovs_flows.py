@@ -107,6 +107,14 @@ def port_stats(switch: str, port: int) -> dict[str, int]:
     return {"rx": int(rx.group(1)), "tx": int(tx.group(1))}
 
 
+def socket_drops() -> int:
+    """Frames Open vSwitch's packet sockets dropped because their receive queue was full, summed over all
+    of them (``ss -0 -m``, ``skmem`` field ``d``): what the userspace datapath could not take in time."""
+    text = run_cmd(["ss", "-0", "-m", "-p"])
+    return sum(int(d) for line in text.splitlines() if "ovs-vswitchd" in line
+               for d in re.findall(r"skmem:\(.*?\bd(\d+)\)", line))
+
+
 def sync_stats(timeout: float = 10) -> bool:
     """Wait for one full revalidator cycle, so flow counters include every packet forwarded so far.
 
