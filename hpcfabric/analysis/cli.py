@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from hpcfabric.errors import ConfigError
@@ -159,6 +160,20 @@ def _float_list(text: str, what: str) -> list[float]:
     return out
 
 
+def _report_points(res: dict[str, Any], paths: list[Path], keys: tuple[str, ...]) -> int:
+    """Print a sweep's points table, ``res[k]`` for ``keys`` as one JSON line and the files written.
+
+    Exit code 1 if a point lost frames, broke conservation or deadlocked, else 0.
+    """
+    print(f"{'router':<16} {'pattern':<12} {'load':>5} {'latency us':>11} {'accepted':>9}  notes")
+    for r in res["points"]:
+        note = "DEADLOCK" if r["deadlock"] else ("saturated" if r["unfinished"] or r["accepted"] < 0.9 * r["load"] else "")
+        print(f"{r['router']:<16} {r['pattern']:<12} {r['load']:>5.2f} {r['latency_ns'] / 1000:>11.2f} {r['accepted']:>9.3f}  {note}")
+    print(json.dumps({k: res[k] for k in keys}))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
+
+
 def cmd_fig12(args: argparse.Namespace) -> int:
     from hpcfabric.analysis import fig12
     from hpcfabric.analysis.progress import bar
@@ -206,13 +221,7 @@ def cmd_fig12(args: argparse.Namespace) -> int:
                            progress=progress, log=_log)  # fmt: skip
     if pb is not None:
         pb.close()
-    print(f"{'router':<16} {'pattern':<12} {'load':>5} {'latency us':>11} {'accepted':>9}  notes")
-    for r in res["points"]:
-        note = "DEADLOCK" if r["deadlock"] else ("saturated" if r["unfinished"] or r["accepted"] < 0.9 * r["load"] else "")
-        print(f"{r['router']:<16} {r['pattern']:<12} {r['load']:>5.2f} {r['latency_ns'] / 1000:>11.2f} {r['accepted']:>9.3f}  {note}")
-    print(json.dumps({"bounds": res["bounds"], "timing": res["timing"]}))
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
+    return _report_points(res, paths, ("bounds", "timing"))
 
 
 def cmd_workload(args: argparse.Namespace) -> int:
@@ -240,13 +249,7 @@ def cmd_workload(args: argparse.Namespace) -> int:
     fabric = load_topology(args.file)
     res, paths = workload.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
                               seeds=args.seeds, jobs=_jobs(args), plots=not args.no_plots, log=_log)
-    print(f"{'router':<16} {'pattern':<12} {'load':>5} {'latency us':>11} {'accepted':>9}  notes")
-    for r in res["points"]:
-        note = "DEADLOCK" if r["deadlock"] else ("saturated" if r["unfinished"] or r["accepted"] < 0.9 * r["load"] else "")
-        print(f"{r['router']:<16} {r['pattern']:<12} {r['load']:>5.2f} {r['latency_ns'] / 1000:>11.2f} {r['accepted']:>9.3f}  {note}")
-    print(json.dumps({"model": res["model"], "bounds": res["bounds"]}))
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 1 if any(r["lost"] or not r["conserved"] or r["deadlock"] for r in res["points"]) else 0
+    return _report_points(res, paths, ("model", "bounds"))
 
 
 def add_analyze_parser(sub: Any) -> None:

@@ -11,8 +11,6 @@ memory) and ``fig12.png``.
 
 from __future__ import annotations
 
-import csv
-import json
 import multiprocessing as mp
 import os
 import resource
@@ -21,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from hpcfabric.analysis.results import partial_path, write_csv, write_results
 from hpcfabric.sim.bounds import dragonfly_adv_closed_forms, saturation_bound
 from hpcfabric.sim.params import SimParams
 from hpcfabric.sim.sweep import ROUTERS, Routers, run_point, summarise
@@ -87,11 +86,11 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
     rows: list[dict[str, Any]] = []
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
-    partial = outdir / "fig12.partial.csv"  # curves as they finish (a long run can be read while it goes)
+    partial = partial_path(outdir, "fig12")  # curves as they finish (a long run can be read while it goes)
 
     def collect(got: list[dict[str, Any]]) -> None:
         rows.extend(got)
-        _write_csv(partial, rows)
+        write_csv(partial, rows, FIELDS)
         if progress:
             progress(len({(r["router"], r["pattern"]) for r in rows}), len(tasks))
 
@@ -117,22 +116,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
                    "frame_hops_per_s": sum(r["hops"] for r in rows) / max(sim_wall, 1e-9),
                    "peak_rss_mib_parent": rss, "peak_rss_mib_worker": rss_children},
     }
-    paths = [outdir / "fig12.csv", outdir / "fig12.json"]
-    _write_csv(paths[0], rows)
-    partial.unlink(missing_ok=True)
-    paths[1].write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
-    if plots:
-        paths.append(outdir / "fig12.png")
-        plot(result, paths[2])
-    return result, paths
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "deadlock": " -> ".join(r["deadlock"]) if r["deadlock"] else ""})
+    return result, write_results(outdir, "fig12", rows, result, FIELDS, plot if plots else None)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

@@ -13,8 +13,6 @@ stencil/transpose/bitrev one per access switch (``pattern_traffic(..., placement
 
 from __future__ import annotations
 
-import csv
-import json
 import multiprocessing as mp
 import os
 import time
@@ -23,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hpcfabric.analysis.results import partial_path, write_csv, write_results
 from hpcfabric.rules.policies.workload import choose_intermediates
 from hpcfabric.sim.bounds import saturation_bound
 from hpcfabric.sim.params import SimParams
@@ -110,11 +109,11 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
     rows: list[dict[str, Any]] = []
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
-    partial = outdir / "workload.partial.csv"
+    partial = partial_path(outdir, "workload")
 
     def collect(got: list[dict[str, Any]]) -> None:
         rows.extend(got)
-        _write_csv(partial, rows)
+        write_csv(partial, rows, FIELDS)
         say(f"curve {got[0]['router']} / {got[0]['pattern']} done ({len(rows)} points)")
 
     if jobs > 1 and len(tasks) > 1:
@@ -130,22 +129,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
               "params": {k: v for k, v in params.as_dict().items() if k != "extra"}, "seeds": seeds,
               "routers": list(routers), "patterns": list(patterns), "model": model, "bounds": bounds, "points": rows,
               "wall_s": time.perf_counter() - t0}
-    paths = [outdir / "workload.csv", outdir / "workload.json"]
-    _write_csv(paths[0], rows)
-    partial.unlink(missing_ok=True)
-    paths[1].write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
-    if plots:
-        paths.append(outdir / "workload.png")
-        plot(result, paths[2])
-    return result, paths
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "deadlock": " -> ".join(r["deadlock"]) if r["deadlock"] else ""})
+    return result, write_results(outdir, "workload", rows, result, FIELDS, plot if plots else None)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
