@@ -117,6 +117,14 @@ def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
         stats = c.emu_stats()
         assert all(st["delivered_remote"] > 0 for st in stats)  # LLDP crossed between emulator processes
         assert sum(c.status(i)["lldp"]["received"] for i in range(2)) > 0
+        # each partition expects only the links with an end in it, and discovers them all: a cable to the
+        # other partition is seen from its in-scope end (the other controller's LLDP arriving there)
+        c.wait("links", 30)
+        for i, part in enumerate(c.parts):
+            s = c.status(i)
+            mine = sum(1 for link in c.fabric.links if link.a in part or link.b in part)
+            assert s["discovery_scope"] == f"partition p{i}: {len(part)} switches"
+            assert s["links_discovered"] == s["links_expected"] == mine < len(c.fabric.links)
         # a PAUSE on a fabric port of each partition: one flow-mod reaches that switch
         for part in c.parts:
             sw = part[0]

@@ -87,7 +87,7 @@ from hpcfabric.controller.framework import (
     set_ev_cls,
     set_ev_handler,
 )
-from hpcfabric.controller.ha import HaAgent, make_ha
+from hpcfabric.controller.ha import HaAgent, discovery_scope, make_ha
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.metrics import MetricsServer
@@ -128,9 +128,10 @@ class HpcfabricController(App):
         self.unmanaged: dict[int, Any] = {}  # switches of the fabric another instance manages ([ha] switches)
         self.tables = Tables(config, group_buckets(config))
         self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
-        self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
         self.cache = ofwire.FlowModCache()
         self.ha = make_ha(config)
+        self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
+        self.discovery.set_scope(*discovery_scope(config, self.ha))  # a partition expects only its links
         self.channel = Channel(self.counters, lambda dpid: self.by_dpid.get(dpid))
         self.sessions = Sessions(self)
         self.installer = Installer(self)

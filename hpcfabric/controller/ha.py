@@ -151,6 +151,21 @@ class HaState:
                 "lease_holder": self.holder, "takeovers": self.takeovers, "since": self.changed_at}
 
 
+def discovery_scope(config: ControllerConfig, ha: Any) -> tuple[frozenset[str] | None, str | None]:
+    """What LLDP discovery expects (switches, label): the partitions this instance masters under etcd (none
+    while it masters none), the ``[ha] switches`` / ``partition`` it manages, else (None, None): the fabric."""
+    if config.ha_backend == "etcd":
+        active = sorted(getattr(ha, "active", ()))
+        names = frozenset(ha.switches_of(active))
+        if config.ha_switches:
+            names &= config.managed
+        return names, f"partitions {','.join(active) or '(none)'}: {len(names)} switches"
+    if config.ha_switches:
+        part = f" p{config.ha_partition}" if config.ha_partition is not None else ""
+        return config.managed, f"partition{part}: {len(config.managed)} switches"
+    return None, None
+
+
 def make_ha(config: ControllerConfig) -> Any:
     """The HA state for ``[ha] backend``: the lease file (default, one host) or etcd (several machines)."""
     if config.ha_backend == "etcd":
@@ -210,4 +225,6 @@ class HaAgent:
             for st in app.switches.values():
                 if not app.ha.master_of(st.name):
                     app.pausing.forget(st.dpid)
-        app.mark()
+        if names is not None:  # the partitions we master changed: so do the links discovery expects
+            app.discovery.set_scope(*discovery_scope(app.config, app.ha))
+        app.mark(rediscover=names is not None)

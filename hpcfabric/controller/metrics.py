@@ -32,7 +32,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_switch_rules_installed": ("gauge", "Flow entries confirmed on the switch (0 until confirmed)"),
     "hpcfabric_switch_syncs": ("counter", "Completed reconciliations of the switch"),
     "hpcfabric_unknown_switches": ("gauge", "Connected or LLDP-seen dpids the topology does not know"),
-    "hpcfabric_links_expected": ("gauge", "Switch-to-switch links of the topology"),
+    "hpcfabric_discovery_scope_switches": ("gauge", "Switches whose links discovery expects (this instance's partition, "
+                                           "or the whole fabric)"),
+    "hpcfabric_links_expected": ("gauge", "Switch-to-switch links with an end in the discovery scope"),
     "hpcfabric_links_discovered": ("gauge", "Expected links confirmed by LLDP"),
     "hpcfabric_links_missing": ("gauge", "Expected links not seen by LLDP"),
     "hpcfabric_miswired_ports": ("gauge", "Ports whose LLDP neighbour is not the expected one"),
@@ -160,6 +162,7 @@ class FabricCollector:
         yield syncs
         rep = app.wiring.last_report or {}
         yield gauge("hpcfabric_unknown_switches", len(app.unknown_dpids()))
+        yield gauge("hpcfabric_discovery_scope_switches", rep.get("scope_switches", len(app.fabric.switches)))
         yield gauge("hpcfabric_links_expected", rep.get("links_expected", len(app.fabric.links)))
         yield gauge("hpcfabric_links_discovered", rep.get("links_discovered", 0))
         yield gauge("hpcfabric_links_missing", len(rep.get("missing_links", ())))

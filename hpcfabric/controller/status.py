@@ -99,6 +99,7 @@ class StatusReporter:
             "rules_expected": sum(s.rules_expected for s in sws),
             "rules_installed": sum(s.rules_installed for s in sws if s.confirmed),
             "per_switch": per_switch,
+            "discovery_scope": rep.get("scope", "fabric"),
             "links_expected": rep["links_expected"],
             "links_discovered": rep["links_discovered"],
             "missing_links": rep["missing_links"][:STATUS_LIST_CAP],
