@@ -244,3 +244,40 @@ def test_adopted_quarantine_needs_positive_evidence(df):
 def test_quarantine_changes():
     assert quarantine_changes({("a", 1), ("a", 2)}, {("a", 2), ("b", 3)}) == ([("a", 1)], [("b", 3)])
     assert quarantine_changes([], []) == ([], [])
+
+
+def test_switch_down_forgets_views_of_and_through_it_only(df):
+    """A disconnect drops the switch's own views and its neighbours' views of it -- and no other view, also
+    after a port's view moved to another peer (the index of who-sees-whom may hold stale entries)."""
+    st = DiscoveryState(df, timeout=3.0)
+    all_up(st, df, 0.0)
+    st.observed(2, 2, 1, 3, 0.5)  # g0s0:3 now sees g0s1:2 instead of g0s1:3 (a re-cabled port)
+    st.observed(3, 3, 1, 3, 0.6)  # ... and then g1s0:3: g0s0:3 no longer involves g0s1
+    before = dict(st.neighbors)
+    st.switch_down(2)  # g0s1
+    gone = {e for e in before if e not in st.neighbors}
+    assert gone == {e for e, (peer, _) in before.items() if e[0] == 2 or peer[0] == 2}
+    assert (1, 3) in st.neighbors and st.neighbors[(1, 3)][0] == (3, 3)
+    assert 2 not in st.connected
+    st.switch_down(2)  # twice: nothing more to forget
+    assert len(st.neighbors) == len(before) - len(gone)
+
+
+def test_links_stay_pending_until_timeout_after_the_switch_is_ready(df):
+    """Pending counts from a switch's confirmation (its LLDP punts installed), not only from its connect."""
+    st = DiscoveryState(df, timeout=3.0)
+    for sw in df.switches:
+        st.switch_up(sw.dpid, 0.0)
+    assert {l.status for l in st.report(2.0).links} == {"pending"}
+    assert {l.status for l in st.report(4.0).links} == {"missing"}
+    st.switch_ready(1, 10.0)  # g0s0 confirmed at 10 s
+    st.switch_ready(0x999, 10.0)  # not connected: ignored
+    assert 0x999 not in st.connected
+    rep = st.report(11.0)  # a link waits for its later end: g0s0's links are pending again, the others not
+    near = {(l.a, l.b): l.status for l in rep.links if "g0s0" in (l.a, l.b)}
+    far = {(l.a, l.b): l.status for l in rep.links if "g0s0" not in (l.a, l.b)}
+    assert near and set(near.values()) == {"pending"} and far and set(far.values()) == {"missing"}
+    for sw in df.switches:
+        st.switch_ready(sw.dpid, 10.0)
+    assert {l.status for l in st.report(12.0).links} == {"pending"}
+    assert {l.status for l in st.report(13.5).links} == {"missing"}

@@ -43,3 +43,23 @@ def test_lldp_rotates_over_the_ports_when_a_round_exceeds_the_budget(tmp_path: P
     assert max(seen.count(x) for x in every) <= 2
     assert app.discovery.timeout == 3.5 * 1.0 * cycle
     app.stop()
+
+
+def test_discovery_pending_restarts_when_a_switch_is_confirmed(tmp_path: Path) -> None:
+    """A switch's links count as pending from its confirmation (its LLDP punts exist only then), once per
+    connection: a bring-up of thousands of switches confirms them long after they connected."""
+    path = tmp_path / "b.conf"
+    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\n"
+                    "routing = conditional\nreload_poll = 0\nlldp_interval = 1.0\n")
+    app = make_app(path, tmp_path / "status.json")
+    fakes = [FakeSwitch(app, st.dpid, list(range(1, 4))) for st in app.switches.values()]
+    for f in fakes:
+        f.connect()
+    at_connect = dict(app.discovery.connected)
+    assert set(at_connect) == {st.dpid for st in app.switches.values()}
+    settle()
+    assert all(s.confirmed for s in app.switches.values())
+    ready = dict(app.discovery.connected)
+    assert all(ready[d] > at_connect[d] for d in at_connect)  # restarted at the confirmation
+    assert all(s.ready_gen == s.gen for s in app.switches.values())
+    app.stop()

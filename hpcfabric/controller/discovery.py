@@ -95,7 +95,8 @@ class DiscoveryState:
     expected : Fabric
     timeout : float
         An observation older than this (seconds) no longer counts: its link is
-        missing (or pending for ``timeout`` after either switch connected).
+        missing (or pending for ``timeout`` after either switch connected or
+        was confirmed: :meth:`switch_ready`).
     scope : frozenset of switch names, optional
         The switches whose links are expected (None: the whole fabric); change it
         with :meth:`set_scope`.
@@ -126,6 +127,9 @@ class DiscoveryState:
             self._ends.append(((self._dpid[link.a], link.a_port), (self._dpid[link.b], link.b_port)))
             self._links_of.setdefault(link.a, []).append(i)
             self._links_of.setdefault(link.b, []).append(i)
+        # dpid -> ends whose view involves it (its own ports, or a peer on it): a disconnect visits only those.
+        # Entries may go stale (a view replaced or forgotten); users re-check against ``neighbors``.
+        self._touch: dict[int, set[End]] = {}
         self.set_scope(self.scope)
 
     def set_scope(self, switches: Iterable[str] | None, label: str | None = None) -> None:
@@ -164,11 +168,25 @@ class DiscoveryState:
         else:
             self.unknown.add(dpid)
 
+    def switch_ready(self, dpid: int, now: float) -> None:
+        """The switch's tables are confirmed: its LLDP punts work from ``now``, so its links count as pending
+        for another ``timeout`` (a bring-up of thousands of switches confirms them long after they connect)."""
+        if dpid in self.connected:
+            self.connected[dpid] = now
+
     def switch_down(self, dpid: int) -> None:
-        """Forget a disconnected switch and every view of or through its ports."""
+        """Forget a disconnected switch and every view of or through its ports (visits only the views that
+        involve it: a controller losing thousands of switches at once stays linear)."""
         self.connected.pop(dpid, None)
-        for end in [e for e, (peer, _) in self.neighbors.items() if e[0] == dpid or peer[0] == dpid]:
-            del self.neighbors[end]
+        for end in self._touch.pop(dpid, ()):
+            seen = self.neighbors.get(end)
+            if seen is not None and (end[0] == dpid or seen[0][0] == dpid):
+                del self.neighbors[end]
+
+    def _see(self, end: End, peer: End, now: float) -> None:
+        self.neighbors[end] = (peer, now)
+        self._touch.setdefault(end[0], set()).add(end)
+        self._touch.setdefault(peer[0], set()).add(end)
 
     def port_down(self, dpid: int, port: int) -> None:
         """A port lost its link (or was deleted): forget both views of its cable."""
@@ -199,11 +217,11 @@ class DiscoveryState:
             if dpid not in names:
                 self.unknown.add(dpid)
         if inside is None or dst_dpid in inside or dst_dpid not in names:
-            self.neighbors[dst] = (src, now)
+            self._see(dst, src, now)
         self._judge(dst, src)
         if trusted:
             if inside is None or src_dpid in inside or src_dpid not in names:
-                self.neighbors[src] = (dst, now)
+                self._see(src, dst, now)
             self._judge(src, dst)
 
     def _judge(self, end: End, peer: End) -> None:

@@ -79,6 +79,9 @@ class Installer:
                 x = ch.xids(dp, 1)
                 ch.send(dp, app.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
             sw.confirmed = not sw.retired
+            if sw.confirmed and sw.ready_gen != gen:  # its LLDP punts work from now: links pending from here
+                sw.ready_gen = gen
+                app.discovery.switch_ready(sw.dpid, time.monotonic())
             sw.rules_installed = len(desired)
             sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), len(d.delete) + len(ours_opaque), len(d.keep)
             sw.foreign = len(d.foreign) + len(opaque) - len(ours_opaque)

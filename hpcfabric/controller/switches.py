@@ -15,7 +15,7 @@ from hpcfabric.config import ControllerConfig
 #: what a reload carries over from the previous SwitchState of the same dpid
 CARRIED = ("dp", "connected", "confirmed", "rules_installed", "added", "modified", "deleted", "kept", "foreign",
            "conflicts", "method", "sync_seconds", "dump_seconds", "confirmed_at", "connected_at", "syncs", "error",
-           "gen", "bundles", "no_fwd", "probing", "installed_meters", "installed_groups")
+           "gen", "bundles", "no_fwd", "probing", "installed_meters", "installed_groups", "ready_gen")
 
 
 @dataclass
@@ -51,6 +51,7 @@ class SwitchState:
     retired: bool = False  # removed from the topology by a reload: its flows are being cleared
     role_gen: int | None = None  # generation of our last accepted MASTER claim on this connection
     disconnected_at: float | None = None  # monotonic time the connection was lost (None: never connected / up)
+    ready_gen: int | None = None  # connection generation whose first confirmation restarted discovery's pending clock
 
     def as_dict(self) -> dict[str, Any]:
         return {
