@@ -96,6 +96,7 @@ from hpcfabric.controller.polling import StatsPoller
 from hpcfabric.controller.reload import Reloader
 from hpcfabric.controller.sessions import Sessions
 from hpcfabric.controller.status import StatusReporter
+from hpcfabric.controller.storm import Storm
 from hpcfabric.controller.switches import SwitchState, build_switches
 from hpcfabric.controller.tables import Tables, group_buckets
 from hpcfabric.controller.wiring import Wiring
@@ -136,6 +137,7 @@ class HpcfabricController(App):
         self.sessions = Sessions(self)
         self.installer = Installer(self)
         self.pausing = Pausing(self)
+        self.storm = Storm(self)
         self.wiring = Wiring(self)
         self.failover = Failover(self)
         self.ha_agent = HaAgent(self)

@@ -4,11 +4,13 @@ The switches answer DMP and drop spoofed frames without the controller, so
 :class:`StatsPoller` asks them every ``[metrics] poll_interval``: the packet
 counts of the DMP echo and guard entries (flow stats filtered by cookie
 class) and the meter band drops, for the metrics and the status file.
+A round waits while a bring-up storm progresses (controller.storm).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from hpcfabric.controller.channel import Disconnected
@@ -36,6 +38,9 @@ class StatsPoller:
         while app.is_active:
             hub.sleep(app.config.metrics_poll)
             if not app.ha.master:
+                continue
+            if app.storm.holding(time.monotonic()):  # a bring-up in progress: counters are 0 anyway
+                app.counters["polls_deferred"] += 1
                 continue
             for sw in list(app.switches.values()):
                 dp = sw.dp

@@ -28,9 +28,6 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 LLDP_TTL = 120
 _XID = struct.Struct("!I")
-#: more switches than this installing at once is a bring-up storm: LLDP rounds wait (at most BRINGUP_PRIORITY_S)
-BRINGUP_SYNCS = 8
-BRINGUP_PRIORITY_S = 60.0
 #: LLDP frames per second the controller sends at most (more ports: rotated over several rounds)
 LLDP_MAX_PPS = 2000
 #: rounds over more switches than PACE_ABOVE are spread over ROUND_SPREAD of the interval
@@ -40,6 +37,8 @@ ROUND_SPREAD = 0.8
 SLICE = 128
 #: cables of the discovery report between two such breaks (the status loop's write)
 REPORT_SLICE = 128
+#: the discovery report is recomputed at most every REPORT_GAP_X x its own cost (<= ~2 % of the time)
+REPORT_GAP_X = 50
 
 
 def _hw(desc: Any) -> bytes:
@@ -150,17 +149,11 @@ class Wiring:
 
     def loop(self) -> None:
         app = self.app
-        storm_since = None
         while app.is_active:
             t = time.monotonic()
-            # a bring-up storm (many switches connected, not yet confirmed) goes first: LLDP rounds wait for
-            # it, for at most BRINGUP_PRIORITY_S, so discovery's packet-ins do not starve the installs
-            installing = sum(1 for sw in app.switches.values() if sw.connected and not sw.confirmed)
-            if installing <= BRINGUP_SYNCS:
-                storm_since = None
-            elif storm_since is None:
-                storm_since = t
-            if storm_since is not None and t - storm_since < BRINGUP_PRIORITY_S:
+            # a bring-up storm (many switches connected, not yet confirmed) goes first while it progresses:
+            # discovery's packet-ins would take the installs' CPU (controller.storm)
+            if app.storm.holding(t):
                 app.counters["lldp_rounds_deferred"] += 1
                 hub.sleep(min(1.0, app.config.lldp_interval))
                 continue
@@ -305,10 +298,10 @@ class Wiring:
         self.report_at = -1.0
 
     def report(self, now: float, breathe: Callable[[], None] | None = None) -> dict[str, Any]:
-        """The discovery report as a dict: at most every 0.5 s, and never more than ~10% of the time on huge
-        fabrics; ``breathe()`` (the status loop's write) is called every REPORT_SLICE cables to let the
+        """The discovery report as a dict: at most every 0.5 s, and never more than ~2 % of the time on huge
+        fabrics (REPORT_GAP_X); ``breathe()`` (the status loop's write) is called every REPORT_SLICE cables to let the
         other green threads run (its ``yielded`` seconds, if it keeps them, are not counted as the cost)."""
-        if now - self.report_at >= max(0.5, 10 * self.report_cost) or not self.last_report:
+        if now - self.report_at >= max(0.5, REPORT_GAP_X * self.report_cost) or not self.last_report:
             t = time.monotonic()
             y = getattr(breathe, "yielded", 0.0)
             rep = self.app.discovery.report(now, breathe=breathe, every=REPORT_SLICE)
