@@ -92,7 +92,8 @@ ofproto_parser = _mod("ofproto.ofproto_v1_3_parser")
 __all__ = [
     "App", "DEAD_DISPATCHER", "FrameworkError", "LOGGER_NAME", "MAIN_DISPATCHER", "NAME", "VERSION", "choose", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
     "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "serve_wsgi",
-    "service_brick", "set_flow_stats_body", "stream_addresses",
+    "service_brick", "set_flow_stats_body", "restore_packet_in_parser", "set_packet_in_parser",
+    "stream_addresses",
 ]
 
 #: base class of an application the framework's app manager loads
@@ -140,6 +141,20 @@ def error_text(etype: int, code: int) -> str:
 def set_flow_stats_body(cls: Any) -> None:
     """Make the parser build flow-stats entries with ``cls.parser(buf, offset)`` (process-wide)."""
     ofproto_parser.OFPFlowStatsReply.cls_stats_body_cls = cls
+
+
+def set_packet_in_parser(make: Callable[[Any, Any, Callable[..., Any]], Callable[..., Any]]) -> Callable[..., Any]:
+    """Parse PACKET_IN with ``make(OFPPacketIn, OFPMatch, the current parser)`` (process-wide); returns the
+    parser it replaced (its table is what the framework's ``msg_parser`` looks up per message)."""
+    table = ofproto_parser._MSG_PARSERS
+    old = table[ofproto.OFPT_PACKET_IN]
+    table[ofproto.OFPT_PACKET_IN] = make(ofproto_parser.OFPPacketIn, ofproto_parser.OFPMatch, old)
+    return old
+
+
+def restore_packet_in_parser(parser: Callable[..., Any]) -> None:
+    """Put back a parser :func:`set_packet_in_parser` returned (tests)."""
+    ofproto_parser._MSG_PARSERS[ofproto.OFPT_PACKET_IN] = parser
 
 
 def run_native(fn: Callable[..., Any], *args: Any) -> Any:
