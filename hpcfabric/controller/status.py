@@ -21,6 +21,9 @@ from hpcfabric.controller.framework import NAME, VERSION, hub
 LOG = logging.getLogger("hpcfabric.controller")
 
 STATUS_MIN_GAP = 0.1  # at most 10 status writes per second
+#: a write waits at least STATUS_GAP_X x the last one's own cost (<= ~2 % of the time: at Table III a write
+#: is ~30 ms of CPU in slices, and a PAUSE arriving during a slice waits for it)
+STATUS_GAP_X = 50
 STATUS_LIST_CAP = 1000  # longer link lists are cut (their *_count keys hold the totals)
 SLICE = 128  # switches per slice of the status loop's write (other green threads run between slices)
 
@@ -198,7 +201,7 @@ class StatusReporter:
         app = self.app
         last = 0.0
         while app.is_active:
-            min_gap = max(STATUS_MIN_GAP, 10 * self.cost)  # big fabrics: <= ~10% of the time
+            min_gap = max(STATUS_MIN_GAP, STATUS_GAP_X * self.cost)  # big fabrics: <= ~2 % of the time
             hub.sleep(min_gap)
             if not self.dirty and time.monotonic() - last < 1.0:
                 continue
