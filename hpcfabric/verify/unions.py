@@ -35,7 +35,7 @@ __all__ = ["UnionWalk", "walk_union", "describe_walk", "BLOCK_CELLS"]
 
 BLOCK_CELLS = 1 << 24  # (column, state) cells of one block's visited map
 SLOT_MASK = (1 << SLOT_BITS) - 1
-NO_LINE = -(1 << 50)  # next state without a decided line (never reached by a walk that the work list saw)
+NO_LINE = -(1 << 30)  # next state without a decided line (never reached by a walk that the work list saw)
 
 
 @dataclass
@@ -55,7 +55,8 @@ class UnionWalk:
 
 
 class _Tally:
-    def __init__(self, max_witnesses: int) -> None:
+    def __init__(self, max_witnesses: int, weight: np.ndarray | None = None) -> None:
+        self.weight = weight
         self.bad: dict[str, int] = {}
         self.bad_probe: dict[str, int] = {}
         self.columns: set[int] = set()
@@ -64,10 +65,15 @@ class _Tally:
         self.kinds: list[str] = []
 
     def add(self, kinds: np.ndarray, cols: np.ndarray, is_probe: np.ndarray) -> None:
+        w = np.ones(len(cols), dtype=np.int64) if self.weight is None else self.weight[cols]
         for tally, sel in ((self.bad, ~is_probe), (self.bad_probe, is_probe)):
-            for kind, n in zip(*np.unique(kinds[sel], return_counts=True)):
-                tally[str(kind)] = tally.get(str(kind), 0) + int(n)
+            for kind in np.unique(kinds[sel]).tolist():
+                tally[str(kind)] = tally.get(str(kind), 0) + int(w[sel & (kinds == kind)].sum())
         self.columns.update(np.unique(cols).tolist())
+
+    def n_columns(self) -> int:
+        cols = np.array(sorted(self.columns), dtype=np.int64)
+        return len(cols) if self.weight is None else int(self.weight[cols].sum())
 
     def room(self) -> int:
         return max(0, self.max_witnesses - len(self.witnesses))
@@ -84,12 +90,14 @@ def walk_union(
     loops: bool = True,
     max_witnesses: int = 5,
     block_cells: int = BLOCK_CELLS,
+    weight: np.ndarray | None = None,
 ) -> UnionWalk:
     """Walk every (column, start state) through both choices of every cell (module docstring).
 
     ``col_cls``: switch index x column -> destination class at that switch; ``want``: per column the
     correct final code (``DELIVER - host`` or ``DROP`` for a probe); ``probe``: per column, True for
-    probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too.
+    probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too;
+    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1).
     """
     ns = ch.n_states
     reach = np.flatnonzero(ch.state_line >= 0)
@@ -104,7 +112,7 @@ def walk_union(
             fabric_arrival[at[at >= 0]] = True
     cell_base = ch.line_off[ch.state_line[reach]]
     ctx = _Context(ch, reach, rs_of, sw_of, port_of, fabric_arrival, cell_base, col_cls, want, probe)
-    tally = _Tally(max_witnesses)
+    tally = _Tally(max_witnesses, weight)
     order = np.argsort(start_col, kind="stable")
     start_col, start_state = start_col[order], start_state[order]
     width = max(1, block_cells // max(len(reach), 1))
@@ -120,7 +128,7 @@ def walk_union(
         if len(edge_parts) > 16:
             edge_parts = [np.unique(np.concatenate(edge_parts))]
     edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
-    return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, len(tally.columns), tally.witnesses, tally.kinds,
+    return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, tally.n_columns(), tally.witnesses, tally.kinds,
                      edges, paused)
 
 
@@ -165,7 +173,7 @@ class _Context:
         st = res >= 0
         nxt = self.rs_of[res[st]]
         res[st] = np.where(nxt >= 0, nxt, NO_LINE)
-        return res
+        return res.astype(np.int32)  # state indices and final codes (DELIVER - host) fit
 
     def block(self, lo: int, hi: int, cols: np.ndarray, states: np.ndarray, check: bool,
               tally: _Tally) -> tuple[int, int, int, np.ndarray]:
