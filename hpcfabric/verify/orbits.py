@@ -136,7 +136,7 @@ def _check(ch: Choices, cols: Any, a: Automorphism, starts: list[tuple[Any, ...]
 
     for at, img in chunks():
         f[at] = img
-    extra = [at[f[at] != img] * width + img[f[at] != img] for at, img in chunks()]
+    extra = [np.unique(at[f[at] != img] * width + img[f[at] != img]) for at, img in chunks()]
     has = np.flatnonzero(f >= 0)
     pair = np.unique(np.concatenate([has * width + f[has], *extra]))
     owner = np.searchsorted(first, pair // width, side="right") - 1  # switch of each pair
