@@ -34,6 +34,7 @@ from hpcfabric.verify.scenarios import paused_data_flows
 __all__ = ["SLOT_BITS", "Choices", "pack_choices"]
 
 SLOT_BITS = 4  # a choice is port << SLOT_BITS | (PCP + 1)
+LINE_CELLS = 1 << 21  # (line, class) cells decided at once
 
 
 def pack_choices(out_n: np.ndarray, out_port: np.ndarray, out_pcp: np.ndarray, punt: np.ndarray,
@@ -86,6 +87,7 @@ class Choices:
                 lists.append(flipped)
                 groups.append(i)
         self.flat = flat = FlatTables(lists)
+        lists = flipped = None  # the paused copies of the entries: the flat arrays hold what the engine reads
         variant_group = np.array(groups, dtype=np.int64)
         back = np.zeros(flat.n_variants, dtype=bool)
         in_port_act = (flat.port == IN_PORT_MARK).any(axis=1)
@@ -96,15 +98,11 @@ class Choices:
 
         # destination classes: every switch x target, and each host at its own switch
         t1 = time.perf_counter()
-        nt = len(self.targets)
         host_sw = np.array([self.sw_index[h.switch] for h in fabric.hosts], dtype=np.int64)
         host_macs = np.array([compiled.plan.host_mac[h.name] for h in fabric.hosts], dtype=np.uint64)
-        pair_group = np.concatenate([np.repeat(np.arange(S), nt), host_sw])
-        pair_mac = np.concatenate([np.tile(self.targets, S), host_macs])
-        mc = MatchClasses(flat, variant_group, S, pair_group, pair_mac)
-        local = mc.pair_class - mc.class_start[pair_group]
-        self.cls = local[: S * nt].reshape(S, nt)
-        self.host_cls = local[S * nt:]  # class of each host at its own switch
+        mc = MatchClasses(flat, variant_group, S, self.targets, host_sw, host_macs)
+        self.cls = mc.target_class  # switch x target (int16 while the classes fit: S x targets cells)
+        self.host_cls = mc.extra_class  # class of each host at its own switch
         self.n_cls = np.diff(mc.class_start)
         self._vk_start, dstc = mc.candidates()
         self.timings["classes"] = time.perf_counter() - t1
@@ -170,14 +168,16 @@ class Choices:
                                           own_drop[sel])
             base_parts.append(got[0])
             alt_parts.append(got[1])
-            todo = self._reached(np.concatenate(got), np.repeat(sw, self.n_cls[sw]), known)
+            todo = self._reached(got, sw, known)
             if progress is not None:
                 progress(len(line_sw), rounds, time.perf_counter() - t0)
         self.line_switch = np.array(line_sw, dtype=np.int64)
         cells = self.n_cls[self.line_switch]
         self.line_off = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
-        self.base = np.concatenate(base_parts) if base_parts else np.zeros(0, dtype=np.int64)
-        self.alt = np.concatenate(alt_parts) if alt_parts else np.zeros(0, dtype=np.int64)
+        self.base = np.concatenate(base_parts) if base_parts else np.zeros(0, dtype=np.int32)
+        del base_parts
+        self.alt = np.concatenate(alt_parts) if alt_parts else np.zeros(0, dtype=np.int32)
+        del alt_parts
         # every member port of a line's port class shares the line: look states up by their line key
         line_of_key = np.full(S * self.key_width, -1, dtype=np.int64)
         line_of_key[self.line_key[self.state_base[self.line_switch] + np.array(line_port, dtype=np.int64) * PCP_SLOTS
@@ -189,24 +189,41 @@ class Choices:
         self.timings["lines"] = time.perf_counter() - t1
 
     # -- building -----------------------------------------------------------
-    def _decide(self, flat: FlatTables, dstc: np.ndarray, variant: np.ndarray, sw: np.ndarray, port: np.ndarray,
+    def _decide(self, flat: FlatTables, dstc: Any, variant: np.ndarray, sw: np.ndarray, port: np.ndarray,
                 pcps: np.ndarray, own_drop: np.ndarray) -> np.ndarray:
-        """Choices of lines (``variant``, ``port``, ``pcps``) over every class of their switch, line by line."""
-        wild = flat.wild_index(variant, port)
+        """Choices of lines (``variant``, ``port``, ``pcps``) over every class of their switch, line by line,
+        ``LINE_CELLS`` cells' worth of lines at a time (int32: ports << SLOT_BITS and DELIVER - host fit)."""
         cnt = self.n_cls[sw]
-        el_line = np.repeat(np.arange(len(sw)), cnt)
-        local = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        el_vk = self._vk_start[variant][el_line] + local
-        n, p, pcp, punt, err = decide(flat, wild, dstc, variant, port, pcps, own_drop, el_line, el_vk)
-        return pack_choices(n, p, pcp, punt, err, self.max_ports[sw][el_line])
+        ends = np.cumsum(cnt)
+        out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int32)
+        a = 0
+        while a < len(sw):
+            b = max(a + 1, int(np.searchsorted(ends, (ends[a] - cnt[a]) + LINE_CELLS, side="right")))
+            c = cnt[a:b]
+            el_line = np.repeat(np.arange(b - a), c)
+            local = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+            el_vk = self._vk_start[variant[a:b]][el_line] + local
+            wild = flat.wild_index(variant[a:b], port[a:b])
+            n, p, pcp, punt, err = decide(flat, wild, dstc, variant[a:b], port[a:b], pcps[a:b], own_drop[a:b],
+                                          el_line, el_vk)
+            out[ends[a] - cnt[a]:ends[b - 1]] = pack_choices(n, p, pcp, punt, err, self.max_ports[sw[a:b]][el_line])
+            a = b
+        return out
 
-    def _reached(self, codes: np.ndarray, sw: np.ndarray, known: np.ndarray) -> list[tuple[int, int, int]]:
-        """New lines that the single outputs among ``codes`` (made at switches ``sw``) lead to;
-        ``known``: per line key (:attr:`line_key` of a state) True once listed."""
-        sw = np.concatenate([sw, sw])
-        keep = codes >= 0
-        nxt = self.egress(sw[keep], codes[keep])  # next state, or a final code (host, dead port)
-        key = np.unique(self.line_key[nxt[nxt >= 0]])  # next states are ports' states: keys >= 0
+    def _reached(self, got: list[np.ndarray], sw: np.ndarray, known: np.ndarray) -> list[tuple[int, int, int]]:
+        """New lines that the single outputs among the choices ``got`` (cells of lines at switches ``sw``)
+        lead to; ``known``: per line key (:attr:`line_key` of a state) True once listed."""
+        ends = np.cumsum(self.n_cls[sw])
+        keys = []
+        for codes in got:
+            for c0 in range(0, len(codes), LINE_CELLS):
+                c1 = min(len(codes), c0 + LINE_CELLS)
+                cell_sw = sw[np.searchsorted(ends, np.arange(c0, c1), side="right")]
+                x = codes[c0:c1].astype(np.int64)
+                keep = x >= 0
+                nxt = self.egress(cell_sw[keep], x[keep])  # next state, or a final code (host, dead port)
+                keys.append(np.unique(self.line_key[nxt[nxt >= 0]]))  # next states are ports' states: keys >= 0
+        key = np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
         key = key[~known[key]]
         known[key] = True
         j, rest = key // self.key_width, key % self.key_width

@@ -20,8 +20,9 @@ decides delivery for every column. Dependencies: the full graph is the union of 
 the walked columns' graph; mapping every channel to its orbit (:func:`state_orbits`) maps a
 cycle of the full graph to a closed walk of the quotient, so an **acyclic quotient proves the
 full graph acyclic**. The converse fails, so :func:`hpcfabric.verify.proof.prove` uses the
-reduction only when the reduced walk delivers everything and its quotient is acyclic; otherwise
-it walks every column (same verdicts and witnesses as without the reduction).
+reduction only when its quotient is acyclic; otherwise it walks every column (same verdicts and
+witnesses as without the reduction). A walked column's failures stand for its whole orbit's
+(wrong outcomes map to wrong ones of the same kind): they count orbit-size times.
 
 Cost of the check: one gather per (reachable line, image line) pair over the host columns, for
 the unpaused and the paused choices (Dragonfly a12p6h6: ~4,400 lines x 876 columns).
@@ -43,6 +44,7 @@ from hpcfabric.verify.codes import PCP_SLOTS
 __all__ = ["Reduction", "reduce_columns"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
+ROW_CELLS = 1 << 23  # (switch, column) cells of the class correspondence at a time
 
 
 @dataclass
@@ -55,6 +57,11 @@ class Reduction:
     state_orbit: np.ndarray  # per state: the smallest state of its orbit
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    size: np.ndarray | None = None  # per walked column: the columns of its orbit
+
+    def __post_init__(self) -> None:
+        if self.size is None:
+            self.size = np.ones(len(self.walk), dtype=np.int64)
 
     def as_dict(self, used: bool) -> dict[str, Any]:
         return {"used": used, "kept": list(self.kept), "dropped": dict(self.dropped),
@@ -116,41 +123,55 @@ def _check(ch: Choices, cols: Any, a: Automorphism, starts: list[tuple[Any, ...]
     # class correspondence: per switch, the (class of c, class of σc at the image switch) pairs over
     # the host columns; cells are then compared once per pair, not per column. Mostly a function of
     # the class (one scatter); the columns where it is not add their pairs.
-    cls = cols.cls[:, :nh].astype(np.int64)
-    img = cls[smap][:, cmap]
+    cls = cols.cls[:, :nh]
     first = np.concatenate([[0], np.cumsum(ch.n_cls)]).astype(np.int64)
     width = int(ch.n_cls.max(initial=1))
-    at = first[:-1, None] + cls
     f = np.full(int(first[-1]), -1, dtype=np.int64)
-    f[at] = img
-    other = f[at] != img
+    rows = max(1, ROW_CELLS // max(nh, 1))  # switches at a time: S x columns cells in all (300k: 2.8e8)
+
+    def chunks():
+        for r0 in range(0, len(ch.names), rows):
+            r1 = min(len(ch.names), r0 + rows)
+            yield first[r0:r1, None] + cls[r0:r1], cls[smap[r0:r1]][:, cmap].astype(np.int64)
+
+    for at, img in chunks():
+        f[at] = img
+    extra = [np.unique(at[f[at] != img] * width + img[f[at] != img]) for at, img in chunks()]
     has = np.flatnonzero(f >= 0)
-    pair = np.unique(np.concatenate([has * width + f[has], at[other] * width + img[other]]))
+    pair = np.unique(np.concatenate([has * width + f[has], *extra]))
     owner = np.searchsorted(first, pair // width, side="right") - 1  # switch of each pair
     # expand: every line pair (la, lb) at switch s x every class pair of s
     per_sw = np.bincount(owner, minlength=len(ch.names))
     pair_first = np.concatenate([[0], np.cumsum(per_sw)])
     cnt = per_sw[sa]
-    rep = np.repeat(np.arange(len(la)), cnt)
-    j = pair[pair_first[sa][rep] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
-    k, k2 = j // width - first[sa][rep], j % width
-    sw = sa[rep]
-    xo = ch.line_off[la][rep] + k  # cells at the switch and at its image
-    yo = ch.line_off[lb][rep] + k2
+    ends = np.cumsum(cnt)
+
+    def cells():  # (switch, class there, cell at the switch, cell at its image), ROW_CELLS at a time
+        a = 0
+        while a < len(la):
+            b = max(a + 1, int(np.searchsorted(ends, ends[a] - cnt[a] + ROW_CELLS, side="right")))
+            c = cnt[a:b]
+            rep = np.repeat(np.arange(a, b), c)
+            j = pair[pair_first[sa][rep] + np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)]
+            k = j // width - first[sa][rep]
+            yield sa[rep], k, ch.line_off[la][rep] + k, ch.line_off[lb][rep] + j % width
+            a = b
+
     for arr, what in ((ch.base, "unpaused"), (ch.alt, "paused")):
-        if arr is ch.alt:  # where neither cell has a paused choice of its own, the unpaused check covers it
-            sel = np.flatnonzero((ch.alt[xo] != ch.base[xo]) | (ch.alt[yo] != ch.base[yo]))
-            xo, yo, sw, k = xo[sel], yo[sel], sw[sel], k[sel]
-        x, y = arr[xo], arr[yo]
-        out = np.flatnonzero(x >= 0)
-        mapped = x.copy()
-        mapped[out] = pm[sw[out], x[out] >> SLOT_BITS] << SLOT_BITS | (x[out] & SLOT_MASK)
-        bad = np.flatnonzero(mapped != y)
-        if len(bad):
-            j = int(bad[0])
-            c = int(np.flatnonzero(cls[sw[j]] == k[j])[0])
-            return None, None, (f"{ch.names[int(sw[j])]} decides column {cols.names[c]} ({what}) unlike "
-                                f"{ch.names[int(smap[sw[j]])]} decides its image")
+        for sw, k, xo, yo in cells():
+            if arr is ch.alt:  # where neither cell has a paused choice of its own, the unpaused check covers it
+                sel = np.flatnonzero((ch.alt[xo] != ch.base[xo]) | (ch.alt[yo] != ch.base[yo]))
+                xo, yo, sw, k = xo[sel], yo[sel], sw[sel], k[sel]
+            x, y = arr[xo].astype(np.int64), arr[yo]
+            out = np.flatnonzero(x >= 0)
+            mapped = x.copy()
+            mapped[out] = pm[sw[out], x[out] >> SLOT_BITS] << SLOT_BITS | (x[out] & SLOT_MASK)
+            bad = np.flatnonzero(mapped != y)
+            if len(bad):
+                j = int(bad[0])
+                c = int(np.flatnonzero(cls[sw[j]] == k[j])[0])
+                return None, None, (f"{ch.names[int(sw[j])]} decides column {cols.names[c]} ({what}) unlike "
+                                    f"{ch.names[int(smap[sw[j]])]} decides its image")
     for col, state, start_id, have, shared in starts:
         got = start_id[ch.state_line[P[state]]]
         if (got < 0).any() or not have[col if shared else cmap[col], got].all():
@@ -214,7 +235,7 @@ def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: n
                          time.perf_counter() - t0)
     nh = cols.n_host_columns
     lab = union_find(nh, [(np.arange(nh, dtype=np.int64), c) for c, _ in maps])
-    walk = np.unique(lab)
+    walk, size = np.unique(lab, return_counts=True)
     states = [np.flatnonzero(P >= 0) for _, P in maps]
     orbit = union_find(ch.n_states, [(s, P[s]) for s, (_, P) in zip(states, maps)])
-    return Reduction(tuple(kept), dropped, walk, orbit, time.perf_counter() - t0)
+    return Reduction(tuple(kept), dropped, walk, orbit, time.perf_counter() - t0, size=size)

@@ -147,7 +147,8 @@ def prove(
     (:func:`hpcfabric.verify.sweep.sweep_single_paused`) or ``'symmetric'``
     (:func:`hpcfabric.verify.symmetry.symmetric_sweep`); its report lands in ``fallback``.
     ``symmetry``: walk one destination column per orbit of the automorphisms that commute with
-    the decisions (:mod:`hpcfabric.verify.orbits`) when that proves ``ok``; otherwise, and with
+    the decisions (:mod:`hpcfabric.verify.orbits`) when the quotient is acyclic (failures then count
+    once per column of their orbit, witnesses come from the walked columns); otherwise, and with
     ``keep``, every column is walked. ``overlaps=False`` skips the equal-priority overlap check
     (quadratic in a table's entries: minutes on flat-addressed fabrics; not part of deadlock freedom).
     Raises :class:`VerificationError` for rules the engine does not model (MAC rewrites,
@@ -175,24 +176,26 @@ def prove(
     timings.update({f"decisions.{k}": v for k, v in ch.timings.items()})
     t1 = time.perf_counter()
     cols = _Columns(ch, groups, split, target_host, len(probes))
-    start_col, start_state = cols.starts(ch, groups, fabric)
-    red = reduce_columns(ch, cols, start_col, start_state) if symmetry and not keep else None
+    cols.injections(ch, groups, fabric)
+    red = reduce_columns(ch, cols, *cols.starts(_checked_columns(cols), probes=False)) \
+        if symmetry and not keep else None
     timings["symmetry"] = time.perf_counter() - t1
-    walk, cdg = _reduced(ch, cols, red, start_col, start_state, timings) if red and red.kept else (None, None)
+    walk, cdg = _reduced(ch, cols, red, timings, max_failures) if red and red.kept else (None, None)
     used = walk is not None
     if walk is None:
         t1 = time.perf_counter()
+        start_col, start_state = cols.starts()
         walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
                           max_witnesses=max_failures)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         cdg = _cdg(ch, walk.edges)
         timings["cdg"] = time.perf_counter() - t1
-    if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
-        t1 = time.perf_counter()
-        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
-                          max_witnesses=max_failures)
-        timings["loops"] = time.perf_counter() - t1
+        if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
+            t1 = time.perf_counter()
+            walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
+                              max_witnesses=max_failures)
+            timings["loops"] = time.perf_counter() - t1
     undelivered, probe_fail = walk.bad, walk.bad_probe
     failures = [{"kind": k, **describe_walk(ch, w, cols.names)} for w, k in zip(walk.witnesses, walk.witness_kinds)]
     if cdg["cycle"] is not None and len(failures) < max_failures:
@@ -256,7 +259,11 @@ class _Columns:
         self.n_host_columns = len(host)
         nt = len(target_host)
         target += list(range(nt, nt + n_probes))
-        self.cls = ch.cls[:, np.array(target, dtype=np.int64)] if target else np.zeros((len(ch.names), 0), np.int32)
+        target_ids = np.array(target, dtype=np.int64)
+        if not own and np.array_equal(target_ids, np.arange(ch.cls.shape[1])):
+            self.cls = ch.cls  # the targets in column order: no copy (switches x columns cells, 1.1 GB at 300k)
+        else:
+            self.cls = ch.cls[:, target_ids] if target else np.zeros((len(ch.names), 0), np.int32)
         for c, s, k in own:
             self.cls[s, c] = k
         self.host = np.array(host, dtype=np.int64)
@@ -265,10 +272,10 @@ class _Columns:
         self.single += [False] * n_probes
         self.names = [fabric.hosts[h].name for h in host] + [f"probe {i}" for i in range(n_probes)]
 
-    def starts(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(column, state) of every host injection: per switch and host port class one port (another
-        member for the column of that port's own host: the self pair is no pair); probes from the
-        first host of every access switch."""
+    def injections(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any) -> None:
+        """Where hosts inject (:meth:`starts`): per switch and host port class one port (another member
+        for the column of that port's own host: the self pair is no pair); probes from the first host
+        of every access switch."""
         rep_state, rep_host, alt_state = [], [], []
         for t in groups:
             members: dict[int, list[int]] = {}
@@ -278,43 +285,63 @@ class _Columns:
                 rep_state.append(ch.state(t, ports[0], UNTAGGED))
                 rep_host.append(ch.hid[fabric.peer(t, ports[0]).node])
                 alt_state.append(ch.state(t, ports[1], UNTAGGED) if len(ports) > 1 else -1)
+        self._inject = tuple(np.array(x, dtype=np.int64) for x in (rep_state, rep_host, alt_state))
+        self._probe_from = np.array([ch.state(t, fabric.hosts[int(ids[0])].port, UNTAGGED)
+                                     for t, ids in groups.items()], dtype=np.int64)
+
+    def starts(self, which: np.ndarray | None = None, probes: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(column, state) of every host injection into the host columns ``which`` (all: None), then,
+        with ``probes``, of the probe columns (:meth:`injections` first). Built only for the columns
+        asked: all of them are columns x injection ports (300k Dragonfly: 16,668 x 300,024)."""
         n_host_cols = self.n_host_columns
-        rs, rh, ra = (np.array(x, dtype=np.int64) for x in (rep_state, rep_host, alt_state))
-        col = np.tile(np.arange(n_host_cols, dtype=np.int64), len(rs))
-        st = np.repeat(rs, n_host_cols)
-        same = np.repeat(rh, n_host_cols) == np.where(np.array(self.single[:n_host_cols]), self.host, -1)[col]
-        st[same] = np.repeat(ra, n_host_cols)[same]
+        which = np.arange(n_host_cols, dtype=np.int64) if which is None else np.asarray(which, dtype=np.int64)
+        rs, rh, ra = self._inject
+        col = np.tile(which, len(rs))
+        st = np.repeat(rs, len(which))
+        single = np.array(self.single[:n_host_cols], dtype=bool)
+        same = np.repeat(rh, len(which)) == np.where(single, self.host, -1)[col]
+        st[same] = np.repeat(ra, len(which))[same]
         keep = st >= 0
         col, st = col[keep], st[keep]
         n_probe = len(self.want) - n_host_cols
-        if n_probe:
-            first = np.array([ch.state(t, fabric.hosts[int(ids[0])].port, UNTAGGED) for t, ids in groups.items()],
-                             dtype=np.int64)
+        if n_probe and probes:
+            first = self._probe_from
             col = np.concatenate([col, np.tile(np.arange(n_host_cols, n_host_cols + n_probe), len(first))])
             st = np.concatenate([st, np.repeat(first, n_probe)])
         return col, st
 
 
-def _reduced(ch: Choices, cols: _Columns, red: Reduction, start_col: np.ndarray, start_state: np.ndarray,
-             timings: dict[str, float]) -> tuple[Any, Any]:
+def _checked_columns(cols: _Columns) -> np.ndarray:
+    """The host columns whose injections the symmetry check reads: the first column of several hosts
+    (they all share its injections) and every per-host column."""
+    single = np.array(cols.single[:cols.n_host_columns], dtype=bool)
+    many = np.flatnonzero(~single)
+    return np.concatenate([many[:1], np.flatnonzero(single)])
+
+
+def _reduced(ch: Choices, cols: _Columns, red: Reduction, timings: dict[str, float],
+             max_failures: int) -> tuple[Any, Any]:
     """The walk of one host column per orbit (and every probe) and the cycle check of its quotient
-    dependency graph; (None, None) unless everything is delivered and the quotient is acyclic."""
+    dependency graph; (None, None) unless the quotient is acyclic. A walked column's failures stand
+    for those of every column of its orbit (the walks map node by node): they count orbit-size times."""
     t1 = time.perf_counter()
     n = len(cols.want)
     sel = np.concatenate([red.walk, np.arange(cols.n_host_columns, n, dtype=np.int64)])
+    weight = np.concatenate([red.size, np.ones(n - cols.n_host_columns, dtype=np.int64)])
     pos = np.full(n, -1, dtype=np.int64)
     pos[sel] = np.arange(len(sel))
-    on = pos[start_col] >= 0
-    walk = walk_union(ch, cols.cls[:, sel], cols.want[sel], cols.probe[sel], pos[start_col[on]], start_state[on],
-                      loops=False, max_witnesses=0)
+    start_col, start_state = cols.starts(red.walk)
+    walk = walk_union(ch, cols.cls[:, sel], cols.want[sel], cols.probe[sel], pos[start_col], start_state,
+                      loops=False, max_witnesses=max_failures, weight=weight)
     timings["walk"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     orbit = red.state_orbit
     walk.edges = np.unique(orbit[walk.edges >> 32] << 32 | orbit[walk.edges & LOW32])
     cdg = _cdg(ch, walk.edges)
     timings["cdg"] = time.perf_counter() - t1
-    if walk.bad or walk.bad_probe or cdg["cycle"] is not None:
+    if cdg["cycle"] is not None:
         return None, None
+    walk.witnesses = [[(int(sel[c]), st, alt) for c, st, alt in w] for w in walk.witnesses]  # columns of cols
     return walk, cdg
 
 

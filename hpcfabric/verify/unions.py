@@ -34,8 +34,9 @@ from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 __all__ = ["UnionWalk", "walk_union", "describe_walk", "BLOCK_CELLS"]
 
 BLOCK_CELLS = 1 << 24  # (column, state) cells of one block's visited map
+RESOLVE_CELLS = 1 << 22  # decision cells resolved to next states at a time
 SLOT_MASK = (1 << SLOT_BITS) - 1
-NO_LINE = -(1 << 50)  # next state without a decided line (never reached by a walk that the work list saw)
+NO_LINE = -(1 << 30)  # next state without a decided line (never reached by a walk that the work list saw)
 
 
 @dataclass
@@ -55,7 +56,8 @@ class UnionWalk:
 
 
 class _Tally:
-    def __init__(self, max_witnesses: int) -> None:
+    def __init__(self, max_witnesses: int, weight: np.ndarray | None = None) -> None:
+        self.weight = weight
         self.bad: dict[str, int] = {}
         self.bad_probe: dict[str, int] = {}
         self.columns: set[int] = set()
@@ -64,10 +66,15 @@ class _Tally:
         self.kinds: list[str] = []
 
     def add(self, kinds: np.ndarray, cols: np.ndarray, is_probe: np.ndarray) -> None:
+        w = np.ones(len(cols), dtype=np.int64) if self.weight is None else self.weight[cols]
         for tally, sel in ((self.bad, ~is_probe), (self.bad_probe, is_probe)):
-            for kind, n in zip(*np.unique(kinds[sel], return_counts=True)):
-                tally[str(kind)] = tally.get(str(kind), 0) + int(n)
+            for kind in np.unique(kinds[sel]).tolist():
+                tally[str(kind)] = tally.get(str(kind), 0) + int(w[sel & (kinds == kind)].sum())
         self.columns.update(np.unique(cols).tolist())
+
+    def n_columns(self) -> int:
+        cols = np.array(sorted(self.columns), dtype=np.int64)
+        return len(cols) if self.weight is None else int(self.weight[cols].sum())
 
     def room(self) -> int:
         return max(0, self.max_witnesses - len(self.witnesses))
@@ -84,12 +91,14 @@ def walk_union(
     loops: bool = True,
     max_witnesses: int = 5,
     block_cells: int = BLOCK_CELLS,
+    weight: np.ndarray | None = None,
 ) -> UnionWalk:
     """Walk every (column, start state) through both choices of every cell (module docstring).
 
     ``col_cls``: switch index x column -> destination class at that switch; ``want``: per column the
     correct final code (``DELIVER - host`` or ``DROP`` for a probe); ``probe``: per column, True for
-    probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too.
+    probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too;
+    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1).
     """
     ns = ch.n_states
     reach = np.flatnonzero(ch.state_line >= 0)
@@ -104,7 +113,7 @@ def walk_union(
             fabric_arrival[at[at >= 0]] = True
     cell_base = ch.line_off[ch.state_line[reach]]
     ctx = _Context(ch, reach, rs_of, sw_of, port_of, fabric_arrival, cell_base, col_cls, want, probe)
-    tally = _Tally(max_witnesses)
+    tally = _Tally(max_witnesses, weight)
     order = np.argsort(start_col, kind="stable")
     start_col, start_state = start_col[order], start_state[order]
     width = max(1, block_cells // max(len(reach), 1))
@@ -120,7 +129,7 @@ def walk_union(
         if len(edge_parts) > 16:
             edge_parts = [np.unique(np.concatenate(edge_parts))]
     edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
-    return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, len(tally.columns), tally.witnesses, tally.kinds,
+    return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, tally.n_columns(), tally.witnesses, tally.kinds,
                      edges, paused)
 
 
@@ -153,19 +162,25 @@ class _Context:
         # arrivals where an output back to the ingress port by number is dropped here (switches that also
         # send back by OFPP_IN_PORT decided that in the views)
         self.back_ok = fabric_arrival & ~ch.in_port_out[sw_of]
-        cell_sw = np.repeat(ch.line_switch, np.diff(ch.line_off))
-        self.next_base, self.next_alt = (self._resolve(codes, cell_sw) for codes in (ch.base, ch.alt))
+        self.next_base, self.next_alt = (self._resolve(codes) for codes in (ch.base, ch.alt))
         self.has_alt = ch.alt != ch.base
 
-    def _resolve(self, codes: np.ndarray, cell_sw: np.ndarray) -> np.ndarray:
-        """Per cell: the next reached-state index (>= 0), a final code, or NO_LINE (a state nobody decided)."""
-        res = codes.astype(np.int64)
-        out = res >= 0
-        res[out] = self.ch.egress(cell_sw[out], res[out])
-        st = res >= 0
-        nxt = self.rs_of[res[st]]
-        res[st] = np.where(nxt >= 0, nxt, NO_LINE)
-        return res
+    def _resolve(self, codes: np.ndarray) -> np.ndarray:
+        """Per cell: the next reached-state index (>= 0), a final code, or NO_LINE (a state nobody decided);
+        int32 (state indices and final codes fit), RESOLVE_CELLS cells at a time."""
+        out32 = np.empty(len(codes), dtype=np.int32)
+        off = self.ch.line_off
+        for c0 in range(0, len(codes), RESOLVE_CELLS):
+            c1 = min(len(codes), c0 + RESOLVE_CELLS)
+            res = codes[c0:c1].astype(np.int64)
+            cell_sw = self.ch.line_switch[np.searchsorted(off, np.arange(c0, c1), side="right") - 1]
+            out = res >= 0
+            res[out] = self.ch.egress(cell_sw[out], res[out])
+            st = res >= 0
+            nxt = self.rs_of[res[st]]
+            res[st] = np.where(nxt >= 0, nxt, NO_LINE)
+            out32[c0:c1] = res
+        return out32
 
     def block(self, lo: int, hi: int, cols: np.ndarray, states: np.ndarray, check: bool,
               tally: _Tally) -> tuple[int, int, int, np.ndarray]:
@@ -179,7 +194,7 @@ class _Context:
         keys, parents, alts = [key], [np.full(len(key), -1, dtype=np.int64)], [np.zeros(len(key), dtype=bool)]
         base = 0  # index of the frontier's first node in the block's node list
         links: list[tuple[np.ndarray, np.ndarray]] = []  # node graph (node index -> key), for the loop search
-        deps = np.zeros(nr * self.out_width, dtype=bool)  # (arrival, egress port and PCP slot) of host traffic
+        deps: list[np.ndarray] = []  # (arrival, egress port and PCP slot) of host traffic, as keys (sparse)
         paused = level = 0
         col, r = key // nr + lo, key % nr
         host_block = not self.probe[lo]
@@ -209,7 +224,10 @@ class _Context:
                     gi = np.arange(len(key)) if i is None else i
                 if host_block:  # host traffic's dependencies (as the CDG check)
                     fab = self.fabric_arrival[ri]
-                    deps[ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS + (code[fab] & SLOT_MASK)] = True
+                    deps.append(np.unique(ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS
+                                          + (code[fab] & SLOT_MASK)))
+                    if len(deps) > 64:
+                        deps = [np.unique(np.concatenate(deps))]
                 cand_col.append(col[gi])
                 cand_r.append(res)
                 cand_par.append(base + gi)
@@ -229,7 +247,7 @@ class _Context:
         n_nodes = base
         if check and links:
             self._loops(lo, links, keys, parents, alts, tally)
-        at = np.flatnonzero(deps)
+        at = np.unique(np.concatenate(deps)) if deps else np.zeros(0, dtype=np.int64)
         arrival, slot = self.reach[at // self.out_width], at % self.out_width
         nxt = ch.egress(self.sw_of[at // self.out_width], (slot // PCP_SLOTS) << SLOT_BITS | slot % PCP_SLOTS)
         return n_nodes, level + 1 if n_nodes else 0, paused, arrival << 32 | nxt

@@ -17,30 +17,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables, padded_groups
+from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables, Ragged
 
 __all__ = ["MatchClasses", "decide", "NOWHERE_PORT"]
 
 NOWHERE_PORT = np.iinfo(np.int64).max  # an output that no port takes (to the ingress port by number)
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 CHUNK = 1 << 19  # elements decided at once
+GROUP_PAIRS = 1 << 22  # (group, MAC) pairs classified at once
+BLOCK_CELLS = 1 << 26  # (group, masked value) cells of a chunk's presence block
 
 
 class MatchClasses:
     """Destination classes of (group, MAC) pairs; a group is a switch, ``variant_group`` maps the
-    variants of :class:`FlatTables` to it. Classes are numbered group by group
-    (``class_start[g]`` .. ``class_start[g + 1]``); ``pair_class`` per pair, ``class_pair`` the
-    representative pair of each class, ``labels`` per class and mask the matched value id (-1: none)."""
+    variants of :class:`FlatTables` to it. The pairs are every group with every MAC of ``targets``
+    (given as a product, never materialised) and then ``extra_group`` x ``extra_mac`` one by one.
+    Classes are numbered group by group (``class_start[g]`` .. ``class_start[g + 1]``), in order of
+    their first pair; ``target_class`` (group x target) and ``extra_class`` are the classes local to
+    the group (the smallest integer type that holds them), ``labels`` per class and mask the matched
+    value id (-1: none). Computed ``GROUP_PAIRS`` pairs' worth of groups at a time: memory is the
+    output plus one chunk, not a few dozen bytes per (switch, target) pair."""
 
-    def __init__(self, flat: FlatTables, variant_group: np.ndarray, n_groups: int, pair_group: np.ndarray,
-                 pair_mac: np.ndarray) -> None:
+    def __init__(self, flat: FlatTables, variant_group: np.ndarray, n_groups: int, targets: np.ndarray,
+                 extra_group: np.ndarray, extra_mac: np.ndarray) -> None:
         self.flat = flat
         self.variant_group = variant_group
         dst = np.flatnonzero(flat.dst_m != 0)
         self.masks = np.unique(flat.dst_m[dst])
         self.n_groups = n_groups
-        macs, mac_id = np.unique(pair_mac.astype(np.uint64), return_inverse=True)
+        nt = len(targets)
+        macs, mac_id = np.unique(np.concatenate([np.asarray(targets, dtype=np.uint64),
+                                                 np.asarray(extra_mac, dtype=np.uint64)]), return_inverse=True)
         mac_id = mac_id.reshape(-1)
+        target_id, extra_id = mac_id[:nt], mac_id[nt:]
         self.values: list[np.ndarray] = []  # per mask: sorted distinct masked MACs
         self._u: list[np.ndarray] = []  # per mask: value id of each distinct MAC
         self._present: list[np.ndarray | tuple[np.ndarray, int]] = []  # per mask: which group has which value
@@ -57,37 +66,65 @@ class MatchClasses:
             self._entry[1][sel[hit]] = mi
             self._entry[2][sel[hit]] = pos[hit]
             g = variant_group[flat.v[dst][sel][hit]]
-            if n_groups * len(vals) <= 1 << 26:  # dense: one byte per (group, value)
+            if n_groups * len(vals) <= BLOCK_CELLS:  # dense: one byte per (group, value)
                 table = np.zeros((n_groups, len(vals)), dtype=bool)
                 table[g, pos[hit]] = True
                 self._present.append(table)
             else:
                 self._present.append((np.unique(g * len(vals) + pos[hit]), len(vals)))
-        h = pair_group.astype(np.uint64) * _MUL
+        extra_group = np.asarray(extra_group, dtype=np.int64)
+        order = np.argsort(extra_group, kind="stable")
+        extra_at = np.searchsorted(extra_group[order], np.arange(n_groups + 1))
+        self.target_class = np.zeros((n_groups, nt), dtype=np.int16)
+        self.extra_class = np.zeros(len(extra_group), dtype=np.int64)
+        counts, labels = np.zeros(n_groups, dtype=np.int64), []
+        widest = max([len(v) for v, p in zip(self.values, self._present) if not isinstance(p, np.ndarray)] + [1])
+        step = max(1, min(GROUP_PAIRS // max(nt, 1), BLOCK_CELLS // widest))  # sparse masks: dense blocks per chunk
+        for g0 in range(0, n_groups, step):
+            g1 = min(n_groups, g0 + step)
+            ex = order[extra_at[g0]:extra_at[g1]]
+            group = np.concatenate([np.repeat(np.arange(g0, g1, dtype=np.int64), nt), extra_group[ex]])
+            ids = np.concatenate([np.tile(target_id, g1 - g0), extra_id[ex]])
+            local, lab, cnt = self._classify(group, ids, g0, g1)
+            if local.max(initial=0) > np.iinfo(self.target_class.dtype).max:
+                self.target_class = self.target_class.astype(np.int32)
+            self.target_class[g0:g1] = local[:(g1 - g0) * nt].reshape(g1 - g0, nt)
+            self.extra_class[ex] = local[(g1 - g0) * nt:]
+            counts[g0:g1] = cnt
+            labels.append(lab)
+        self.class_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.class_group = np.repeat(np.arange(n_groups, dtype=np.int64), counts)
+        self.labels = np.concatenate(labels) if labels else np.zeros((0, len(self.masks)), dtype=np.int32)
+
+    def _classify(self, group: np.ndarray, mac_id: np.ndarray, g0: int, g1: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Classes of the pairs of groups ``g0`` .. ``g1``: (class local to its group per pair, labels per
+        class, classes per group), classes numbered group by group in order of their first pair."""
+        h = group.astype(np.uint64) * _MUL
         labs = []  # per mask: the label of every pair (kept for the exact check below)
         with np.errstate(over="ignore"):
             for mi in range(len(self.masks)):
-                labs.append(self._label(mi, pair_group, mac_id))
+                labs.append(self._label(mi, group, mac_id))
                 h = h * _MUL + (labs[-1] + 1).astype(np.uint64)
         _, first, inv = np.unique(h, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
-        # number classes group by group, by first pair
-        order = np.lexsort((first, pair_group[first]))
+        order = np.lexsort((first, group[first]))
         renum = np.empty(len(order), dtype=np.int64)
         renum[order] = np.arange(len(order))
-        self.pair_class = renum[inv]
-        self.class_pair = first[order]
-        self.class_group = pair_group[self.class_pair]
-        self.class_start = np.searchsorted(self.class_group, np.arange(n_groups + 1))
-        rep = self.class_pair[self.pair_class]
-        ok = pair_group[rep] == pair_group
-        self.labels = np.empty((len(order), len(self.masks)), dtype=np.int64)
+        pair_class = renum[inv]
+        class_pair = first[order]
+        cnt = np.bincount(group[class_pair] - g0, minlength=g1 - g0)
+        start = np.concatenate([[0], np.cumsum(cnt)])
+        rep = class_pair[pair_class]
+        ok = group[rep] == group
+        labels = np.empty((len(order), len(self.masks)), dtype=np.int32)
         for mi in range(len(self.masks)):
             lab = labs[mi]
             ok &= lab == lab[rep]
-            self.labels[:, mi] = lab[self.class_pair]
+            labels[:, mi] = lab[class_pair]
         if not ok.all():  # pragma: no cover - a 64-bit hash collision inside one switch
             raise AssertionError("destination class hash collision; report this fabric")
+        return pair_class - start[group - g0], labels, cnt
 
     def _label(self, mi: int, group: np.ndarray, mac_id: np.ndarray) -> np.ndarray:
         """Per pair: the id of its MAC's masked value if some entry of its group matches it, else -1."""
@@ -95,19 +132,21 @@ class MatchClasses:
         present = self._present[mi]
         if isinstance(present, np.ndarray):
             hit = present[group, u]
-        else:
+        else:  # sparse: a dense block for this chunk's groups (a lookup instead of a search per pair)
             key, width = present
-            q = group * width + u
-            at = np.minimum(np.searchsorted(key, q), max(len(key) - 1, 0))
-            hit = key[at] == q if len(key) else np.zeros(len(q), dtype=bool)
+            g0, g1 = (int(group.min()), int(group.max()) + 1) if len(group) else (0, 0)
+            lo, hi = np.searchsorted(key, [g0 * width, g1 * width])
+            block = np.zeros((max(g1 - g0, 0), width), dtype=bool)
+            block.reshape(-1)[key[lo:hi] - g0 * width] = True
+            hit = block[group - g0, u] if len(group) else np.zeros(0, dtype=bool)
         return np.where(hit, u, -1).astype(np.int32)  # value ids < 2^31
 
     @property
     def n_classes(self) -> int:
-        return len(self.class_pair)
+        return len(self.class_group)
 
-    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
-        """(first variant-class id per variant, padded ``eth_dst`` candidates per (variant-class, table)):
+    def candidates(self) -> tuple[np.ndarray, Ragged]:
+        """(first variant-class id per variant, ``eth_dst`` candidates per (variant-class, table), padded when indexed):
         variant ``v`` and class ``k`` of its group is variant-class ``vk = start[v] + k - class_start[g]``;
         row ``vk * n_tables + table`` lists the entries of ``v`` whose ``eth_dst`` matches class ``k``."""
         flat = self.flat
@@ -139,15 +178,17 @@ class MatchClasses:
             rows.append(np.repeat(q, cnt) * flat.n_tables + flat.table[e])
             items.append(e)
         row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        del rows
         item = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
-        order = np.argsort(item, kind="stable")  # pipeline order within a row
-        return start, padded_groups(row[order], item[order], n_vk * flat.n_tables)
+        del items
+        order = np.lexsort((item, row))  # by row, pipeline order within a row
+        return start, Ragged(row[order], item[order], n_vk * flat.n_tables, ordered=True)
 
 
 def decide(
     flat: FlatTables,
     wild: np.ndarray,
-    dstc: np.ndarray,
+    dstc: Ragged,
     line_v: np.ndarray,
     line_in: np.ndarray,
     line_pcp: np.ndarray,
@@ -172,7 +213,7 @@ def decide(
     return out
 
 
-def _decide_chunk(flat: FlatTables, wild: np.ndarray, dstc: np.ndarray, line_v: np.ndarray, line_in: np.ndarray,
+def _decide_chunk(flat: FlatTables, wild: np.ndarray, dstc: Ragged, line_v: np.ndarray, line_in: np.ndarray,
                   line_pcp: np.ndarray, line_own_drop: np.ndarray, el_line: np.ndarray,
                   el_vk: np.ndarray) -> tuple[np.ndarray, ...]:
     n = len(el_line)
