@@ -74,7 +74,6 @@ from typing import Any
 
 from hpcfabric.controller import launch
 from hpcfabric.controller.channel import Channel, Disconnected
-from hpcfabric.controller.discovery import DiscoveryState
 from hpcfabric.controller.failover import Failover
 from hpcfabric.controller.framework import (
     DEAD_DISPATCHER,
@@ -87,7 +86,7 @@ from hpcfabric.controller.framework import (
     set_ev_cls,
     set_ev_handler,
 )
-from hpcfabric.controller.ha import HaAgent, discovery_scope, make_ha
+from hpcfabric.controller.ha import HaAgent, make_ha, scoped_discovery
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.metrics import MetricsServer
@@ -131,8 +130,7 @@ class HpcfabricController(App):
         self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
         self.cache = ofwire.FlowModCache()
         self.ha = make_ha(config)
-        self.discovery = DiscoveryState(self.fabric, config.lldp_timeout)
-        self.discovery.set_scope(*discovery_scope(config, self.ha))  # a partition expects only its links
+        self.discovery = scoped_discovery(config, self.fabric, self.ha)  # a partition expects only its links
         self.channel = Channel(self.counters, lambda dpid: self.by_dpid.get(dpid))
         self.sessions = Sessions(self)
         self.installer = Installer(self)

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 from hpcfabric.config import ControllerConfig
+from hpcfabric.controller.discovery import DiscoveryState
 from hpcfabric.controller.framework import hub
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -164,6 +165,14 @@ def discovery_scope(config: ControllerConfig, ha: Any) -> tuple[frozenset[str] |
         part = f" p{config.ha_partition}" if config.ha_partition is not None else ""
         return config.managed, f"partition{part}: {len(config.managed)} switches"
     return None, None
+
+
+def scoped_discovery(config: ControllerConfig, fabric: Any, ha: Any) -> DiscoveryState:
+    """A fresh discovery state for ``fabric`` expecting what :func:`discovery_scope` says (at start and at
+    every reload: ``[ha] switches`` may have changed)."""
+    state = DiscoveryState(fabric, config.lldp_timeout)
+    state.set_scope(*discovery_scope(config, ha))
+    return state
 
 
 def make_ha(config: ControllerConfig) -> Any:

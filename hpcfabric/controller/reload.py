@@ -26,9 +26,8 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from hpcfabric.config import ControllerConfig, load_config
-from hpcfabric.controller.discovery import DiscoveryState
 from hpcfabric.controller.framework import hub, run_native
-from hpcfabric.controller.ha import discovery_scope
+from hpcfabric.controller.ha import scoped_discovery
 from hpcfabric.controller.switches import build_switches
 from hpcfabric.controller.tables import Tables, group_buckets
 from hpcfabric.errors import HpcfabricError
@@ -193,8 +192,7 @@ class Reloader:
         app.pause = PauseState(new.link_speed_bps, hold=new.pause_hold_ms / 1000.0, until=until)
         # discovery starts over on the new fabric (LLDP refreshes it within one interval)
         now = time.monotonic()
-        app.discovery = DiscoveryState(app.fabric, new.lldp_timeout)
-        app.discovery.set_scope(*discovery_scope(new, app.ha))  # [ha] switches may have changed
+        app.discovery = scoped_discovery(new, app.fabric, app.ha)
         for st in app.switches.values():
             if st.connected:
                 app.discovery.switch_up(st.dpid, now)
