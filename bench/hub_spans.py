@@ -7,7 +7,8 @@ Run the bench with the hub watch on, keeping its work directory::
     .venv/bin/python bench/hub_spans.py /tmp/cs/table3
 
 It reads ``ctl0.log`` (``hub span`` and ``gc gen2`` lines, docs/scale.md "PAUSE tail") and
-``pause_reactions.json`` (each reaction's wall-clock end) and prints, for the PAUSE window: the
+``pause_reactions.json`` (each reaction's wall-clock end; with ``HPCFABRIC_HUB_WATCH_MESSAGES=1``
+also the OpenFlow messages handled in each long span) and prints, for the PAUSE window: the
 controller's wall and CPU time inside long spans (wall >> CPU: the machine's other load starved
 it; CPU close to wall: our own blocking), the spans grouped by where they gave the hub back, and
 the spans overlapping the slowest reactions.
@@ -22,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-SPAN = re.compile(r"hub span ([\d.]+) ms \(cpu ([\d.]+) ms\) ending ([\d.]+) in (.*)")
+SPAN = re.compile(r"hub span ([\d.]+) ms \(cpu ([\d.]+) ms\) ending ([\d.]+) in (.*?)(?: (\[.*\]))?$")
 GC = re.compile(r"gc gen2 ([\d.]+) ms \(cpu ([\d.]+) ms.*ending ([\d.]+)")
 
 
@@ -43,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         m = SPAN.search(line)
         if m:
-            spans.append((float(m[1]), float(m[2]), float(m[3]), m[4]))
+            spans.append((float(m[1]), float(m[2]), float(m[3]), m[4], m[5] or ""))
             continue
         m = GC.search(line)
         if m:
-            spans.append((float(m[1]), float(m[2]), float(m[3]), "gc gen2"))
+            spans.append((float(m[1]), float(m[2]), float(m[3]), "gc gen2", ""))
     if not events:
         print("hub_spans: no reactions recorded", file=sys.stderr)
         return 2
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     for where, ss in sorted(groups.items(), key=lambda kv: -max(x[1] for x in kv[1]))[:12]:
         print(f"  {len(ss):4d} spans, max cpu {max(x[1] for x in ss):7.1f} ms, max wall {max(x[0] for x in ss):7.1f} ms"
               f"  {where}")
+    for s in sorted((s for s in win if s[4]), key=lambda s: -s[1])[: args.slowest]:
+        print(f"  span {s[0]:.1f} ms wall/{s[1]:.1f} cpu, messages handled {s[4]}")
     for e in sorted(events, key=lambda e: -e["us"])[: args.slowest]:
         start = e["wall"] - e["us"] / 1e6
         over = sorted((s for s in spans if s[2] >= start and s[2] - s[0] / 1000 <= e["wall"]), key=lambda s: -s[0])

@@ -29,7 +29,7 @@ from test_ops_fakes import ROOT, make_app
 
 from hpcfabric.controller import status as status_mod
 from hpcfabric.controller import wiring as wiring_mod
-from hpcfabric.controller.heap import Heap
+from hpcfabric.controller.heap import YOUNG_THRESHOLD, Heap
 from hpcfabric.protocols.pause import build_pause
 
 SRC = bytes.fromhex("020000aabbcc")
@@ -140,20 +140,31 @@ def test_lldp_round_plan_and_enforcement_let_a_pause_through(app, monkeypatch):
 
 
 def test_heap_freezes_long_lived_state_and_survivors():
+    default = gc.get_threshold()
     heap = Heap(enabled=True)
     try:
+        assert gc.get_threshold() == default  # a bring-up keeps the default
+        heap.confirmed(all_confirmed=True)  # steady state: small young collections
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD < default[0]
         keep = [[i] for i in range(50_000)]
         heap.settle("test")
-        assert gc.get_freeze_count() >= len(keep) and heap.freezes == 1
+        assert gc.get_freeze_count() >= len(keep) and heap.freezes == 2
         young = [[i] for i in range(1000)]
         gc.collect()  # a full collection: its survivors join the frozen
         assert heap.full_collections >= 1 and gc.get_freeze_count() >= len(keep) + len(young)
         more = [[i] for i in range(1000)]
         gc.collect(1)  # a young one too
         assert heap.young_passes >= 1 and gc.get_freeze_count() >= len(keep) + len(young) + len(more)
+        last = [[i] for i in range(1000)]
+        passes = heap.young_passes
+        gc.collect(0)  # the youngest too: its survivors are frozen, not kept for a bigger walk later
+        assert heap.young_passes == passes + 1
+        assert gc.get_freeze_count() >= len(keep) + len(young) + len(more) + len(last)
+        assert not gc.get_objects(generation=1) and not gc.get_objects(generation=2)
         assert heap.as_dict()["enabled"] is True
     finally:
         heap.close()
         gc.unfreeze()
+    assert gc.get_threshold() == default
     off = Heap(enabled=False)
     assert off.settle("nothing") == 0 and off.as_dict()["freezes"] == 0

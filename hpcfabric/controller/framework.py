@@ -93,6 +93,7 @@ __all__ = [
     "App", "DEAD_DISPATCHER", "FrameworkError", "LOGGER_NAME", "MAIN_DISPATCHER", "NAME", "VERSION", "choose", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
     "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "serve_wsgi",
     "service_brick", "set_flow_stats_body", "restore_packet_in_parser", "set_packet_in_parser",
+    "wrap_message_parse", "parse_message", "set_receive_loop", "restore_receive_loop",
     "stream_addresses",
 ]
 
@@ -150,6 +151,44 @@ def set_packet_in_parser(make: Callable[[Any, Any, Callable[..., Any]], Callable
     old = table[ofproto.OFPT_PACKET_IN]
     table[ofproto.OFPT_PACKET_IN] = make(ofproto_parser.OFPPacketIn, ofproto_parser.OFPMatch, old)
     return old
+
+
+_parser = _mod("ofproto.ofproto_parser")
+
+
+def parse_message(datapath: Any, version: int, msg_type: int, msg_len: int, xid: int, buf: Any) -> Any:
+    """One OpenFlow message as the framework's receive loop parses it (None if malformed, logged)."""
+    return _parser.msg(datapath, version, msg_type, msg_len, xid, buf)
+
+
+def set_receive_loop(loop: Callable[[Any], None]) -> Callable[..., Any]:
+    """Make every datapath run ``loop(datapath)`` as its receive loop (process-wide), the socket closed
+    after it as the framework's own loop does; returns the method it replaced."""
+    datapath_cls = _mod("controller.controller").Datapath
+    old = datapath_cls._recv_loop
+
+    def _recv_loop(self: Any) -> None:
+        try:
+            loop(self)
+        finally:
+            try:
+                self.socket.close()
+            except OSError:
+                pass
+
+    datapath_cls._recv_loop = _recv_loop
+    return old
+
+
+def restore_receive_loop(old: Callable[..., Any]) -> None:
+    """Put back the method :func:`set_receive_loop` returned (tests)."""
+    _mod("controller.controller").Datapath._recv_loop = old
+
+
+def wrap_message_parse(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace the framework's per-message parse entry (``ofproto_parser.msg``, called by every
+    datapath's receive loop) with ``wrap(current)`` (process-wide; diagnostics)."""
+    _parser.msg = wrap(_parser.msg)
 
 
 def restore_packet_in_parser(parser: Callable[..., Any]) -> None:

@@ -10,17 +10,27 @@ green thread runs meanwhile -- a PAUSE arriving then waited for it.
 :class:`Heap` moves what exists at a few known points into the collector's
 permanent generation (:func:`gc.freeze`): after the config is loaded and
 compiled, once every managed switch is confirmed (after a bring-up, a
-reroute, a restart), and after every generation-1 or -2 collection the
-collector runs anyway (:meth:`Heap.after_collection`): the old generation
-stays empty, and the collections that remain walk young objects only.
+reroute, a restart), and after every collection the collector runs anyway
+(:meth:`Heap.after_collection`): the older generations stay empty, and each
+collection walks only what was allocated since the last one. Once every switch is
+confirmed the young threshold is lowered to ``YOUNG_THRESHOLD`` so that this is little: at Table
+III, with survivors frozen after generation-1 collections only, those took
+10-30 ms (~30,000 young objects: tuples from free lists, which the
+threshold does not count, and the frames of 4,128 suspended green threads)
+and PAUSEs waited for them; with every collection's survivors frozen and
+the threshold at 150, 32 collections in a run took over 1.5 ms, the longest
+under 5 ms.
 
 Frozen objects are still freed by reference counting when they are dropped
 (a replaced table goes away as before); only reference cycles among them are
-never collected: an object that survived a generation-1 collection (some
-7,000 allocations) and later dies inside a cycle (a disconnected switch's
-session objects) stays. The status file's ``heap.frozen`` shows the count as of the last settle point:
-counting walks the permanent generation (:func:`gc.get_freeze_count`: ~200 ms at Table III's 5.4 M
-objects), so it is done there and never in the status write (where it held the hub and PAUSEs waited).
+never collected: an object that survived one young collection and later
+dies inside a cycle stays. Cycles must therefore not be made on the
+steady-state paths: the one that was (a read timeout per idle switch, ~25
+objects each: 0.65 MB/s at Table III) is avoided by the receive loop
+(:mod:`hpcfabric.controller.receive`); measured flat since (docs/scale.md).
+The status file's ``heap.frozen`` shows the count as of the last settle point: counting walks the
+permanent generation (:func:`gc.get_freeze_count`: ~200 ms at Table III's 5.4 M objects), so it is
+done there and never in the status write (where it held the hub and PAUSEs waited).
 """
 
 from __future__ import annotations
@@ -31,6 +41,9 @@ import time
 
 LOG = logging.getLogger("hpcfabric.controller")
 
+#: generation-0 threshold (CPython's default is 700 counted allocations)
+YOUNG_THRESHOLD = 150
+
 
 class Heap:
     """Freezes the long-lived heap at the app's settle points (``settle``); ``frozen`` and ``freezes`` for the status."""
@@ -40,6 +53,7 @@ class Heap:
         self.freezes = 0
         self.full_collections = 0
         self.young_passes = 0  # young collections followed by a freeze
+        self.threshold = gc.get_threshold()
         if enabled:
             gc.callbacks.append(self.after_collection)
         self.last_reason = ""
@@ -60,15 +74,13 @@ class Heap:
         return frozen
 
     def after_collection(self, phase: str, info: dict[str, object]) -> None:
-        """After each collection the collector ran anyway, what it left in the old generation is frozen:
-        a full collection then walks (almost) nothing. Without this, at Table III full collections came
-        every ~4 s at 50-120 ms of CPU each, walking ~70,000 live objects (LLDP's neighbour entries,
-        the status) with nothing to collect; an extra young collection every 2 s (tried first) cost
-        up to 60 ms itself on the loaded machine. Freezing is a list splice: no walk."""
-        gen = info.get("generation")
-        if phase != "stop" or gen == 0:  # gen-1 objects have not been examined yet: their cycles stay collectable
+        """After each collection the collector ran anyway, what survived it is frozen: the next one walks
+        only what is new (a list splice, no walk). Without this, at Table III full collections came every
+        ~4 s at 50-120 ms of CPU each walking ~70,000 live objects (LLDP's neighbour entries, the status),
+        and young ones took 10-30 ms while survivors were kept in generation 1."""
+        if phase != "stop":
             return
-        if gen == 2:
+        if info.get("generation") == 2:
             self.full_collections += 1
         else:
             self.young_passes += 1
@@ -77,6 +89,7 @@ class Heap:
     def close(self) -> None:
         if self.after_collection in gc.callbacks:
             gc.callbacks.remove(self.after_collection)
+            gc.set_threshold(*self.threshold)
 
     def confirmed(self, all_confirmed: bool) -> None:
         """A switch was confirmed: settle when all of them are (bring-up done, a reroute applied, a restart)."""
@@ -84,8 +97,16 @@ class Heap:
         if all_confirmed:
             self.settle(f"all switches confirmed ({self.synced_since} sync(s) since the last freeze)")
             self.synced_since = 0
+            self.steady()
+
+    def steady(self) -> None:
+        """Steady state: young collections at ``YOUNG_THRESHOLD`` from now on (a bring-up keeps the default:
+        its allocations are many and short-lived, and PAUSEs are not yet at stake)."""
+        if self.enabled and gc.get_threshold()[0] != YOUNG_THRESHOLD:
+            gc.set_threshold(YOUNG_THRESHOLD, *self.threshold[1:])
 
     def as_dict(self) -> dict[str, object]:
         return {"enabled": self.enabled, "frozen": self.frozen, "freezes": self.freezes, "last": self.last_reason,
                 "full_collections_frozen": self.full_collections, "young_passes_frozen": self.young_passes,
+                "young_threshold": gc.get_threshold()[0],
                 "collections": [s["collections"] for s in gc.get_stats()]}

@@ -7,7 +7,11 @@ span longer than ``MS`` milliseconds is logged (WARNING, ``hub span``) with
 the wall-clock time it ended, its CPU time (process CPU over the span: a
 span with little CPU was the machine's other load, not ours) and where the
 green thread gave the hub back (its innermost hpcfabric frames, which name
-the loop). Garbage collections of generation 2 are logged the same way.
+the loop). Garbage collections of generation 2 are logged the same way, young
+ones when they take over half the threshold.
+With ``HPCFABRIC_HUB_WATCH_MESSAGES=1`` too, each long span also names the
+OpenFlow messages a receive loop handled in it (type, count, milliseconds from
+each one's parse to the next: parse, dispatch and handlers).
 Off by default: the hook costs ~1 us per switch.
 """
 
@@ -24,6 +28,11 @@ from hpcfabric.controller.framework import hub
 LOG = logging.getLogger("hpcfabric.controller")
 
 ENV = "HPCFABRIC_HUB_WATCH"
+ENV_MESSAGES = "HPCFABRIC_HUB_WATCH_MESSAGES"
+#: OpenFlow 1.3 message types a controller receives, by number
+MSG_NAMES = {0: "hello", 1: "error", 2: "echo_request", 3: "echo_reply", 4: "experimenter", 6: "features_reply",
+             10: "packet_in", 11: "flow_removed", 12: "port_status", 19: "multipart_reply", 21: "barrier_reply",
+             25: "role_reply", 27: "get_async_reply"}
 
 
 def where(frame: Any, depth: int = 4) -> str:
@@ -48,25 +57,66 @@ class HubWatch:
         self.gc_t0 = 0.0
         self.gc_cpu0 = 0.0
         self.census_at = -1e9
+        self.young_t0 = 0.0
+        self.kinds: dict[int, list[float]] = {}  # message type -> [count, seconds] in the current span
+        self.msg_kind = -1
+        self.msg_t = 0.0
+
+    def _close_message(self, now: float) -> None:
+        if self.msg_kind >= 0:
+            acc = self.kinds.setdefault(self.msg_kind, [0, 0.0])
+            acc[0] += 1
+            acc[1] += now - self.msg_t
+            self.msg_kind = -1
+
+    def wrap(self, parse: Any) -> Any:
+        """The framework's message parse, attributing the time until the next message (or switch) to this one's type."""
+
+        def timed(datapath: Any, version: int, msg_type: int, *rest: Any) -> Any:
+            now = time.perf_counter()
+            self._close_message(now)
+            self.msg_kind, self.msg_t = msg_type, now
+            msg = parse(datapath, version, msg_type, *rest)
+            took = time.perf_counter() - now
+            if took > self.threshold / 2:
+                LOG.warning("slow parse: %s of %d bytes took %.1f ms", MSG_NAMES.get(msg_type, msg_type), rest[0],
+                            took * 1000)
+            return msg
+
+        return timed
+
+    def breakdown(self) -> str:
+        if not self.kinds:
+            return ""
+        top = sorted(self.kinds.items(), key=lambda kv: -kv[1][1])[:4]
+        return " [" + ", ".join(f"{MSG_NAMES.get(k, k)} x{int(n)} {s * 1000:.1f} ms" for k, (n, s) in top) + "]"
 
     def trace(self, event: str, args: Any) -> None:
         if event not in ("switch", "throw"):
             return
         now = time.perf_counter()
+        self._close_message(now)
         span = now - self.since
         if span > self.threshold:
             # called once the switch is made: the origin is suspended where it gave the hub back
             cpu = time.process_time() - self.cpu_since
             self.spans += 1
             origin = args[0]
-            LOG.warning("hub span %.1f ms (cpu %.1f ms) ending %.3f in %s", span * 1000, cpu * 1000, time.time(),
-                        where(getattr(origin, "gr_frame", None)))
+            LOG.warning("hub span %.1f ms (cpu %.1f ms) ending %.3f in %s%s", span * 1000, cpu * 1000, time.time(),
+                        where(getattr(origin, "gr_frame", None)), self.breakdown())
             now = time.perf_counter()
+        if self.kinds:
+            self.kinds = {}
         self.since = now
         self.cpu_since = time.process_time()
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if info.get("generation") != 2:
+            if phase == "start":
+                self.young_t0 = time.perf_counter()
+            elif (ms := (time.perf_counter() - self.young_t0) * 1000) > self.threshold * 500:  # half the span threshold
+                LOG.warning("gc gen%d %.1f ms (%d collected) ending %.3f", info.get("generation"), ms,
+                            info.get("collected", 0), time.time())
             return
         if phase == "start":
             self.gc_t0 = time.perf_counter()
@@ -95,6 +145,10 @@ def install(threshold_ms: float) -> HubWatch:
     import greenlet
 
     watch = HubWatch(threshold_ms)
+    if os.environ.get(ENV_MESSAGES):
+        from hpcfabric.controller.framework import wrap_message_parse
+
+        wrap_message_parse(watch.wrap)
     greenlet.settrace(watch.trace)
     gc.callbacks.append(watch.on_gc)
     LOG.warning("hub watch: logging green-thread spans over %.1f ms and gen-2 GCs", threshold_ms)

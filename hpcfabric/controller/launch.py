@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller.hubwatch import from_env as hub_watch_from_env
+from hpcfabric.controller.receive import install as install_receive_loop
 from hpcfabric.controller.framework import (
     LOGGER_NAME, conf, hub, init_conf, manager, patch, set_flow_stats_body, set_packet_in_parser, stream_addresses,
 )
@@ -207,6 +208,7 @@ def run(
     patch(thread=True)
     install_fast_flow_stats()
     install_fast_packet_in()
+    install_receive_loop()  # no garbage per idle read, the hub given back within 2 ms (controller.receive)
     hub_watch_from_env()
     PRELOADED = config
     OWN_PROCESS = True
