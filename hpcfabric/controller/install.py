@@ -97,7 +97,10 @@ class Installer:
                 sw.name, sw.dpid, sw.rules_installed, sw.added, sw.modified, sw.deleted, sw.kept, sw.sync_seconds,
                 method,
             )
-            app.heap.confirmed(all(s.confirmed for s in app.switches.values()))
+            everything = all(s.confirmed for s in app.switches.values())
+            app.heap.confirmed(everything)
+            if everything:  # operators and benches wait for this: no status gap
+                app.reporter.milestone = True
             if sw.foreign:
                 LOG.warning("switch %s holds %d foreign flow(s) (not ours, left alone)", sw.name, sw.foreign)
             if d.conflicts:
