@@ -213,13 +213,14 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         c.start_emulators()
         emu_ready = time.monotonic() - t0
         per, load_max = wait_partitions(c, args.timeout)
+        total = time.monotonic() - t0
         out["load_avg_1m_max"] = round(load_max, 2)
+        statuses = [c.status(i) for i in range(len(c.parts))]
         # when each controller confirmed its last switch (its own clock), not when its status file said so
-        last = [last_confirmed(c.status(i)) if x is not None else None for i, x in enumerate(per)]
+        last = [last_confirmed(s) if x is not None else None for s, x in zip(statuses, per)]
         out["partition_confirmed_s"] = [None if x is None else round(x - t0_wall - emu_ready, 2) for x in last]
         out["partition_status_seen_s"] = [None if x is None else round(x, 2) for x in per]
         if None in per:
-            statuses = [c.status(i) for i in range(len(c.parts))]
             cs = c.controller_stats()
             st = c.emu_stats()
             out["timed_out_after_s"] = args.timeout
@@ -232,10 +233,8 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
                               "emulator_rss_mb": [s["rss_mb"] for s in st]}
             out["load_avg_1m"] = round(os.getloadavg()[0], 2)
             return out
-        total = time.monotonic() - t0
         st = c.emu_stats()
         cs = c.controller_stats()
-        statuses = [c.status(i) for i in range(len(c.parts))]
         out["emulator_start_s"] = round(emu_ready, 2)
         out["connect_to_status_seen_s"] = round(total - emu_ready, 2)
         known = [x for x in out["partition_confirmed_s"] if x is not None]

@@ -88,6 +88,7 @@ set_ev_handler = _handler.set_ev_handler
 hub = _mod("lib.hub")
 ofproto = _mod("ofproto.ofproto_v1_3")
 ofproto_parser = _mod("ofproto.ofproto_v1_3_parser")
+_parser = _mod("ofproto.ofproto_parser")  # the version dispatch every receive loop calls (``msg``)
 
 __all__ = [
     "App", "DEAD_DISPATCHER", "FrameworkError", "LOGGER_NAME", "MAIN_DISPATCHER", "NAME", "VERSION", "choose", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
@@ -151,9 +152,6 @@ def set_packet_in_parser(make: Callable[[Any, Any, Callable[..., Any]], Callable
     old = table[ofproto.OFPT_PACKET_IN]
     table[ofproto.OFPT_PACKET_IN] = make(ofproto_parser.OFPPacketIn, ofproto_parser.OFPMatch, old)
     return old
-
-
-_parser = _mod("ofproto.ofproto_parser")
 
 
 def parse_message(datapath: Any, version: int, msg_type: int, msg_len: int, xid: int, buf: Any) -> Any:

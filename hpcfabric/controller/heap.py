@@ -102,7 +102,7 @@ class Heap:
     def steady(self) -> None:
         """Steady state: young collections at ``YOUNG_THRESHOLD`` from now on (a bring-up keeps the default:
         its allocations are many and short-lived, and PAUSEs are not yet at stake)."""
-        if self.enabled and gc.get_threshold()[0] != YOUNG_THRESHOLD:
+        if self.enabled:
             gc.set_threshold(YOUNG_THRESHOLD, *self.threshold[1:])
 
     def as_dict(self) -> dict[str, object]:

@@ -151,7 +151,8 @@ def install(threshold_ms: float) -> HubWatch:
         wrap_message_parse(watch.wrap)
     greenlet.settrace(watch.trace)
     gc.callbacks.append(watch.on_gc)
-    LOG.warning("hub watch: logging green-thread spans over %.1f ms and gen-2 GCs", threshold_ms)
+    LOG.warning("hub watch: logging green-thread spans and gen-2 GCs over %.1f ms, young GCs over half that",
+                threshold_ms)
     return watch
 
 
