@@ -1,0 +1,26 @@
+"""``hpcfabric status --config FILE``: HA -- per partition its master, standbys, generation and lease age
+(read from the coordination store, etcd or the lease file; docs/ha.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("status", help="HA: per partition its master, standbys, generation and lease age",
+                       description="read the HA coordination store (etcd or the lease file) of a controller "
+                       "config; see docs/ha.md")
+    p.set_defaults(func=run)
+    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpcfabric.config import load_config
+    from hpcfabric.controller.coord import describe, format_status
+
+    view = describe(load_config(args.config, compile=False))
+    print(json.dumps(view, indent=2) if args.json else format_status(view))
+    return 0
