@@ -1,4 +1,4 @@
-"""The etcd HA backend against a real 3-member etcd cluster (tests/etcd_cluster.py): no mocks.
+"""The etcd HA backend against a real 3-member etcd cluster (the ``etcd_cluster`` fixture of conftest.py): no mocks.
 
 Instances are :class:`hpcfabric.controller.etcdha.EtcdHa` objects ticking in threads (as the controller's
 HA agent does every ttl/5) and, for kill -9, a real ``hpcfabric controller`` process. A sampler checks
@@ -21,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from etcd_cluster import etcd_cluster  # noqa: F401  (the fixture)
 
 from hpcfabric.config import load_config
 from hpcfabric.controller.etcdha import EtcdHa
