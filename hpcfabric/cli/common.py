@@ -27,6 +27,15 @@ def command(sub: Any, name: str, run: Callable[[argparse.Namespace], int], help_
     return p
 
 
+def config_command(sub: Any, name: str, run: Callable[[argparse.Namespace], int], help_: str, description: str,
+                   config_help: str = "controller INI file") -> argparse.ArgumentParser:
+    """A subcommand of a controller config (``--config FILE``, required), running ``run(args)``."""
+    p = sub.add_parser(name, help=help_, description=description)
+    p.set_defaults(func=run)
+    p.add_argument("--config", required=True, metavar="FILE", help=config_help)
+    return p
+
+
 def widths(text: str) -> dict[str, int]:
     """``group=8,switch=4,host=3`` -> dict (argparse type)."""
     out: dict[str, int] = {}

@@ -7,16 +7,14 @@ import argparse
 import sys
 from typing import Any
 
-from hpcfabric.cli.common import emit
+from hpcfabric.cli.common import config_command, emit
 from hpcfabric.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("compile", help="compile and prove a config's fabric once for its controllers",
-                       description="compile and prove a controller config's fabric once and write the tables per "
-                       "partition ([hpcfabric] compiled = DIR loads them; docs/ha.md)")
-    p.set_defaults(func=run)
-    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
+    p = config_command(sub, "compile", run, "compile and prove a config's fabric once for its controllers",
+                       "compile and prove a controller config's fabric once and write the tables per partition "
+                       "([hpcfabric] compiled = DIR loads them; docs/ha.md)")
     p.add_argument("--out", default=None, metavar="DIR", help="artifact directory (default: [hpcfabric] compiled)")
     p.add_argument("--partitions", type=int, default=None, metavar="K",
                    help="partition files to write (default: [ha] partitions)")

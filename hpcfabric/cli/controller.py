@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpcfabric.cli.common import config_command
+
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("controller", help="run the OpenFlow controller", description="run the OpenFlow 1.3 controller "
-                       "(os-ken in-process) for a config file; see docs/controller.md")
-    p.set_defaults(func=run)
-    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file (see configs/)")
+    p = config_command(sub, "controller", run, "run the OpenFlow controller", "run the OpenFlow 1.3 controller "
+                       "(os-ken in-process) for a config file; see docs/controller.md",
+                       config_help="controller INI file (see configs/)")
     p.add_argument("--status-file", default=None, metavar="F", help="override [hpcfabric] status_file")
     p.add_argument("--listen-port", type=int, default=None, metavar="N", help="override [openflow] listen_port")
 

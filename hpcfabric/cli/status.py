@@ -7,13 +7,12 @@ import argparse
 import json
 from typing import Any
 
+from hpcfabric.cli.common import config_command
+
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("status", help="HA: per partition its master, standbys, generation and lease age",
-                       description="read the HA coordination store (etcd or the lease file) of a controller "
-                       "config; see docs/ha.md")
-    p.set_defaults(func=run)
-    p.add_argument("--config", required=True, metavar="FILE", help="controller INI file")
+    p = config_command(sub, "status", run, "HA: per partition its master, standbys, generation and lease age",
+                       "read the HA coordination store (etcd or the lease file) of a controller config; see docs/ha.md")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

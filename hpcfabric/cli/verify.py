@@ -9,6 +9,11 @@ from typing import Any
 from hpcfabric.cli.common import add_addressing_options, add_policy_options, command, compiled_from_args, emit
 from hpcfabric.errors import ConfigError
 
+#: the report's keys -> the CDG check's (:meth:`hpcfabric.verify.cdg.CdgReport.as_dict`)
+CDG_KEYS = {"cdg_acyclic": "cdg_acyclic", "cdg_cycle": "cdg_cycle", "cdg_per_cos": "cdg_per_cos",
+            "cdg_channels": "channels", "cdg_dependencies": "dependencies", "scenarios": "scenarios",
+            "scenario_failures": "scenario_failures", "failed_scenarios": "failed_scenarios", "cdg_seconds": "seconds"}
+
 
 def add_parser(sub: Any) -> None:
     p = command(sub, "verify", run, "walk a frame between every pair of hosts through the compiled rules")
@@ -48,20 +53,9 @@ def run(args: argparse.Namespace) -> int:
         from hpcfabric.verify.cdg import check_deadlock_freedom
 
         cdg = check_deadlock_freedom(compiled, "single" if args.paused == "all" else paused)
-        data.update(
-            routing=compiled.routing,
-            cos=compiled.cos,
-            cos_levels=compiled.cos_levels,
-            cdg_acyclic=cdg.acyclic,
-            cdg_cycle=list(cdg.cycle) if cdg.cycle else None,
-            cdg_per_cos={k: (list(v) if v else None) for k, v in cdg.per_cos.items()},
-            cdg_channels=cdg.channels,
-            cdg_dependencies=cdg.dependencies,
-            scenarios=cdg.scenarios,
-            scenario_failures=[dict(f) for f in cdg.scenario_failures],
-            failed_scenarios=cdg.failed_scenarios,
-            cdg_seconds=round(cdg.seconds, 3),
-        )
+        report_cdg = cdg.as_dict()
+        data.update(routing=compiled.routing, cos=compiled.cos, cos_levels=compiled.cos_levels,
+                    **{key: report_cdg[name] for key, name in CDG_KEYS.items()})
         ok = ok and cdg.ok
         data["ok"] = ok
     emit(data)
