@@ -16,6 +16,7 @@ setup(
         "networkx>=3.0",
         "PyYAML>=6.0",
         "numpy>=1.24",
+        "numba>=0.60",
         "matplotlib>=3.6",
         "tqdm>=4.60",
         "prometheus_client>=0.17",

@@ -1,4 +1,6 @@
-"""PB: the paper's adaptive *piggyback* reference router (Jiang, Kim, Dally, ISCA 2009).
+"""Reference routers that are not OpenFlow policies: PB (the paper's) and VAL-R (BookSim2's Valiant).
+
+PB: the paper's adaptive *piggyback* reference router (Jiang, Kim, Dally, ISCA 2009).
 
 **Not an OpenFlow policy.** Nothing here is installed on a switch: it is the reference the
 paper compares its conditional rules with, implemented inside the simulator. Forwarding
@@ -16,21 +18,23 @@ intermediate target until it reaches that group:
   the destination group and ``q_nonmin`` the channel towards a random intermediate group;
 * classes of service: the number of global hops taken (0, 1, 2), the usual Dragonfly
   virtual-channel order, so the reference is deadlock-free.
+
+The per-frame decisions run in the compiled kernel (:func:`hpcfabric.sim.kernel._route`); these
+classes hold what it looks up.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
 from hpcfabric.sim.tables import Forwarding, SimError
 
-__all__ = ["PBRouter"]
+__all__ = ["PBRouter", "VALRRouter"]
 
 
 class PBRouter:
     name = "pb"
+    code = 1
 
     def __init__(self, fw_min: Forwarding, threshold: int = 2) -> None:
         pm = self.pm = fw_min.pm
@@ -41,7 +45,7 @@ class PBRouter:
         self.flippable = False
         self.threshold = threshold
         groups = np.unique(pm.group)
-        self.groups = groups
+        self.group_ids = groups
         G = len(groups)
         gl = np.full((G, G), -1, dtype=np.int64)  # global channel pid from group a to group b
         land = np.full((G, G), -1, dtype=np.int64)  # a host on the switch it lands at
@@ -57,42 +61,22 @@ class PBRouter:
         self.gl, self.land, self.gidx = gl, land, gidx
         self.host_group = gidx[host_sw]
 
-    def inject(self, sim: Any, f: np.ndarray, hosts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.fw.host_state(hosts), np.zeros(len(f), dtype=np.int64)
-
-    def in_pid(self, state: np.ndarray) -> np.ndarray:
-        return self.fw.state_pid(state)
+    def groups(self) -> tuple[np.ndarray, ...]:
+        """(group index per switch, global channel pid per group pair, landing host per group pair,
+        group of every host): the arrays the compiled kernel decides with."""
+        return self.gidx, self.gl, self.land, self.host_group
 
     def channel(self, pid: int, cls: int) -> str:
         return f"{self.pm.names[int(self.pm.sw[pid])]}:{int(self.pm.port[pid])}@gh{cls}"
 
-    def route(self, sim: Any, f: np.ndarray, t: int, flipped: Any) -> tuple[np.ndarray, ...]:
-        pm = self.pm
-        state = sim.state[f]
-        in_pid = self.fw.state_pid(state)
-        grp = self.gidx[pm.sw[in_pid]]
-        dst = sim.dst[f]
-        target = sim.aux[f]
-        # phase 1 over: the frame reached its intermediate group
-        reached = (target >= 0) & (self.host_group[np.maximum(target, 0)] == grp)
-        target = np.where(reached, -2, target)
-        fresh = (pm.kind[in_pid] == 1) & (target == -1)
-        if fresh.any():
-            i = np.flatnonzero(fresh)
-            g, d = grp[i], self.host_group[dst[i]]
-            remote = g != d
-            G = len(self.groups)
-            inter = sim.rng.integers(0, G - 2, len(i))  # a group other than g and d
-            lo, hi = np.minimum(g, d), np.maximum(g, d)
-            inter = inter + (inter >= lo)
-            inter = inter + (inter >= hi)
-            q_min = sim.demand[np.maximum(self.gl[g, d], 0)]
-            q_non = sim.demand[np.maximum(self.gl[g, inter], 0)]
-            non = remote & (G > 2) & (q_min > 2 * q_non + self.threshold)
-            target[i] = np.where(non, self.land[g, np.minimum(inter, G - 1)], -2)
-        sim.aux[f] = target
-        eff = np.where(target >= 0, target, dst)
-        out, nxt, bad = self.fw.decide(state, eff, None)
-        gh = sim.aux2[f] + (pm.kind[out] == 3)
-        sim.aux2[f] = gh
-        return out, nxt, np.minimum(gh, self.n_classes - 1), bad
+
+class VALRRouter(PBRouter):
+    """VAL-R: BookSim2's Valiant routing for its Dragonfly (``val_dragonflynew``), the peer's own
+    algorithm rather than the compiled one. **Not an OpenFlow policy.** At the source switch a
+    frame for another group picks a random intermediate *host* anywhere (uniformly, the source
+    group included: then it goes minimally), travels minimally to that host's switch, then
+    minimally to its destination; frames inside their group go minimally. Classes are BookSim's
+    phases: 0 towards the intermediate, 1 minimal before the global hop, 2 after it."""
+
+    name = "val-r"
+    code = 2
