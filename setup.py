@@ -25,6 +25,7 @@ setup(
         "controller": ["os-ken==3.1.0"],
         "test": ["pytest>=7"],
         "etcd": ["etcd3gw>=2.4"],
+        "dask": ["distributed>=2024.1"],
     },
     entry_points={
         "console_scripts": [

@@ -14,9 +14,9 @@ arrangement name).
 flit per cycle, a cycle is one of our frame times (:func:`booksim_params`: 1,000-byte frames at
 40 Gb/s, so 1 cycle = 200 ns). Accepted rates are flits per cycle per node = our fraction of the
 link rate per host. Channel latencies are BookSim's hard-coded ones (local 10 cycles, global 100,
-terminal 1); its router pipeline (VC allocation, switch allocation, switch traversal: 3 cycles,
-plus the cycle to enter the channel) is our ``switch_ns``; buffers are its 256 flits per VC and
-input port.
+terminal 1; a flit's crossing included, so our links, which add one frame time of
+serialisation, get one cycle less); a router adds 2 cycles per hop (our ``switch_ns``, calibrated
+on BookSim's low-load latency); buffers are its 256 flits per VC and input port, per class here.
 
 **The runner** (:class:`BookSim`) builds upstream BookSim2 with ``../shared/booksim/build.sh``
 into a directory outside the repository (``HPCFABRIC_BOOKSIM_BUILD``, default
@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +49,10 @@ ROUTING = {"MIN": "min", "VAL-R": "val", "UGAL-L": "ugal", "PB": "ugal", "VAL": 
 TRAFFIC = {"uniform": "uniform", "adversarial": "bad_dragon"}
 #: one BookSim cycle = one frame time of 1,000 bytes at 40 Gb/s
 CYCLE_NS = 200.0
-#: BookSim's hard-coded channel latencies (cycles) and its router pipeline (vc alloc, sw alloc,
-#: switch traversal: 3 cycles; the routing delay is 0 in dragonfly_base.cfg)
-LOCAL_CYCLES, GLOBAL_CYCLES, TERMINAL_CYCLES, ROUTER_CYCLES = 10, 100, 1, 3
+#: BookSim's hard-coded channel latencies (cycles; a 1-flit packet's crossing included) and the
+#: cycles a router adds per hop on an idle network (calibrated: BookSim's mean latency at UN 0.1 on
+#: k=2, 113 cycles over 3.3 routers and 4.3 channels, is channel latencies + 2 cycles per router)
+LOCAL_CYCLES, GLOBAL_CYCLES, TERMINAL_CYCLES, ROUTER_CYCLES = 10, 100, 1, 2
 VC_BUF = 256
 
 
@@ -76,9 +78,10 @@ def booksim_dragonfly(k: int) -> Fabric:
 
 def booksim_params(**overrides: Any) -> SimParams:
     """Our parameters in BookSim's units (module docstring): frame time = 1 cycle = 200 ns."""
+    # our links cost one frame time of serialisation plus their latency: BookSim's latency minus that cycle
     kw: dict[str, Any] = dict(link_gbps=40.0, frame_bytes=1000, switch_ns=ROUTER_CYCLES * CYCLE_NS,
-                              local_ns=LOCAL_CYCLES * CYCLE_NS, global_ns=GLOBAL_CYCLES * CYCLE_NS,
-                              host_ns=TERMINAL_CYCLES * CYCLE_NS, buffer_frames=VC_BUF)
+                              local_ns=(LOCAL_CYCLES - 1) * CYCLE_NS, global_ns=(GLOBAL_CYCLES - 1) * CYCLE_NS,
+                              host_ns=(TERMINAL_CYCLES - 1) * CYCLE_NS, buffer_frames=VC_BUF)
     kw.update(overrides)
     return SimParams(**kw)
 
@@ -106,6 +109,9 @@ class BookSimPoint:
     wall_s: float
     cpu_s: float
     args: list[str] = field(default_factory=list)
+    complete: bool = True  # False: stopped at the timeout (figures of its last sample period)
+    deadlock: bool = False  # BookSim warned of a possible network deadlock
+    periods: int = 0  # sample periods printed when stopped early
 
     @property
     def latency_ns(self) -> float:
@@ -139,9 +145,12 @@ class BookSim:
             raise SimError(f"BookSim2 build failed ({self.shared}/build.sh {self.build_dir}): {proc.stderr.strip()[-300:]}")
         return self.binary
 
-    def run(self, k: int, routing: str, pattern: str, load: float, seed: int = 1, **options: Any) -> BookSimPoint:
+    def run(self, k: int, routing: str, pattern: str, load: float, seed: int = 1, timeout: float | None = None,
+            **options: Any) -> BookSimPoint:
         """One point: ``routing`` one of min/val/ugal (or our names in :data:`ROUTING`), ``pattern``
-        uniform/adversarial (or BookSim's names), ``options`` more ``key=value`` overrides."""
+        uniform/adversarial (or BookSim's names), ``options`` more ``key=value`` overrides. A run past
+        ``timeout`` seconds is stopped and reported from its last sample period (``complete`` False);
+        ``deadlock`` is True when BookSim warned of a possible network deadlock."""
         fn = ROUTING.get(routing, routing)
         traffic = TRAFFIC.get(pattern, pattern)
         args = [f"k={k}", f"routing_function={fn}", f"traffic={traffic}", f"injection_rate={load}", f"seed={seed}"]
@@ -149,18 +158,35 @@ class BookSim:
         binary = self.build()
         t0 = time.perf_counter()
         r0 = os.times()
-        proc = subprocess.run([str(binary), str(self.config), *args], capture_output=True, text=True)
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen([str(binary), str(self.config), *args], stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.seek(0)
+            text = out.read()
         r1 = os.times()
         wall = time.perf_counter() - t0
-        return parse_output(proc.stdout, args, wall, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system))
+        cpu = (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
+        return parse_output(text, args, wall, cpu)
 
 
 def parse_output(text: str, args: list[str], wall: float = 0.0, cpu: float = 0.0) -> BookSimPoint:
-    """The overall accepted flit rate, packet latency and cycles of a BookSim run's output."""
+    """The overall accepted flit rate, packet latency and cycles of a BookSim run's output (of its last
+    sample period if it did not finish)."""
     acc = re.findall(r"Accepted flit rate average = " + _NUM, text)
     lat = re.findall(r"Packet latency average = " + _NUM, text)
     cyc = re.findall(r"Time taken is (\d+) cycles", text)
-    if not acc or not lat or not cyc:
+    deadlock = "Possible network deadlock" in text
+    if acc and lat and cyc:
+        return BookSimPoint(float(acc[-1]), float(lat[-1]), int(cyc[-1]), wall, cpu, args, True, deadlock)
+    acc = re.findall(r"Accepted flit rate average= " + _NUM, text)  # per sample period
+    lat = re.findall(r"Packet latency average = " + _NUM, text)
+    if not acc:
         tail = " | ".join(text.strip().splitlines()[-3:])
-        raise SimError(f"BookSim2 ({' '.join(args)}) printed no overall statistics: {tail[-300:]}")
-    return BookSimPoint(float(acc[-1]), float(lat[-1]), int(cyc[-1]), wall, cpu, args)
+        raise SimError(f"BookSim2 ({' '.join(args)}) printed no statistics: {tail[-300:]}")
+    periods = len(re.findall(r"Accepted flit rate average= ", text))
+    return BookSimPoint(float(acc[-1]), float(lat[-1]) if lat else float("nan"), -1, wall, cpu, args, False, deadlock,
+                        periods)

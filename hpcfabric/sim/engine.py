@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from numba import njit
 
 from hpcfabric.sim import kernel as K
 from hpcfabric.sim.params import SimParams
@@ -88,6 +89,14 @@ class RunResult:
             self.generated == self.injected + self.refused + self.extra.get("queued_at_hosts", 0)
 
 
+class _FrameView:
+    """Frame fields by name (``sim.fr.out[f]``): columns of the kernel's frame rows."""
+
+    def __init__(self, F: np.ndarray) -> None:
+        for i, name in enumerate(K.FRAME_FIELDS):
+            setattr(self, name, F[:, i])
+
+
 def _i64(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
@@ -146,22 +155,20 @@ class Simulator:
         )
 
     def _alloc_frames(self, n: int) -> None:
+        """A pool of ``n`` frames, keeping the first ``self.nf`` (and the free list) of the current one."""
         old = self.nf
-        arrays = []
-        for i, name in enumerate(K.Frames._fields):
-            a = np.zeros(n, dtype=np.int64)
-            if old:
-                a[:old] = getattr(self.fr, name)
-            arrays.append(a)
-        fr = K.Frames(*arrays)
+        F = np.zeros((n, K.NF_COLS), dtype=np.int64)
+        free = np.zeros(n, dtype=np.int64)
         if old:
+            F[:old] = self.frames.F
             nfree = int(self.c[K.C_NFREE])
-            fr.free[:nfree] = self.fr.free[:nfree]
-            fr.free[nfree: nfree + n - old] = np.arange(n - 1, old - 1, -1)
+            free[:nfree] = self.frames.free[:nfree]
+            free[nfree: nfree + n - old] = np.arange(n - 1, old - 1, -1)
             self.c[K.C_NFREE] = nfree + n - old
         else:
-            fr.free[:] = np.arange(n - 1, -1, -1)
-        self.fr, self.nf = fr, n
+            free[:] = np.arange(n - 1, -1, -1)
+        self.frames, self.nf = K.Frames(F, free), n
+        self.fr = _FrameView(F)
 
     def _state(self, ticks_total: int) -> Any:
         p, P, NA, NQ, H, D, L = self.p, self.pm.n, self.NA, self.NQ, self.H, self.D, self.L
@@ -223,7 +230,7 @@ class Simulator:
         t = 0
         while t < end:
             stop = min(end, (t // step + 1) * step)
-            t = int(K.run_ticks(self.net, self.fr, self.s, self.c, self.g, self.fab, t, stop, float(load), self.H + 1))
+            t = int(K.run_ticks(self.net, self.frames, self.s, self.c, self.g, self.fab, t, stop, float(load), self.H + 1))
             if self.c[K.C_NOLINE]:
                 self._no_line(int(self.c[K.C_BAD_STATE]))
             if self.c[K.C_NFREE] < self.H + 1:
@@ -325,9 +332,6 @@ class Simulator:
 def _seed(seed: int) -> None:
     """Seed numpy's generator inside compiled code (the kernel's draws)."""
     _seed_kernel(int(seed))
-
-
-from numba import njit  # noqa: E402
 
 
 @njit(cache=True)

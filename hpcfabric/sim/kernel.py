@@ -25,7 +25,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-__all__ = ["Net", "Frames", "Sw", "run_ticks", "MODELS", "NCOUNT", "NPARAM"]
+__all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM"]
 
 MODELS = {"fifo": 0, "voq": 1, "shared": 2}
 
@@ -33,12 +33,15 @@ Net = namedtuple("Net", [
     "sw", "kind", "peer", "delay", "pid_base", "width",  # per pid
     "st_sw", "st_pid", "st_cls", "state_line", "line_off", "host_sw", "host_cls", "tcls", "col", "base", "alt",
     "egress", "state_base", "host_pid",  # table lookups (hpcfabric.sim.tables.Forwarding)
-    "gidx", "gl", "land", "host_group",  # PB / VAL-R (hpcfabric.sim.pb)
+    "gidx", "gl", "land", "host_group",  # PB / VAL-R (hpcfabric.sim.pb): per switch x group
     "t_off", "t_cnt", "t_flat", "t_cum", "t_rate",  # destinations and per-host rate (hpcfabric.sim.traffic)
     "pool",  # shared buffer per switch
 ])
-Frames = namedtuple("Frames", ["dst", "src", "tgen", "state", "out", "nstate", "ncls", "ready", "aux", "aux2",
-                               "acct", "nxt", "inhr", "free"])
+#: a frame is one row of ``Frames.F`` (its fields adjacent in memory: one cache line per frame)
+FRAME_FIELDS = ("dst", "src", "tgen", "state", "out", "nstate", "ncls", "ready", "aux", "aux2", "acct", "nxt", "inhr")
+(F_DST, F_SRC, F_TGEN, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_AUX2, F_ACCT, F_NXT, F_INHR) = range(13)
+NF_COLS = 16
+Frames = namedtuple("Frames", ["F", "free"])
 Sw = namedtuple("Sw", [
     "qhead", "qtail", "qlen", "last_move", "act", "inact",  # queues (linked lists through Frames.nxt)
     "occ", "hr", "xoff", "hist", "hist_any", "pool_used",  # ingress accounts, PFC, shared pool per switch
@@ -59,7 +62,7 @@ NPARAM = 25
 SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress, state_base,
             flipped, use_flips, state, dst):
     """(output pid, next state or -1, bad, missing line) of a frame in ``state`` for host ``dst``."""
@@ -86,20 +89,52 @@ def _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt
     return out, nxt, False, False
 
 
-@njit(cache=True)
-def _push(head, tail, nxt, i, f):
+@njit(cache=True, error_model="numpy")
+def _push(head, tail, F, i, f):
     """Append frame ``f`` to the linked list ``i`` (queue or calendar slot); True if it was empty."""
-    nxt[f] = -1
+    F[f, F_NXT] = -1
     if head[i] < 0:
         head[i] = f
         tail[i] = f
         return True
-    nxt[tail[i]] = f
+    F[tail[i], F_NXT] = f
     tail[i] = f
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                  state_base, flipped, st, dst, inter, demand, peer, occ, hr, C, thresh):
+    """UGAL-L's choice at the source switch (BookSim2's ugal_dragonflynew): minimal unless the minimal
+    output's queue exceeds twice the non-minimal one's plus ``thresh``. A port's queue: frames here
+    waiting for it plus the frames in the buffers behind it (BookSim's credits in use)."""
+    o1 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                 state_base, flipped, False, st, dst)[0]
+    o2 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                 state_base, flipped, False, st, inter)[0]
+    q = np.zeros(2, dtype=np.int64)
+    for i, o in enumerate((o1, o2)):
+        q[i] = demand[o]
+        if peer[o] >= 0:
+            for a in range(peer[o] * C, peer[o] * C + C):
+                q[i] += occ[a] + hr[a]
+    return q[0] <= 2 * q[1] + thresh
+
+
+@njit(cache=True, error_model="numpy")
+def _back(row, d, n):
+    """``(row - d) mod n`` for 0 <= row < n, 0 <= d < n (ring index ``d`` ticks back)."""
+    return row - d if row >= d else row - d + n
+
+
+@njit(cache=True, error_model="numpy")
+def _ahead(row, d, n):
+    """``(row + d) mod n`` for 0 <= row < n, 0 <= d < n."""
+    r = row + d
+    return r if r < n else r - n
+
+
+@njit(cache=True, error_model="numpy")
 def _sample(kind, nh, t_off, t_cnt, t_flat, t_cum, src):
     if kind == 0:
         d = np.random.randint(0, nh - 1)
@@ -119,7 +154,7 @@ def _sample(kind, nh, t_off, t_cnt, t_flat, t_cum, src):
     return t_flat[lo]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     """Advance from tick ``t`` to at most ``t_end``; returns the next tick (module docstring)."""
     # -- unpack ------------------------------------------------------------
@@ -129,8 +164,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     egress, state_base, host_pid = n.egress, n.state_base, n.host_pid
     gidx, gl, land, host_group = n.gidx, n.gl, n.land, n.host_group
     t_off, t_cnt, t_flat, t_cum, t_rate, pool = n.t_off, n.t_cnt, n.t_flat, n.t_cum, n.t_rate, n.pool
-    dst_, src_, tgen, state_, out_, nstate, ncls_ = fr.dst, fr.src, fr.tgen, fr.state, fr.out, fr.nstate, fr.ncls
-    ready, aux, aux2, acct, nxt, inhr, free = fr.ready, fr.aux, fr.aux2, fr.acct, fr.nxt, fr.inhr, fr.free
+    F, free = fr.F, fr.free
     qhead, qtail, qlen, last_move, act, inact = s.qhead, s.qtail, s.qlen, s.last_move, s.act, s.inact
     occ, hr, xoff, hist, hist_any, pool_used = s.occ, s.hr, s.xoff, s.hist, s.hist_any, s.pool_used
     busy, demand, cnt, grant, in_used, touched = s.busy, s.demand, s.cnt, s.grant, s.in_used, s.touched
@@ -144,8 +178,9 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     w0, w1, traffic, thresh, H, tracing, alpha16 = g[G_W0], g[G_W1], g[G_TRAFFIC], g[G_THRESH], g[G_NH], g[G_TRACE], g[G_ALPHA16]
     S = g[G_SPEEDUP] if model != 2 else 0
     rounds = g[G_ITERS] if S > 0 else 1
-    NA = occ.shape[0]
-    NG = gl.shape[0]
+    NP = hist_any.shape[1]
+    thr_sw = np.zeros(pool.shape[0], dtype=np.int64)
+    NG = gl.shape[1]
     SQ = sqbuf.shape[1]
     LATN = lat.shape[0]
     while t < t_end:
@@ -156,19 +191,19 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         f = cal_head[slot]
         cal_head[slot] = -1
         while f >= 0:
-            nf = nxt[f]
+            nf = F[f, F_NXT]
             c[C_INNET] -= 1
-            if nstate[f] < 0:
+            if F[f, F_NSTATE] < 0:
                 c[C_DELIVERED] += 1
-                tg = tgen[f]
+                tg = F[f, F_TGEN]
                 if w0 <= tg < w1:
                     lt = t - tg
                     lat[min(lt, LATN - 1)] += 1
                     c[C_OUTSTANDING] -= 1
                     if tracing and c[C_NTRACE] < trace.shape[0]:
                         i = c[C_NTRACE]
-                        trace[i, 0] = src_[f]
-                        trace[i, 1] = dst_[f]
+                        trace[i, 0] = F[f, F_SRC]
+                        trace[i, 1] = F[f, F_DST]
                         trace[i, 2] = lt
                         c[C_NTRACE] += 1
                 if w0 <= t < w1:
@@ -177,17 +212,17 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 c[C_NFREE] += 1
                 f = nf
                 continue
-            st = nstate[f]
-            state_[f] = st
-            a = st_pid[st] * C + ncls_[f]
-            acct[f] = a
+            st = F[f, F_NSTATE]
+            F[f, F_STATE] = st
+            a = st_pid[st] * C + F[f, F_NCLS]
+            F[f, F_ACCT] = a
             # route
-            eff = dst_[f]
+            eff = F[f, F_DST]
             if router != 0:
                 in_pid = st_pid[st]
                 swi = sw_of[in_pid]
                 grp = gidx[swi]
-                target = aux[f]
+                target = F[f, F_AUX]
                 if router == 1:  # PB (hpcfabric.sim.pb)
                     if target >= 0 and host_group[target] == grp:
                         target = -2
@@ -200,9 +235,12 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                                 inter += 1
                             if inter >= max(grp, d):
                                 inter += 1
-                            if demand[gl[grp, d]] > 2 * demand[gl[grp, inter]] + thresh:
-                                target = land[grp, inter]
-                else:  # VAL-R: BookSim2's val_dragonflynew
+                            gm, gn = gl[swi, d], gl[swi, inter]
+                            q_min = demand[gm] if gm >= 0 else 0
+                            q_non = demand[gn] if gn >= 0 else 0
+                            if q_min > 2 * q_non + thresh and land[swi, inter] >= 0:
+                                target = land[swi, inter]
+                else:  # VAL-R / UGAL-L: BookSim2's val_dragonflynew / ugal_dragonflynew
                     if kind[in_pid] == 1 and target == -1:
                         if host_group[eff] == grp:
                             target = -3
@@ -210,27 +248,32 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                             target = np.random.randint(0, host_sw.shape[0])
                             if host_group[target] == grp:
                                 target = -2
+                            elif router == 3 and _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls,
+                                                               col, base, alt, width, pid_base, egress, state_base,
+                                                               flipped, st, eff, target, demand, peer, occ, hr, C,
+                                                               thresh):
+                                target = -2
                     if target >= 0 and host_sw[target] == swi:
                         target = -2
-                aux[f] = target
+                F[f, F_AUX] = target
                 if target >= 0:
                     eff = target
             o, nx, bad, miss = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
                                        pid_base, egress, state_base, flipped, use_flips and router == 0, st, eff)
-            out_[f] = o
-            nstate[f] = nx
+            F[f, F_OUT] = o
+            F[f, F_NSTATE] = nx
             if router == 0:
-                ncls_[f] = st_cls[nx] if nx >= 0 else 0
+                F[f, F_NCLS] = st_cls[nx] if nx >= 0 else 0
             elif router == 1:
-                gh = aux2[f] + (1 if kind[o] == 3 else 0)
-                aux2[f] = gh
-                ncls_[f] = min(gh, 2)
+                gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
+                F[f, F_AUX2] = gh
+                F[f, F_NCLS] = min(gh, 2)
             else:
-                ph = 0 if aux[f] >= 0 else (2 if aux[f] == -3 else 1)
+                ph = 0 if F[f, F_AUX] >= 0 else (2 if F[f, F_AUX] == -3 else 1)
                 if ph == 1 and kind[o] == 3:
                     ph = 2
-                    aux[f] = -3
-                ncls_[f] = ph
+                    F[f, F_AUX] = -3
+                F[f, F_NCLS] = ph
             if miss:
                 c[C_NOLINE] = 1
                 c[C_BAD_STATE] = st
@@ -238,13 +281,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             if bad:
                 c[C_BAD] += 1
                 c[C_BAD_ACCT] = a
-                if w0 <= tgen[f] < w1:
+                if w0 <= F[f, F_TGEN] < w1:
                     c[C_OUTSTANDING] -= 1
                 free[c[C_NFREE]] = f
                 c[C_NFREE] += 1
                 f = nf
                 continue
-            ready[f] = t + dswitch
+            F[f, F_READY] = t + dswitch
             # ingress accounting (PFC): room in the account, or in the shared pool / its headroom
             ok = True
             if model != 2:
@@ -252,24 +295,24 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     ok = False
                 else:
                     occ[a] += 1
-                    inhr[f] = 0
+                    F[f, F_INHR] = 0
             else:
-                swi = sw_of[a // C]
+                swi = sw_of[st_pid[st]]
                 room = pool[swi] - pool_used[swi]
                 if room > 0 and occ[a] * 16 < alpha16 * room:
                     occ[a] += 1
                     pool_used[swi] += 1
                     c[C_MAXPOOL] = max(c[C_MAXPOOL], pool_used[swi])
-                    inhr[f] = 0
+                    F[f, F_INHR] = 0
                 elif hr[a] < headroom:
                     hr[a] += 1
                     c[C_MAXHR] = max(c[C_MAXHR], hr[a])
-                    inhr[f] = 1
+                    F[f, F_INHR] = 1
                 else:
                     ok = False
             if not ok:
                 c[C_OVERFLOW] += 1
-                if w0 <= tgen[f] < w1:
+                if w0 <= F[f, F_TGEN] < w1:
                     c[C_OUTSTANDING] -= 1
                 free[c[C_NFREE]] = f
                 c[C_NFREE] += 1
@@ -281,32 +324,34 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             elif model == 1:
                 q = a * W + (o - pid_base[sw_of[o]])
             else:
-                q = o * C + ncls_[f]
+                q = o * C + F[f, F_NCLS]
             qlen[q] += 1
-            if _push(qhead, qtail, nxt, q, f) and inact[q] == 0:
+            if _push(qhead, qtail, F, q, f) and inact[q] == 0:
                 inact[q] = 1
                 act[c[C_NACT]] = q
                 c[C_NACT] += 1
             f = nf
         # -- 2. PFC: XOFF/XON per ingress account, recorded for the senders' delayed view
         row = t % D
-        for a in range(NA):
-            x = xoff[a]
-            o = occ[a]
-            if model != 2:
-                if o >= XOFF:
+        if model == 2:
+            for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
+                thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
+        for pid in range(NP):
+            thr = thr_sw[sw_of[pid]] if model == 2 else 0
+            for a in range(pid * C, pid * C + C):
+                x = xoff[a]
+                o = occ[a]
+                if model != 2:
+                    if o >= XOFF:
+                        x = True
+                    elif o <= XON:
+                        x = False
+                elif hr[a] > 0 or o >= max(thr, 1):  # headroom in use, or at the threshold: paused
                     x = True
-                elif o <= XON:
+                elif o <= (thr >> 1):
                     x = False
-            else:  # the dynamic threshold (alpha x free pool); headroom in use = paused
-                swi = sw_of[a // C]
-                thr = alpha16 * (pool[swi] - pool_used[swi]) // 16
-                if hr[a] > 0 or o >= max(thr, 1):
-                    x = True
-                elif o <= thr // 2:
-                    x = False
-            xoff[a] = x
-            hist[row, a] = x
+                xoff[a] = x
+                hist[row, a] = x
         # -- 3. PORT_STATE flips
         if use_flips:
             for pid in range(hist_any.shape[1]):
@@ -315,7 +360,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     anyp |= xoff[pid * C + cl]
                 hist_any[row, pid] = anyp
             for pid in fab:
-                seen = hist_any[(t - delay[pid]) % D, peer[pid]]
+                seen = hist_any[_back(row, delay[pid], D), peer[pid]]
                 if egress_pause and demand[pid] >= XOFF:
                     seen = True
                 if R == 0 and hold == 0:
@@ -341,15 +386,15 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             act[keep] = q
             keep += 1
             f = qhead[q]
-            o = out_[f]
-            if ready[f] > t or busy[o] > t:
+            o = F[f, F_OUT]
+            if F[f, F_READY] > t or busy[o] > t:
                 continue
             p = peer[o]
-            if p >= 0 and hist[(t - delay[o]) % D, p * C + ncls_[f]]:
+            if p >= 0 and hist[_back(row, delay[o], D), p * C + F[f, F_NCLS]]:
                 continue
             req_q[nreq] = q
             req_o[nreq] = o
-            req_in[nreq] = acct[f] // C
+            req_in[nreq] = st_pid[F[f, F_STATE]]
             nreq += 1
         c[C_NACT] = keep
         for _ in range(rounds if nreq else 0):
@@ -361,17 +406,19 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 o = req_o[r]
                 if busy[o] > t or (S > 0 and in_used[req_in[r]] >= S):
                     continue
-                if cnt[o] == 0:
+                cnt[o] += 1
+                if cnt[o] == 1:
                     touched[nt] = o
                     nt += 1
-                cnt[o] += 1
-                if np.random.randint(0, cnt[o]) == 0:
+                    grant[o] = r
+                elif np.random.randint(0, cnt[o]) == 0:
                     grant[o] = r
             if nt == 0:
                 break
-            for i in range(nt - 1, 0, -1):  # accepts in random order
-                j = np.random.randint(0, i + 1)
-                touched[i], touched[j] = touched[j], touched[i]
+            if S > 0:
+                for i in range(nt - 1, 0, -1):  # accepts in random order (inputs are limited)
+                    j = np.random.randint(0, i + 1)
+                    touched[i], touched[j] = touched[j], touched[i]
             for i in range(nt):
                 o = touched[i]
                 cnt[o] = 0
@@ -383,13 +430,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 q = req_q[r]
                 req_q[r] = -1
                 f = qhead[q]
-                qhead[q] = nxt[f]
+                qhead[q] = F[f, F_NXT]
                 qlen[q] -= 1
                 if qlen[q] == 0:
                     qhead[q] = -1
                 last_move[q] = t
-                a = acct[f]
-                if inhr[f]:
+                a = F[f, F_ACCT]
+                if F[f, F_INHR]:
                     hr[a] -= 1
                 else:
                     occ[a] -= 1
@@ -399,7 +446,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 demand[o] -= 1
                 c[C_HOPS] += 1
                 c[C_INNET] += 1
-                _push(cal_head, cal_tail, nxt, (t + K + delay[o]) % L, f)
+                _push(cal_head, cal_tail, F, _ahead(slot, K + delay[o], L), f)
         if S > 0:
             for r in range(nreq):
                 in_used[req_in[r]] = 0
@@ -414,14 +461,14 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     continue
                 c[C_NFREE] -= 1
                 f = free[c[C_NFREE]]
-                src_[f] = h
-                dst_[f] = _sample(traffic, H, t_off, t_cnt, t_flat, t_cum, h)
-                tgen[f] = t
-                aux[f] = -1
-                aux2[f] = 0
+                F[f, F_SRC] = h
+                F[f, F_DST] = _sample(traffic, H, t_off, t_cnt, t_flat, t_cum, h)
+                F[f, F_TGEN] = t
+                F[f, F_AUX] = -1
+                F[f, F_AUX2] = 0
                 if w0 <= t < w1:
                     c[C_OUTSTANDING] += 1
-                sqbuf[h, (sqhead[h] + sqlen[h]) % SQ] = f
+                sqbuf[h, _ahead(sqhead[h], sqlen[h], SQ)] = f
                 sqlen[h] += 1
         for h in range(H):
             if sqlen[h] == 0 or hbusy[h] > t:
@@ -431,16 +478,16 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             swi = sw_of[pid]
             st = state_base[swi] + (pid - pid_base[swi]) * PCP_SLOTS
             cls = st_cls[st] if router == 0 else 0
-            if hist[(t - delay[pid]) % D, st_pid[st] * C + cls]:
+            if hist[_back(row, delay[pid], D), st_pid[st] * C + cls]:
                 continue
-            sqhead[h] = (sqhead[h] + 1) % SQ
+            sqhead[h] = _ahead(sqhead[h], 1, SQ)
             sqlen[h] -= 1
             hbusy[h] = t + K
-            nstate[f] = st
-            ncls_[f] = cls
+            F[f, F_NSTATE] = st
+            F[f, F_NCLS] = cls
             c[C_INJECTED] += 1
             c[C_INNET] += 1
-            _push(cal_head, cal_tail, nxt, (t + K + delay[pid]) % L, f)
+            _push(cal_head, cal_tail, F, _ahead(slot, K + delay[pid], L), f)
         t += 1
         if t >= w1 and c[C_OUTSTANDING] == 0:
             return t

@@ -1,4 +1,4 @@
-"""Reference routers that are not OpenFlow policies: PB (the paper's) and VAL-R (BookSim2's Valiant).
+"""Reference routers that are not OpenFlow policies: PB (the paper's), VAL-R and UGAL-L (BookSim2's).
 
 PB: the paper's adaptive *piggyback* reference router (Jiang, Kim, Dally, ISCA 2009).
 
@@ -9,13 +9,15 @@ PB only decides, per frame at its source switch, whether to go minimally or thro
 intermediate group (Valiant), and steers the frame by looking the tables up for an
 intermediate target until it reaches that group:
 
-* state: every switch knows the congestion of every global channel of its group (the
+* state: every switch knows the congestion of the global channels its frames may take (the
   piggybacked state; here exact and current, an idealisation: PB's broadcast delay is a few
   cycles inside one group). A channel's congestion is the number of frames in its switch's
   input buffers waiting for it (:attr:`Simulator.demand`);
 * decision (UGAL-style, PB's rule): non-minimal when ``q_min > 2 * q_nonmin + threshold``
   (a Valiant path uses two global channels), with ``q_min`` the minimal global channel towards
-  the destination group and ``q_nonmin`` the channel towards a random intermediate group;
+  the destination group and ``q_nonmin`` the channel towards a random intermediate group (on
+  a Flattened Butterfly: groups are rows, global channels the top-dimension links, the first one
+  on the minimal path from the source switch);
 * classes of service: the number of global hops taken (0, 1, 2), the usual Dragonfly
   virtual-channel order, so the reference is deadlock-free.
 
@@ -29,7 +31,7 @@ import numpy as np
 
 from hpcfabric.sim.tables import Forwarding, SimError
 
-__all__ = ["PBRouter", "VALRRouter"]
+__all__ = ["PBRouter", "VALRRouter", "UGALRouter"]
 
 
 class PBRouter:
@@ -39,27 +41,47 @@ class PBRouter:
     def __init__(self, fw_min: Forwarding, threshold: int = 2) -> None:
         pm = self.pm = fw_min.pm
         self.fw = fw_min
-        if fw_min.fabric.kind != "dragonfly":
-            raise SimError(f"the PB reference router is defined for Dragonfly fabrics, not {fw_min.fabric.kind}")
+        if fw_min.fabric.kind not in ("dragonfly", "flattened_butterfly"):
+            raise SimError(f"the PB reference router is defined for Dragonfly and Flattened Butterfly fabrics, "
+                           f"not {fw_min.fabric.kind}")
         self.n_classes = 3
         self.flippable = False
         self.threshold = threshold
         groups = np.unique(pm.group)
         self.group_ids = groups
-        G = len(groups)
-        gl = np.full((G, G), -1, dtype=np.int64)  # global channel pid from group a to group b
-        land = np.full((G, G), -1, dtype=np.int64)  # a host on the switch it lands at
-        host_sw = fw_min.host_sw
-        first_host = np.full(len(pm.names), -1, dtype=np.int64)
-        first_host[host_sw[::-1]] = np.arange(len(host_sw))[::-1]
         gidx = np.searchsorted(groups, pm.group)
-        for pid in np.flatnonzero(pm.kind == 3):
-            a, b = gidx[pm.sw[pid]], gidx[pm.sw[pm.peer[pid]]]
-            if gl[a, b] < 0:
-                gl[a, b] = pid
-                land[a, b] = first_host[pm.sw[pm.peer[pid]]]
-        self.gl, self.land, self.gidx = gl, land, gidx
+        host_sw = fw_min.host_sw
+        self.gidx = gidx
         self.host_group = gidx[host_sw]
+        self.gl, self.land = self._global_channels(gidx, host_sw)
+
+    def _global_channels(self, gidx: np.ndarray, host_sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per (switch, group): the first global (Dragonfly) / top-dimension (FB) channel of the minimal
+        path from the switch to the group (-1: none), and a host on the switch it lands at."""
+        pm, fw = self.pm, self.fw
+        S, G = len(pm.names), len(self.group_ids)
+        first_host = np.full(S, -1, dtype=np.int64)
+        first_host[host_sw[::-1]] = np.arange(len(host_sw))[::-1]
+        group_host = np.full(G, -1, dtype=np.int64)
+        group_host[self.host_group[::-1]] = np.arange(len(host_sw))[::-1]
+        gl = np.full((S, G), -1, dtype=np.int64)
+        land = np.full((S, G), -1, dtype=np.int64)
+        src = np.repeat(np.arange(S), G)
+        dgrp = np.tile(np.arange(G), S)
+        ok = (first_host[src] >= 0) & (gidx[src] != dgrp)
+        src, dgrp = src[ok], dgrp[ok]
+        state = fw.host_state(first_host[src])
+        dst = group_host[dgrp]
+        for _ in range(4 * S + 4):  # walk the minimal tables to the first global hop
+            if not len(state):
+                break
+            out, nxt, bad = fw.decide(state, dst, None)
+            hit = (pm.kind[out] == 3) & ~bad
+            gl[src[hit], dgrp[hit]] = out[hit]
+            land[src[hit], dgrp[hit]] = first_host[pm.sw[pm.peer[out[hit]]]]
+            go = ~hit & (nxt >= 0)
+            src, dgrp, state, dst = src[go], dgrp[go], nxt[go], dst[go]
+        return gl, land
 
     def groups(self) -> tuple[np.ndarray, ...]:
         """(group index per switch, global channel pid per group pair, landing host per group pair,
@@ -80,3 +102,17 @@ class VALRRouter(PBRouter):
 
     name = "val-r"
     code = 2
+
+
+class UGALRouter(VALRRouter):
+    """UGAL-L: BookSim2's adaptive routing for its Dragonfly (``ugal_dragonflynew``). **Not an
+    OpenFlow policy.** As VAL-R, except that at the source switch the frame goes minimally unless
+    the minimal output's queue exceeds twice the non-minimal output's plus ``threshold`` (30, as
+    in BookSim); a queue is what waits for the port here plus the buffers behind it (BookSim's
+    used credits)."""
+
+    name = "ugal-l"
+    code = 3
+
+    def __init__(self, fw_min: Forwarding, threshold: int = 30) -> None:
+        super().__init__(fw_min, threshold)
