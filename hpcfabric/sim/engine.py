@@ -101,6 +101,11 @@ def _i64(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
+def _i32(a: Any) -> np.ndarray:
+    """Table lookups as int32 (half the cache footprint; every value fits)."""
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
 class Simulator:
     """One run of one router on one fabric (module docstring)."""
 
@@ -147,9 +152,9 @@ class Simulator:
         pool = np.broadcast_to(pool, (len(pm.names),)).copy()
         return K.Net(
             _i64(pm.sw), _i64(pm.kind), _i64(pm.peer), self.delay, _i64(pm.pid_base), _i64(pm.width),
-            _i64(fw.st_sw), _i64(fw.st_pid), _i64(np.maximum(fw.st_cls, 0)), _i64(ch.state_line), _i64(ch.line_off),
-            _i64(fw.host_sw), _i64(ch.host_cls), _i64(np.atleast_2d(ch.cls)), _i64(fw.col), _i64(ch.base), _i64(ch.alt),
-            _i64(ch.egress_codes), _i64(ch.state_base), _i64(pm.host_pid),
+            _i32(fw.st_sw), _i32(fw.st_pid), _i32(np.maximum(fw.st_cls, 0)), _i32(ch.state_line), _i64(ch.line_off),
+            _i32(fw.host_sw), _i32(ch.host_cls), _i32(np.atleast_2d(ch.cls)), _i32(fw.col), _i32(ch.base), _i32(ch.alt),
+            _i32(ch.egress_codes), _i64(ch.state_base), _i64(pm.host_pid),
             _i64(gidx), _i64(gl), _i64(land), _i64(hg),
             _i64(off), _i64(cnt), _i64(flat), cum, rate, pool,
         )
@@ -185,7 +190,7 @@ class Simulator:
             np.full(P, big, dtype=np.int64), np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.bool_), np.zeros(P, dtype=np.bool_),
             np.zeros((H, p.source_queue), dtype=np.int64), np.zeros(H, dtype=np.int64), np.zeros(H, dtype=np.int64),
             np.zeros(H, dtype=np.int64),
-            np.full(L, -1, dtype=np.int64), np.full(L, -1, dtype=np.int64),
+            np.zeros((L, P + H), dtype=np.int64), np.zeros(L, dtype=np.int64),
             np.zeros(ticks_total + 2, dtype=np.int64), np.zeros((1 << 20 if self.trace_on else 1, 3), dtype=np.int64),
         )
 

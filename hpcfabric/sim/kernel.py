@@ -49,7 +49,7 @@ Sw = namedtuple("Sw", [
     "req_q", "req_o", "req_in",  # requests of one tick
     "flip_on", "flip_off", "was_paused", "flipped",  # PORT_STATE flips
     "sqbuf", "sqhead", "sqlen", "hbusy",  # host source queues
-    "cal_head", "cal_tail",  # calendar of link arrivals
+    "cal_buf", "cal_n",  # calendar of link arrivals: per slot the frames arriving then (at most one per port and host)
     "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
 ])
 
@@ -100,6 +100,13 @@ def _push(head, tail, F, i, f):
     F[tail[i], F_NXT] = f
     tail[i] = f
     return False
+
+
+@njit(cache=True, error_model="numpy")
+def _cal(cal_buf, cal_n, slot, f):
+    """Frame ``f`` arrives in calendar slot ``slot``."""
+    cal_buf[slot, cal_n[slot]] = f
+    cal_n[slot] += 1
 
 
 @njit(cache=True, error_model="numpy")
@@ -170,8 +177,8 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     busy, demand, cnt, grant, in_used, touched = s.busy, s.demand, s.cnt, s.grant, s.in_used, s.touched
     req_q, req_o, req_in = s.req_q, s.req_o, s.req_in
     flip_on, flip_off, was_paused, flipped = s.flip_on, s.flip_off, s.was_paused, s.flipped
-    sqbuf, sqhead, sqlen, hbusy, cal_head, cal_tail, lat, trace = (s.sqbuf, s.sqhead, s.sqlen, s.hbusy, s.cal_head,
-                                                                   s.cal_tail, s.lat, s.trace)
+    sqbuf, sqhead, sqlen, hbusy, cal_buf, cal_n, lat, trace = (s.sqbuf, s.sqhead, s.sqlen, s.hbusy, s.cal_buf,
+                                                               s.cal_n, s.lat, s.trace)
     model, K, C, W, D, L = g[G_MODEL], g[G_K], g[G_C], g[G_W], g[G_D], g[G_L]
     cap, XOFF, XON, headroom, dswitch = g[G_CAP], g[G_XOFF], g[G_XON], g[G_HEADROOM], g[G_DSWITCH]
     router, use_flips, R, hold, egress_pause = g[G_ROUTER], g[G_FLIP] != 0, g[G_R], g[G_HOLD], g[G_EGRESS] != 0
@@ -188,10 +195,10 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             return t
         # -- 1. arrivals: delivered at a host, or looked up and queued at a switch
         slot = t % L
-        f = cal_head[slot]
-        cal_head[slot] = -1
-        while f >= 0:
-            nf = F[f, F_NXT]
+        n_arr = cal_n[slot]
+        cal_n[slot] = 0
+        for ci in range(n_arr):
+            f = cal_buf[slot, ci]
             c[C_INNET] -= 1
             if F[f, F_NSTATE] < 0:
                 c[C_DELIVERED] += 1
@@ -210,7 +217,6 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     c[C_ACCEPTED] += 1
                 free[c[C_NFREE]] = f
                 c[C_NFREE] += 1
-                f = nf
                 continue
             st = F[f, F_NSTATE]
             F[f, F_STATE] = st
@@ -285,7 +291,6 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     c[C_OUTSTANDING] -= 1
                 free[c[C_NFREE]] = f
                 c[C_NFREE] += 1
-                f = nf
                 continue
             F[f, F_READY] = t + dswitch
             # ingress accounting (PFC): room in the account, or in the shared pool / its headroom
@@ -316,7 +321,6 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     c[C_OUTSTANDING] -= 1
                 free[c[C_NFREE]] = f
                 c[C_NFREE] += 1
-                f = nf
                 continue
             demand[o] += 1
             if model == 0:
@@ -330,7 +334,6 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 inact[q] = 1
                 act[c[C_NACT]] = q
                 c[C_NACT] += 1
-            f = nf
         # -- 2. PFC: XOFF/XON per ingress account, recorded for the senders' delayed view
         row = t % D
         if model == 2:
@@ -446,7 +449,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 demand[o] -= 1
                 c[C_HOPS] += 1
                 c[C_INNET] += 1
-                _push(cal_head, cal_tail, F, _ahead(slot, K + delay[o], L), f)
+                _cal(cal_buf, cal_n, _ahead(slot, K + delay[o], L), f)
         if S > 0:
             for r in range(nreq):
                 in_used[req_in[r]] = 0
@@ -487,7 +490,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             F[f, F_NCLS] = cls
             c[C_INJECTED] += 1
             c[C_INNET] += 1
-            _push(cal_head, cal_tail, F, _ahead(slot, K + delay[pid], L), f)
+            _cal(cal_buf, cal_n, _ahead(slot, K + delay[pid], L), f)
         t += 1
         if t >= w1 and c[C_OUTSTANDING] == 0:
             return t
