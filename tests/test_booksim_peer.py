@@ -42,7 +42,7 @@ def test_the_fabric_is_booksims_dragonflynew() -> None:
 def _both(rt: Routers, router: str, booksim: str, pattern: str, load: float) -> tuple:
     p = booksim_params(warmup_slots=2000, window_slots=2000, drain_slots=4000, switch="shared")
     ours = run_point(rt, router, pattern, load, p, seed=1)
-    peer = BS.run(2, booksim, pattern, load, timeout=600, sample_period=500)
+    peer = BS.run(2, booksim, pattern, load, timeout=600, sample_period=300)
     assert peer.complete and not peer.deadlock and ours.overflow == 0
     return ours, peer
 
