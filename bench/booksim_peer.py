@@ -82,6 +82,7 @@ def main() -> None:
         bs.build()
     extra = {"sample_period": args.sample_period} if args.sample_period else {}
     routers: dict[int, Routers] = {}
+    peer: dict[tuple, object] = {}
     rows = []
     for name, k, router, pattern, load, role in POINTS:
         if k not in ks or (names and name not in names):
@@ -99,7 +100,10 @@ def main() -> None:
         for m in models:
             row[m] = ours(rt, router, pattern, load, m, k)
         if not args.no_booksim:
-            b = bs.run(k, BOOKSIM_OF[router], pattern, load, timeout=args.booksim_timeout, **extra)
+            key = (k, BOOKSIM_OF[router], pattern, load)
+            if key not in peer:  # VAL and VAL-R, UGAL-L and PB share BookSim's run
+                peer[key] = bs.run(k, BOOKSIM_OF[router], pattern, load, timeout=args.booksim_timeout, **extra)
+            b = peer[key]
             row["booksim_run"] = {"accepted": round(b.accepted, 4), "latency_cycles": round(b.latency_cycles, 1),
                                   "latency_ns": round(b.latency_ns), "cycles": b.cycles, "wall_s": round(b.wall_s, 2),
                                   "cpu_s": round(b.cpu_s, 2), "complete": b.complete, "deadlock": b.deadlock}
