@@ -1,4 +1,4 @@
-"""Sweeps past one machine: a simulator sweep's tasks on a Dask cluster (``analyze fig12 --dask``).
+"""Where a simulator sweep's tasks run: here, over forked processes, or on a Dask cluster (``--dask``).
 
 A sweep's tasks (one router x pattern x seed over rising loads) are independent, so any worker
 may run any of them; results come back as they finish and the sweep writes the same CSV and plot
@@ -16,7 +16,24 @@ from typing import Any, Callable, Sequence
 
 from hpcfabric.errors import ConfigError
 
-__all__ = ["dask_map"]
+__all__ = ["dask_map", "map_tasks"]
+
+
+def map_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], jobs: int, dask: str | None,
+              collect: Callable[[Any], None]) -> None:
+    """``collect(fn(task))`` for every task: in this process, over ``jobs`` forked processes (which
+    inherit the caller's precomputed state), or on a Dask cluster (``dask``: 'local' or an address)."""
+    if dask:
+        dask_map(fn, tasks, dask, jobs, collect)
+    elif jobs > 1 and len(tasks) > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+            for got in pool.imap_unordered(fn, tasks):
+                collect(got)
+    else:
+        for task in tasks:
+            collect(fn(task))
 
 
 def dask_map(fn: Callable[[Any], Any], tasks: Sequence[Any], address: str, workers: int,

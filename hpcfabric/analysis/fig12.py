@@ -13,13 +13,13 @@ memory) and ``fig12.png``.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import resource
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from hpcfabric.analysis.distributed import map_tasks
 from hpcfabric.analysis.results import partial_path, write_csv, write_results
 from hpcfabric.sim.bounds import dragonfly_adv_closed_forms, saturation_bound
 from hpcfabric.sim.params import SimParams
@@ -86,21 +86,6 @@ def _points(runs: list[tuple[str, str, float, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _map(tasks: list[Any], jobs: int, dask: str | None, collect: Callable[[list[Any]], None]) -> None:
-    """Run ``tasks`` here (``jobs`` forked processes) or on a Dask cluster (``dask``: 'local' or an address)."""
-    if dask:
-        from hpcfabric.analysis.distributed import dask_map
-
-        dask_map(_curve, tasks, dask, jobs, collect)
-    elif jobs > 1 and len(tasks) > 1:
-        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
-            for got in pool.imap_unordered(_curve, tasks):
-                collect(got)
-    else:
-        for task in tasks:
-            collect(_curve(task))
-
-
 def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, routers: Sequence[str] = ROUTERS,
         patterns: Sequence[str] = PATTERNS, loads: dict[str, Sequence[float]] | None = None, seeds: int | None = None,
         params: SimParams | None = None, jobs: int = 1, plots: bool = True, progress: Callable[[int, int], None] | None = None,
@@ -144,7 +129,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
         if progress:
             progress(1, len(tasks))
 
-    _map(tasks, jobs, dask, collect)
+    map_tasks(_curve, tasks, jobs, dask, collect)
     _STATE.clear()
     rows = _points(runs)
     rows.sort(key=lambda r: (r["pattern"], ROUTERS.index(r["router"]) if r["router"] in ROUTERS else 99, r["load"]))
