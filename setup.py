@@ -16,6 +16,7 @@ setup(
         "networkx>=3.0",
         "PyYAML>=6.0",
         "numpy>=1.24",
+        "numba>=0.60",
         "matplotlib>=3.6",
         "tqdm>=4.60",
         "prometheus_client>=0.17",
@@ -24,6 +25,7 @@ setup(
         "controller": ["os-ken==3.1.0"],
         "test": ["pytest>=7"],
         "etcd": ["etcd3gw>=2.4"],
+        "dask": ["distributed>=2024.1"],
     },
     entry_points={
         "console_scripts": [

@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--pattern", default="uniform")
     ap.add_argument("--loads", default="0.1,0.5")
     ap.add_argument("--slots", type=int, default=300, help="warm-up and window, each (frame times)")
+    ap.add_argument("--switch", default="shared", choices=("fifo", "voq", "shared"), help="switch model")
     args = ap.parse_args()
     fabric = load_topology(args.topology)
     t0 = time.perf_counter()
@@ -41,7 +42,7 @@ def main() -> None:
     tables_s = time.perf_counter() - t0
     out = {"fabric": fabric.name, "switches": len(fabric.switches), "hosts": len(fabric.hosts), "router": args.router,
            "pattern": args.pattern, "tables_s": round(tables_s, 1), "points": []}
-    p = SimParams(warmup_slots=args.slots, window_slots=args.slots, drain_slots=args.slots)
+    p = SimParams(warmup_slots=args.slots, window_slots=args.slots, drain_slots=args.slots, switch=args.switch)
     for load in (float(x) for x in args.loads.split(",")):
         r = run_point(rt, args.router, args.pattern, load, p, seed=1)
         sim_us = r.extra["simulated_ns"] / 1e3

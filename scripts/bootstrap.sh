@@ -50,13 +50,15 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 
 # Debian packages. Mininet from Debian is only importable from a venv created
 # by Debian's python with --system-site-packages (see below).
-APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv ethtool tcpdump iproute2 procps)
+# g++ make flex bison: BookSim2, the simulator's peer, built by tests/test_booksim_peer.py (../shared/booksim/build.sh)
+APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv ethtool tcpdump iproute2 procps
+          g++ make flex bison)
 if [[ $DO_PY -eq 0 ]]; then
     APT_PKGS=(openvswitch-switch)
 fi
 # --etcd: the HA tests start their own 3-member cluster; the Debian service stays off (no systemd here).
 [[ $DO_ETCD -eq 1 ]] && APT_PKGS+=(etcd-server)
-# Extra PyPI packages installed on top of setup.py's '.[controller,test]'.
+# Extra PyPI packages installed on top of setup.py's '.[controller,test,dask]'.
 # Editing this list (i.e. this file) triggers a reinstall on the next run.
 PIP_EXTRA=(prometheus_client)
 
@@ -123,10 +125,10 @@ if [[ $DO_PY -eq 1 ]]; then
 
     if [[ $need_pip -eq 1 ]]; then
         [[ -f setup.py ]] || die "setup.py not found in $ROOT"
-        log "pip install -e '.[controller,test]' ${PIP_EXTRA[*]:-}"
+        log "pip install -e '.[controller,test,dask]' ${PIP_EXTRA[*]:-}"
         PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
         pip_log="$VENV/pip-install.log"
-        if ! "${PIP[@]}" install -e '.[controller,test]' ${PIP_EXTRA[@]+"${PIP_EXTRA[@]}"} \
+        if ! "${PIP[@]}" install -e '.[controller,test,dask]' ${PIP_EXTRA[@]+"${PIP_EXTRA[@]}"} \
                 >"$pip_log" 2>&1; then
             tail -n 40 "$pip_log" >&2
             die "pip install failed (full log: $pip_log)"

@@ -94,11 +94,11 @@ def test_deadlock_is_reported_with_its_cycle() -> None:
     assert r.deadlock and len(r.deadlock) >= 2
     # every buffer of the cycle is full and its head waits for the next one
     C, pm = sim.C, one_class.pm
-    names = {f"{pm.names[int(pm.sw[q // C])]}:{int(pm.port[q // C])}@class{q % C}": q for q in range(sim.Q)}
+    names = {f"{pm.names[int(pm.sw[q // C])]}:{int(pm.port[q // C])}@class{q % C}": q for q in range(sim.NA)}
     qs = [names[c] for c in r.deadlock]
     for a, b in zip(qs, qs[1:] + qs[:1]):
-        f = sim.qbuf[a, sim.qhead[a]]
-        assert sim.qlen[a] >= p.xoff and pm.peer[sim.out[f]] * C + sim.ncls[f] == b
+        f = sim.head_of(a)
+        assert sim.qlen[a] >= p.xoff and pm.peer[sim.fr.out[f]] * C + sim.fr.ncls[f] == b
     assert r.conserved
     # the same run on the compiled classes of service (2 CoS, the paper's) does not deadlock
     two = Forwarding(compile_fabric(fabric, plan, routing="minimal", cos=True))

@@ -202,12 +202,9 @@ def cmd_fig12(args: argparse.Namespace) -> int:
         kw["pause_hold_ns"] = args.pause_hold_ms * 1e6
     if args.pause_from != "receiver":
         kw["pause_from"] = args.pause_from
-    params = None
-    if kw:
-        q = dict(warmup_slots=300, window_slots=300, drain_slots=600) if args.quick else \
-            dict(warmup_slots=500, window_slots=500, drain_slots=1000)
-        q.update(kw)
-        params = SimParams(**q)
+    q = dict(fig12.QUICK_PARAMS if args.quick else fig12.PARAMS)
+    q.update(kw, switch=args.switch)
+    params = SimParams(**q)
     pb: Any = None
 
     def progress(done: int, total: int) -> None:
@@ -216,9 +213,11 @@ def cmd_fig12(args: argparse.Namespace) -> int:
             pb = bar(total, "fig12 curves (router x pattern)", _progress())
         pb.update(1)
 
+    if args.dask is not None and args.dask != "local" and "://" not in args.dask and ":" not in args.dask:
+        raise ConfigError(f"expected 'local' or a scheduler address like tcp://host:8786, got {args.dask!r}", field="--dask")
     res, paths = fig12.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
                            seeds=args.seeds, params=params, jobs=_jobs(args), plots=not args.no_plots,
-                           progress=progress, log=_log)  # fmt: skip
+                           progress=progress, log=_log, dask=args.dask)  # fmt: skip
     if pb is not None:
         pb.close()
     return _report_points(res, paths, ("bounds", "timing"))
@@ -320,6 +319,12 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--pause-from", choices=("receiver", "egress"), default="receiver",
                    help="what pauses a port for the PORT_STATE flips: its receiver's buffer (802.3x), or also "
                         "its own backlog (egress, the Mininet experiment's PAUSE emulator)")
+    p.add_argument("--switch", choices=("fifo", "voq", "shared"), default="shared",
+                   help="switch model: shared-buffer output queues with PFC thresholds (commodity Ethernet, "
+                        "default), virtual output queues, or input FIFOs (head-of-line blocking)")
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run the sweep's points on a Dask cluster: a scheduler address (tcp://host:8786) or "
+                        "'local' (a local cluster of --jobs worker processes)")
     p.add_argument("--ticks-per-frame", type=int, default=None, metavar="K", help="clock ticks per frame time (1; 5 = 40 ns)")
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")

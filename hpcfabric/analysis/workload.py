@@ -13,7 +13,6 @@ stencil/transpose/bitrev one per access switch (``pattern_traffic(..., placement
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hpcfabric.analysis.distributed import map_tasks
 from hpcfabric.analysis.results import partial_path, write_csv, write_results
 from hpcfabric.rules.policies.workload import choose_intermediates
 from hpcfabric.sim.bounds import saturation_bound
@@ -116,13 +116,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
         write_csv(partial, rows, FIELDS)
         say(f"curve {got[0]['router']} / {got[0]['pattern']} done ({len(rows)} points)")
 
-    if jobs > 1 and len(tasks) > 1:
-        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
-            for got in pool.imap_unordered(_curve, tasks):
-                collect(got)
-    else:
-        for task in tasks:
-            collect(_curve(task))
+    map_tasks(_curve, tasks, jobs, None, collect)
     _STATE.clear()
     rows.sort(key=lambda r: (r["pattern"], list(routers).index(r["router"]), r["load"]))
     result = {"fabric": fabric.name, "switches": len(fabric.switches), "hosts": len(fabric.hosts), "quick": quick,

@@ -14,7 +14,12 @@ from typing import Any
 
 from hpcfabric.errors import HpcfabricError
 
-__all__ = ["SimParams", "REACTIONS", "ParamError"]
+__all__ = ["SimParams", "REACTIONS", "ParamError", "SWITCH_MODELS"]
+
+#: switch models (docs/simulation.md, "Switch models"): input FIFOs per port and class (head-of-line
+#: blocking), virtual output queues per input, class and output, and the commodity shared-buffer,
+#: output-queued switch with per-port/per-class PFC thresholds and headroom
+SWITCH_MODELS = ("fifo", "voq", "shared")
 
 #: PORT_STATE flip reaction delays (ns): ideal; switch-local (an in-switch reaction: one
 #: pipeline latency); controller (docs/controller.md, bench/pause_reaction_modes.py: p50 1.7-2.6 ms
@@ -46,6 +51,11 @@ class SimParams:
     window_slots: int = 1000
     drain_slots: int = 4000  # at most this long after the window for measured frames to arrive
     stall_slots: int = 2000  # a queue whose head has not moved this long is checked for a deadlock cycle
+    switch: str = "fifo"  # switch model (SWITCH_MODELS): input FIFOs, virtual output queues, shared-buffer output queues
+    speedup: int | None = None  # frames an input port may send per frame time (fifo/voq; 0: no limit; None: fifo 0, voq 1)
+    iterations: int = 3  # grant/accept rounds per frame time when inputs are limited (voq, or fifo with a speedup)
+    shared_frames: int | None = None  # shared model: buffer pool per switch (default buffer_frames x its ports)
+    shared_alpha: float = 1.0  # shared model: an ingress account may hold alpha x the free pool before XOFF
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -56,6 +66,13 @@ class SimParams:
         for name in ("switch_ns", "local_ns", "global_ns", "host_ns", "pause_hold_ns", "warmup_slots", "drain_slots"):
             if getattr(self, name) < 0:
                 raise ParamError(f"simulator parameter {name} must be >= 0, got {getattr(self, name)}")
+        if self.switch not in SWITCH_MODELS:
+            raise ParamError(f"switch model must be one of {', '.join(SWITCH_MODELS)}, got {self.switch!r}")
+        if self.speedup is not None and self.speedup < 0 or self.iterations < 1:
+            raise ParamError(f"speedup must be >= 0 and iterations >= 1, got {self.speedup}, {self.iterations}")
+        if self.shared_frames is not None and self.shared_frames < 1 or not 0 < self.shared_alpha <= 64:
+            raise ParamError(f"shared_frames must be >= 1 and shared_alpha in (0, 64], got {self.shared_frames}, "
+                             f"{self.shared_alpha}")
         if self.pause_from not in ("receiver", "egress"):
             raise ParamError(f"pause_from must be 'receiver' or 'egress', got {self.pause_from!r}")
         if isinstance(self.reaction, str) and self.reaction not in REACTIONS:

@@ -3,7 +3,8 @@
 Router names (the Fig. 12 curves): ``MIN``, ``VAL`` (the compiled minimal / valiant tables),
 ``PB`` (the piggyback reference router over the minimal tables, :mod:`hpcfabric.sim.pb`) and
 ``COND-ideal``, ``COND-switch``, ``COND-controller`` (the compiled conditional tables with the
-PORT_STATE flip reaction of :data:`hpcfabric.sim.params.REACTIONS`).
+PORT_STATE flip reaction of :data:`hpcfabric.sim.params.REACTIONS`); beside them ``VAL-R``
+and ``UGAL-L`` (BookSim2's Valiant and UGAL, :mod:`hpcfabric.sim.pb`) for the peer comparison.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ import numpy as np
 
 from hpcfabric.sim.engine import RunResult, Simulator, TableRouter
 from hpcfabric.sim.params import SimParams
-from hpcfabric.sim.pb import PBRouter
+from hpcfabric.sim.pb import PBRouter, UGALRouter, VALRRouter
 from hpcfabric.sim.tables import Forwarding, SimError, compile_policy
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.model import Fabric
 
-__all__ = ["ROUTERS", "WA", "Routers", "run_point", "summarise", "t_quantile"]
+__all__ = ["ROUTERS", "EXTRA_ROUTERS", "WA", "Routers", "run_point", "summarise", "t_quantile"]
 
 ROUTERS = ("MIN", "VAL", "PB", "COND-ideal", "COND-switch", "COND-controller")
 #: suffix of a router whose Valiant intermediates are chosen for the run's traffic matrix
 #: (``VAL+WA``, ``COND-ideal+WA``, ...; :mod:`hpcfabric.rules.policies.workload`)
 WA = "+WA"
-_POLICY = {"MIN": "minimal", "VAL": "valiant", "PB": "minimal", "COND-ideal": "conditional",
+#: routers beside the Fig. 12 curves: BookSim2's Valiant (random intermediate node), for the peer bench
+EXTRA_ROUTERS = ("VAL-R", "UGAL-L")
+_POLICY = {"MIN": "minimal", "VAL": "valiant", "PB": "minimal", "VAL-R": "minimal", "UGAL-L": "minimal", "COND-ideal": "conditional",
            "COND-switch": "conditional", "COND-controller": "conditional"}
 
 
@@ -58,13 +61,15 @@ class Routers:
 
     def router(self, name: str, traffic_key: str | None = None) -> Any:
         base = name.removesuffix(WA)
-        if base not in _POLICY or (name.endswith(WA) and base in ("MIN", "PB")):
+        if base not in _POLICY or (name.endswith(WA) and base in ("MIN", "PB", "VAL-R", "UGAL-L")):
             raise SimError(f"unknown router {name!r}: expected one of {', '.join(ROUTERS)} "
                            f"(VAL and COND-* also with {WA})")
         if name.endswith(WA) and traffic_key not in self._traffic:
             raise SimError(f"router {name} needs a traffic matrix (set_traffic) for {traffic_key!r}")
         fw = self.forwarding(_POLICY[base], traffic_key if name.endswith(WA) else None)
-        return PBRouter(fw) if name == "PB" else TableRouter(fw)
+        if name in ("PB", "VAL-R", "UGAL-L"):
+            return {"PB": PBRouter, "VAL-R": VALRRouter, "UGAL-L": UGALRouter}[name](fw)
+        return TableRouter(fw)
 
     @staticmethod
     def params_for(name: str, params: SimParams) -> SimParams:
@@ -85,7 +90,9 @@ class Routers:
         return replace(p, warmup_slots=p.warmup_slots + extra)
 
     def supports(self, name: str) -> bool:
-        return name != "PB" or self.fabric.kind == "dragonfly"
+        if name == "PB":
+            return self.fabric.kind in ("dragonfly", "flattened_butterfly")
+        return name not in EXTRA_ROUTERS or self.fabric.kind == "dragonfly"
 
 
 def run_point(routers: Routers, name: str, pattern: str, load: float, params: SimParams, seed: int,

@@ -1,0 +1,497 @@
+"""The simulator's compiled tick loop (numba): arrivals, PFC, flips, switching, hosts.
+
+:func:`run_ticks` advances one run from tick ``t`` to ``t_end`` (or until the frame pool runs
+low, a frame met a state without a decision line, or every measured frame is delivered) over the
+arrays of :class:`hpcfabric.sim.engine.Simulator`, grouped in namedtuples: :data:`Net` (the fabric
+and the router's lookups, read-only), :data:`Frames` (the frame pool), :data:`Sw` (queues, ingress
+accounts, ports, hosts), ``c`` (int64 counters, ``C_*``) and ``g`` (int64 parameters, ``G_*``).
+The tuples are unpacked once per call: the per-frame helpers take plain arrays (a tuple of arrays
+passed per frame costs a reference count per member). The model is docs/simulation.md's; the
+switch models differ in where a frame waits and which frames may leave:
+
+* ``fifo`` (0): a FIFO per (input port, class); its head frame requests its output;
+* ``voq`` (1): a queue per (input port, class, output port): every queue's head requests;
+* ``shared`` (2): a queue per (output port, class) in a switch-wide shared buffer: output-queued.
+
+fifo and voq frames compete for outputs in rounds of grants (each free output one requester at
+random) and accepts (each input port at most ``speedup`` frames per frame time, 0 = no limit).
+Ingress accounting (PFC) is per (input port, class) in every model.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+__all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM"]
+
+MODELS = {"fifo": 0, "voq": 1, "shared": 2}
+
+Net = namedtuple("Net", [
+    "sw", "kind", "peer", "delay", "pid_base", "width",  # per pid
+    "st_sw", "st_pid", "st_cls", "state_line", "line_off", "host_sw", "host_cls", "tcls", "col", "base", "alt",
+    "egress", "state_base", "host_pid",  # table lookups (hpcfabric.sim.tables.Forwarding)
+    "gidx", "gl", "land", "host_group",  # PB / VAL-R (hpcfabric.sim.pb): per switch x group
+    "t_off", "t_cnt", "t_flat", "t_cum", "t_rate",  # destinations and per-host rate (hpcfabric.sim.traffic)
+    "pool",  # shared buffer per switch
+])
+#: a frame is one row of ``Frames.F`` (its fields adjacent in memory: one cache line per frame)
+FRAME_FIELDS = ("dst", "src", "tgen", "state", "out", "nstate", "ncls", "ready", "aux", "aux2", "acct", "nxt", "inhr")
+(F_DST, F_SRC, F_TGEN, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_AUX2, F_ACCT, F_NXT, F_INHR) = range(13)
+NF_COLS = 16
+Frames = namedtuple("Frames", ["F", "free"])
+Sw = namedtuple("Sw", [
+    "qhead", "qtail", "qlen", "last_move", "act", "inact",  # queues (linked lists through Frames.nxt)
+    "occ", "hr", "xoff", "hist", "hist_any", "pool_used",  # ingress accounts, PFC, shared pool per switch
+    "busy", "demand", "cnt", "grant", "in_used", "touched",  # ports
+    "req_q", "req_o", "req_in",  # requests of one tick
+    "flip_on", "flip_off", "was_paused", "flipped",  # PORT_STATE flips
+    "sqbuf", "sqhead", "sqlen", "hbusy",  # host source queues
+    "cal_buf", "cal_n",  # calendar of link arrivals: per slot the frames arriving then (at most one per port and host)
+    "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
+])
+
+(C_GEN, C_REFUSED, C_INJECTED, C_DELIVERED, C_BAD, C_OVERFLOW, C_HOPS, C_FLIPS, C_ACCEPTED, C_OUTSTANDING, C_NFREE,
+ C_NACT, C_NTRACE, C_BAD_STATE, C_BAD_ACCT, C_NOLINE, C_INNET, C_MAXPOOL, C_MAXHR) = range(19)
+NCOUNT = 19
+(G_MODEL, G_K, G_C, G_W, G_D, G_L, G_CAP, G_XOFF, G_XON, G_HEADROOM, G_DSWITCH, G_SPEEDUP, G_ITERS, G_ROUTER,
+ G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16) = range(25)
+NPARAM = 25
+SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
+
+
+@njit(cache=True, error_model="numpy")
+def _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress, state_base,
+            flipped, use_flips, state, dst):
+    """(output pid, next state or -1, bad, missing line) of a frame in ``state`` for host ``dst``."""
+    sw = st_sw[state]
+    line = state_line[state]
+    if line < 0:
+        return 0, -1, True, True
+    cls = host_cls[dst] if host_sw[dst] == sw else tcls[sw, col[dst]]
+    cell = line_off[line] + cls
+    choice = base[cell]
+    w1 = width[sw] - 1
+    if use_flips and choice >= 0:
+        if flipped[pid_base[sw] + min(choice >> SLOT_BITS, w1)]:
+            choice = alt[cell]
+    if choice < 0:
+        return 0, -1, True, False
+    port = min(choice >> SLOT_BITS, w1)
+    out = pid_base[sw] + port
+    nxt = egress[state_base[sw] + port * PCP_SLOTS + (choice & 15)]
+    if nxt <= DELIVER:
+        return out, -1, DELIVER - nxt != dst, False
+    if nxt < 0:
+        return out, -1, True, False
+    return out, nxt, False, False
+
+
+@njit(cache=True, error_model="numpy")
+def _push(head, tail, F, i, f):
+    """Append frame ``f`` to the linked list ``i`` (queue or calendar slot); True if it was empty."""
+    F[f, F_NXT] = -1
+    if head[i] < 0:
+        head[i] = f
+        tail[i] = f
+        return True
+    F[tail[i], F_NXT] = f
+    tail[i] = f
+    return False
+
+
+@njit(cache=True, error_model="numpy")
+def _cal(cal_buf, cal_n, slot, f):
+    """Frame ``f`` arrives in calendar slot ``slot``."""
+    cal_buf[slot, cal_n[slot]] = f
+    cal_n[slot] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                  state_base, flipped, st, dst, inter, demand, peer, occ, hr, C, thresh):
+    """UGAL-L's choice at the source switch (BookSim2's ugal_dragonflynew): minimal unless the minimal
+    output's queue exceeds twice the non-minimal one's plus ``thresh``. A port's queue: frames here
+    waiting for it plus the frames in the buffers behind it (BookSim's credits in use)."""
+    o1 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                 state_base, flipped, False, st, dst)[0]
+    o2 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
+                 state_base, flipped, False, st, inter)[0]
+    q = np.zeros(2, dtype=np.int64)
+    for i, o in enumerate((o1, o2)):
+        q[i] = demand[o]
+        if peer[o] >= 0:
+            for a in range(peer[o] * C, peer[o] * C + C):
+                q[i] += occ[a] + hr[a]
+    return q[0] <= 2 * q[1] + thresh
+
+
+@njit(cache=True, error_model="numpy")
+def _back(row, d, n):
+    """``(row - d) mod n`` for 0 <= row < n, 0 <= d < n (ring index ``d`` ticks back)."""
+    return row - d if row >= d else row - d + n
+
+
+@njit(cache=True, error_model="numpy")
+def _ahead(row, d, n):
+    """``(row + d) mod n`` for 0 <= row < n, 0 <= d < n."""
+    r = row + d
+    return r if r < n else r - n
+
+
+@njit(cache=True, error_model="numpy")
+def _sample(kind, nh, t_off, t_cnt, t_flat, t_cum, src):
+    if kind == 0:
+        d = np.random.randint(0, nh - 1)
+        return d + (1 if d >= src else 0)
+    start = t_off[src]
+    cnt = t_cnt[src]
+    if kind == 1:
+        return t_flat[start + np.random.randint(0, cnt)]
+    x = (t_cum[start - 1] if start > 0 else 0.0) + np.random.random()
+    lo, hi = start, start + cnt - 1
+    while lo < hi:  # first index with cum > x
+        mid = (lo + hi) // 2
+        if t_cum[mid] > x:
+            hi = mid
+        else:
+            lo = mid + 1
+    return t_flat[lo]
+
+
+@njit(cache=True, error_model="numpy")
+def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
+    """Advance from tick ``t`` to at most ``t_end``; returns the next tick (module docstring)."""
+    # -- unpack ------------------------------------------------------------
+    sw_of, kind, peer, delay, pid_base, width = n.sw, n.kind, n.peer, n.delay, n.pid_base, n.width
+    st_sw, st_pid, st_cls, state_line, line_off = n.st_sw, n.st_pid, n.st_cls, n.state_line, n.line_off
+    host_sw, host_cls, tcls, col, base, alt = n.host_sw, n.host_cls, n.tcls, n.col, n.base, n.alt
+    egress, state_base, host_pid = n.egress, n.state_base, n.host_pid
+    gidx, gl, land, host_group = n.gidx, n.gl, n.land, n.host_group
+    t_off, t_cnt, t_flat, t_cum, t_rate, pool = n.t_off, n.t_cnt, n.t_flat, n.t_cum, n.t_rate, n.pool
+    F, free = fr.F, fr.free
+    qhead, qtail, qlen, last_move, act, inact = s.qhead, s.qtail, s.qlen, s.last_move, s.act, s.inact
+    occ, hr, xoff, hist, hist_any, pool_used = s.occ, s.hr, s.xoff, s.hist, s.hist_any, s.pool_used
+    busy, demand, cnt, grant, in_used, touched = s.busy, s.demand, s.cnt, s.grant, s.in_used, s.touched
+    req_q, req_o, req_in = s.req_q, s.req_o, s.req_in
+    flip_on, flip_off, was_paused, flipped = s.flip_on, s.flip_off, s.was_paused, s.flipped
+    sqbuf, sqhead, sqlen, hbusy, cal_buf, cal_n, lat, trace = (s.sqbuf, s.sqhead, s.sqlen, s.hbusy, s.cal_buf,
+                                                               s.cal_n, s.lat, s.trace)
+    model, K, C, W, D, L = g[G_MODEL], g[G_K], g[G_C], g[G_W], g[G_D], g[G_L]
+    cap, XOFF, XON, headroom, dswitch = g[G_CAP], g[G_XOFF], g[G_XON], g[G_HEADROOM], g[G_DSWITCH]
+    router, use_flips, R, hold, egress_pause = g[G_ROUTER], g[G_FLIP] != 0, g[G_R], g[G_HOLD], g[G_EGRESS] != 0
+    w0, w1, traffic, thresh, H, tracing, alpha16 = g[G_W0], g[G_W1], g[G_TRAFFIC], g[G_THRESH], g[G_NH], g[G_TRACE], g[G_ALPHA16]
+    S = g[G_SPEEDUP] if model != 2 else 0
+    rounds = g[G_ITERS] if S > 0 else 1
+    NP = hist_any.shape[1]
+    thr_sw = np.zeros(pool.shape[0], dtype=np.int64)
+    NG = gl.shape[1]
+    SQ = sqbuf.shape[1]
+    LATN = lat.shape[0]
+    while t < t_end:
+        if c[C_NFREE] < min_free:
+            return t
+        # -- 1. arrivals: delivered at a host, or looked up and queued at a switch
+        slot = t % L
+        n_arr = cal_n[slot]
+        cal_n[slot] = 0
+        for ci in range(n_arr):
+            f = cal_buf[slot, ci]
+            c[C_INNET] -= 1
+            if F[f, F_NSTATE] < 0:
+                c[C_DELIVERED] += 1
+                tg = F[f, F_TGEN]
+                if w0 <= tg < w1:
+                    lt = t - tg
+                    lat[min(lt, LATN - 1)] += 1
+                    c[C_OUTSTANDING] -= 1
+                    if tracing and c[C_NTRACE] < trace.shape[0]:
+                        i = c[C_NTRACE]
+                        trace[i, 0] = F[f, F_SRC]
+                        trace[i, 1] = F[f, F_DST]
+                        trace[i, 2] = lt
+                        c[C_NTRACE] += 1
+                if w0 <= t < w1:
+                    c[C_ACCEPTED] += 1
+                free[c[C_NFREE]] = f
+                c[C_NFREE] += 1
+                continue
+            st = F[f, F_NSTATE]
+            F[f, F_STATE] = st
+            a = st_pid[st] * C + F[f, F_NCLS]
+            F[f, F_ACCT] = a
+            # route
+            eff = F[f, F_DST]
+            if router != 0:
+                in_pid = st_pid[st]
+                swi = sw_of[in_pid]
+                grp = gidx[swi]
+                target = F[f, F_AUX]
+                if router == 1:  # PB (hpcfabric.sim.pb)
+                    if target >= 0 and host_group[target] == grp:
+                        target = -2
+                    if kind[in_pid] == 1 and target == -1:
+                        d = host_group[eff]
+                        target = -2
+                        if grp != d and NG > 2:
+                            inter = np.random.randint(0, NG - 2)
+                            if inter >= min(grp, d):
+                                inter += 1
+                            if inter >= max(grp, d):
+                                inter += 1
+                            gm, gn = gl[swi, d], gl[swi, inter]
+                            q_min = demand[gm] if gm >= 0 else 0
+                            q_non = demand[gn] if gn >= 0 else 0
+                            if q_min > 2 * q_non + thresh and land[swi, inter] >= 0:
+                                target = land[swi, inter]
+                else:  # VAL-R / UGAL-L: BookSim2's val_dragonflynew / ugal_dragonflynew
+                    if kind[in_pid] == 1 and target == -1:
+                        if host_group[eff] == grp:
+                            target = -3
+                        else:
+                            target = np.random.randint(0, host_sw.shape[0])
+                            if host_group[target] == grp:
+                                target = -2
+                            elif router == 3 and _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls,
+                                                               col, base, alt, width, pid_base, egress, state_base,
+                                                               flipped, st, eff, target, demand, peer, occ, hr, C,
+                                                               thresh):
+                                target = -2
+                    if target >= 0 and host_sw[target] == swi:
+                        target = -2
+                F[f, F_AUX] = target
+                if target >= 0:
+                    eff = target
+            o, nx, bad, miss = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
+                                       pid_base, egress, state_base, flipped, use_flips and router == 0, st, eff)
+            F[f, F_OUT] = o
+            F[f, F_NSTATE] = nx
+            if router == 0:
+                F[f, F_NCLS] = st_cls[nx] if nx >= 0 else 0
+            elif router == 1:
+                gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
+                F[f, F_AUX2] = gh
+                F[f, F_NCLS] = min(gh, 2)
+            else:
+                ph = 0 if F[f, F_AUX] >= 0 else (2 if F[f, F_AUX] == -3 else 1)
+                if ph == 1 and kind[o] == 3:
+                    ph = 2
+                    F[f, F_AUX] = -3
+                F[f, F_NCLS] = ph
+            if miss:
+                c[C_NOLINE] = 1
+                c[C_BAD_STATE] = st
+                return t
+            if bad:
+                c[C_BAD] += 1
+                c[C_BAD_ACCT] = a
+                if w0 <= F[f, F_TGEN] < w1:
+                    c[C_OUTSTANDING] -= 1
+                free[c[C_NFREE]] = f
+                c[C_NFREE] += 1
+                continue
+            F[f, F_READY] = t + dswitch
+            # ingress accounting (PFC): room in the account, or in the shared pool / its headroom
+            ok = True
+            if model != 2:
+                if occ[a] >= cap:
+                    ok = False
+                else:
+                    occ[a] += 1
+                    F[f, F_INHR] = 0
+            else:
+                swi = sw_of[st_pid[st]]
+                room = pool[swi] - pool_used[swi]
+                if room > 0 and occ[a] * 16 < alpha16 * room:
+                    occ[a] += 1
+                    pool_used[swi] += 1
+                    c[C_MAXPOOL] = max(c[C_MAXPOOL], pool_used[swi])
+                    F[f, F_INHR] = 0
+                elif hr[a] < headroom:
+                    hr[a] += 1
+                    c[C_MAXHR] = max(c[C_MAXHR], hr[a])
+                    F[f, F_INHR] = 1
+                else:
+                    ok = False
+            if not ok:
+                c[C_OVERFLOW] += 1
+                if w0 <= F[f, F_TGEN] < w1:
+                    c[C_OUTSTANDING] -= 1
+                free[c[C_NFREE]] = f
+                c[C_NFREE] += 1
+                continue
+            demand[o] += 1
+            if model == 0:
+                q = a
+            elif model == 1:
+                q = a * W + (o - pid_base[sw_of[o]])
+            else:
+                q = o * C + F[f, F_NCLS]
+            qlen[q] += 1
+            if _push(qhead, qtail, F, q, f) and inact[q] == 0:
+                inact[q] = 1
+                act[c[C_NACT]] = q
+                c[C_NACT] += 1
+        # -- 2. PFC: XOFF/XON per ingress account, recorded for the senders' delayed view
+        row = t % D
+        if model == 2:
+            for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
+                thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
+        for pid in range(NP):
+            thr = thr_sw[sw_of[pid]] if model == 2 else 0
+            for a in range(pid * C, pid * C + C):
+                x = xoff[a]
+                o = occ[a]
+                if model != 2:
+                    if o >= XOFF:
+                        x = True
+                    elif o <= XON:
+                        x = False
+                elif hr[a] > 0 or o >= max(thr, 1):  # headroom in use, or at the threshold: paused
+                    x = True
+                elif o <= (thr >> 1):
+                    x = False
+                xoff[a] = x
+                hist[row, a] = x
+        # -- 3. PORT_STATE flips
+        if use_flips:
+            for pid in range(hist_any.shape[1]):
+                anyp = False
+                for cl in range(C):
+                    anyp |= xoff[pid * C + cl]
+                hist_any[row, pid] = anyp
+            for pid in fab:
+                seen = hist_any[_back(row, delay[pid], D), peer[pid]]
+                if egress_pause and demand[pid] >= XOFF:
+                    seen = True
+                if R == 0 and hold == 0:
+                    now = seen
+                else:
+                    if seen and not was_paused[pid] and flip_off[pid] <= t:
+                        flip_on[pid] = t + R
+                    if seen:
+                        flip_off[pid] = t + R + max(hold, 1)
+                    now = flip_on[pid] <= t < flip_off[pid]
+                was_paused[pid] = seen
+                if now and not flipped[pid]:
+                    c[C_FLIPS] += 1
+                flipped[pid] = now
+        # -- 4. switching: requests of the active queues, grants and accepts
+        nreq = 0
+        keep = 0
+        for i in range(c[C_NACT]):
+            q = act[i]
+            if qlen[q] == 0:
+                inact[q] = 0
+                continue
+            act[keep] = q
+            keep += 1
+            f = qhead[q]
+            o = F[f, F_OUT]
+            if F[f, F_READY] > t or busy[o] > t:
+                continue
+            p = peer[o]
+            if p >= 0 and hist[_back(row, delay[o], D), p * C + F[f, F_NCLS]]:
+                continue
+            req_q[nreq] = q
+            req_o[nreq] = o
+            req_in[nreq] = st_pid[F[f, F_STATE]]
+            nreq += 1
+        c[C_NACT] = keep
+        for _ in range(rounds if nreq else 0):
+            nt = 0
+            for r in range(nreq):
+                q = req_q[r]
+                if q < 0:
+                    continue
+                o = req_o[r]
+                if busy[o] > t or (S > 0 and in_used[req_in[r]] >= S):
+                    continue
+                cnt[o] += 1
+                if cnt[o] == 1:
+                    touched[nt] = o
+                    nt += 1
+                    grant[o] = r
+                elif np.random.randint(0, cnt[o]) == 0:
+                    grant[o] = r
+            if nt == 0:
+                break
+            if S > 0:
+                for i in range(nt - 1, 0, -1):  # accepts in random order (inputs are limited)
+                    j = np.random.randint(0, i + 1)
+                    touched[i], touched[j] = touched[j], touched[i]
+            for i in range(nt):
+                o = touched[i]
+                cnt[o] = 0
+                r = grant[o]
+                if S > 0:
+                    if in_used[req_in[r]] >= S:
+                        continue
+                    in_used[req_in[r]] += 1
+                q = req_q[r]
+                req_q[r] = -1
+                f = qhead[q]
+                qhead[q] = F[f, F_NXT]
+                qlen[q] -= 1
+                if qlen[q] == 0:
+                    qhead[q] = -1
+                last_move[q] = t
+                a = F[f, F_ACCT]
+                if F[f, F_INHR]:
+                    hr[a] -= 1
+                else:
+                    occ[a] -= 1
+                    if model == 2:
+                        pool_used[sw_of[o]] -= 1
+                busy[o] = t + K
+                demand[o] -= 1
+                c[C_HOPS] += 1
+                c[C_INNET] += 1
+                _cal(cal_buf, cal_n, _ahead(slot, K + delay[o], L), f)
+        if S > 0:
+            for r in range(nreq):
+                in_used[req_in[r]] = 0
+        # -- 5. hosts: Bernoulli generation into the source queues, injection of the head frames
+        if t % K == 0:
+            for h in range(H):
+                if np.random.random() >= load * t_rate[h]:
+                    continue
+                c[C_GEN] += 1
+                if sqlen[h] >= SQ:
+                    c[C_REFUSED] += 1
+                    continue
+                c[C_NFREE] -= 1
+                f = free[c[C_NFREE]]
+                F[f, F_SRC] = h
+                F[f, F_DST] = _sample(traffic, H, t_off, t_cnt, t_flat, t_cum, h)
+                F[f, F_TGEN] = t
+                F[f, F_AUX] = -1
+                F[f, F_AUX2] = 0
+                if w0 <= t < w1:
+                    c[C_OUTSTANDING] += 1
+                sqbuf[h, _ahead(sqhead[h], sqlen[h], SQ)] = f
+                sqlen[h] += 1
+        for h in range(H):
+            if sqlen[h] == 0 or hbusy[h] > t:
+                continue
+            f = sqbuf[h, sqhead[h]]
+            pid = host_pid[h]
+            swi = sw_of[pid]
+            st = state_base[swi] + (pid - pid_base[swi]) * PCP_SLOTS
+            cls = st_cls[st] if router == 0 else 0
+            if hist[_back(row, delay[pid], D), st_pid[st] * C + cls]:
+                continue
+            sqhead[h] = _ahead(sqhead[h], 1, SQ)
+            sqlen[h] -= 1
+            hbusy[h] = t + K
+            F[f, F_NSTATE] = st
+            F[f, F_NCLS] = cls
+            c[C_INJECTED] += 1
+            c[C_INNET] += 1
+            _cal(cal_buf, cal_n, _ahead(slot, K + delay[pid], L), f)
+        t += 1
+        if t >= w1 and c[C_OUTSTANDING] == 0:
+            return t
+    return t

@@ -1,0 +1,70 @@
+"""hpcfabric's simulator against BookSim2 on the same Dragonfly (k=2, 72 hosts): a few points that
+fail if the two drift apart (bench/booksim_peer.py has the full side-by-side table).
+
+BookSim2 is built from ../shared/booksim (build.sh, ~30 s, g++ make flex bison) into
+HPCFABRIC_BOOKSIM_BUILD or ~/.cache/hpcfabric/booksim on first use; short sample periods keep
+each of its runs to seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcfabric.sim.booksim import BookSim, booksim_dragonfly, booksim_params, parse_output
+from hpcfabric.sim.sweep import Routers, run_point
+
+BS = BookSim()
+pytestmark = pytest.mark.skipif(not BS.available(), reason=f"BookSim2 sources not found at {BS.shared} (../shared/booksim)")
+
+
+@pytest.fixture(scope="module")
+def k2() -> Routers:
+    return Routers(booksim_dragonfly(2))
+
+
+def test_the_fabric_is_booksims_dragonflynew() -> None:
+    f = booksim_dragonfly(2)
+    assert (len(f.switches), len(f.hosts)) == (36, 72)  # a = 2k routers per group, g = a*h + 1 = 9 groups
+    group = {s.name: s.group for s in f.switches}
+    index = {s.name: s.index for s in f.switches}
+    pairs = set()
+    for ln in f.links:
+        if ln.kind != "global":
+            continue
+        i, j = group[ln.a], group[ln.b]
+        pairs.add(frozenset((i, j)))
+        # dragonfly_port: group i reaches group j on router (j if j < i else j - 1) // p, port % p
+        slot = j if j < i else j - 1
+        assert (index[ln.a], ln.a_port - 3) == divmod(slot, 2)
+    assert len(pairs) == 9 * 8 // 2  # one global link per group pair
+
+
+def _both(rt: Routers, router: str, booksim: str, pattern: str, load: float) -> tuple:
+    p = booksim_params(warmup_slots=2000, window_slots=2000, drain_slots=4000, switch="shared")
+    ours = run_point(rt, router, pattern, load, p, seed=1)
+    peer = BS.run(2, booksim, pattern, load, timeout=600, sample_period=300)
+    assert peer.complete and not peer.deadlock and ours.overflow == 0
+    return ours, peer
+
+
+def test_low_load_latency_agrees(k2: Routers) -> None:
+    ours, peer = _both(k2, "MIN", "min", "uniform", 0.1)
+    assert ours.accepted == pytest.approx(peer.accepted, rel=0.05)
+    assert ours.latency_ns == pytest.approx(peer.latency_ns, rel=0.05)  # ~113 cycles of 200 ns
+
+
+def test_adversarial_saturation_agrees(k2: Routers) -> None:
+    ours, peer = _both(k2, "MIN", "min", "adversarial", 0.3)
+    assert ours.accepted == pytest.approx(peer.accepted, rel=0.05)  # both 1/(a p) = 0.125
+    ours, peer = _both(k2, "VAL-R", "val", "uniform", 0.3)
+    assert ours.latency_ns == pytest.approx(peer.latency_ns, rel=0.05)  # two global hops: ~200 cycles
+
+
+def test_output_parsing_and_deadlock_warning() -> None:
+    done = ("Packet latency average = 113.0 (1 samples)\nAccepted flit rate average = 0.1 (1 samples)\n"
+            "Time taken is 6219 cycles\n")
+    p = parse_output(done, ["k=2"])
+    assert (p.accepted, p.latency_cycles, p.cycles, p.complete) == (0.1, 113.0, 6219, True)
+    stuck = "Packet latency average = 469.3\nAccepted flit rate average= 0.49\nWARNING: Possible network deadlock.\n"
+    p = parse_output(stuck, ["k=2"])
+    assert (p.accepted, p.complete, p.deadlock) == (0.49, False, True)
