@@ -11,6 +11,7 @@ from hpcfabric.rules.addressing import AddressPlan, Layout
 from hpcfabric.rules.compaction import DROP, compact_prefixes
 from hpcfabric.rules.flows import TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.routing import router_for
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.rules.tables import (
     COND_HOP,
     DIMS_HOP_SHIFT,
@@ -26,8 +27,11 @@ class Context:
     """What every switch's compilation shares: the fabric, plan, router, the
     prefixes of every host, switch and group, and interned flow entries."""
 
-    def __init__(self, fabric: Fabric, plan: AddressPlan, routing: str = "minimal") -> None:
+    def __init__(self, fabric: Fabric, plan: AddressPlan, routing: str = "minimal",
+                 failures: Failures = NO_FAILURES) -> None:
         self.fabric = fabric
+        #: what is out of service: the router routes the surviving fabric (topology.failures)
+        self.failures = failures
         self.plan = plan
         self.layout = plan.layout
         self.routing = routing
@@ -40,7 +44,7 @@ class Context:
         #: per switch, per host port, its Valiant ports in preference order (traffic-chosen,
         #: :mod:`hpcfabric.rules.policies.workload`); empty: the static choice
         self.intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = {}
-        self.router = router_for(fabric)
+        self.router = router_for(fabric, failures)
         self.cache = FlowCache(plan.layout)
         #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)
         self.shared: dict[Any, Any] = {}
@@ -97,8 +101,8 @@ class FlowCache:
             self.flows[key] = flow
         return flow
 
-    def dimension(self, d: int, v: int, port: int, metadata: int | None) -> FlowSpec:
-        """The FB entry matching only ``dim_d == v``."""
+    def dimension(self, d: int, v: int, port: int | None, metadata: int | None) -> FlowSpec:
+        """The FB entry matching only ``dim_d == v`` (drop for ``port=None``)."""
         key = ("dim", d, v, port, metadata)
         flow = self.flows.get(key)
         if flow is None:

@@ -17,6 +17,19 @@ i.e. the group bits before the switch bits); fat-tree and folded Clos
 (:mod:`hpcfabric.topology.clos`) up-down; explicit
 fabrics shortest paths (ties to the lowest port), with groups routed as a
 whole to their nearest member and then inside the group.
+
+**Failures** (:class:`~hpcfabric.topology.failures.Failures`): a router built with them routes the
+surviving fabric and answers exactly as without them wherever a route's path does not cross a
+failed link or switch (so a repair changes only the entries whose paths did). What replaces a
+broken route, per kind: a failed link inside a Dragonfly group or a Flattened Butterfly row is
+bypassed through a *hub* of that group or row (the lowest-numbered switch whose links there are
+all up: every bypass dependency runs into the hub and out of it, so bypasses cannot wait on each
+other in a circle); a Dragonfly group without a live global link to another group reaches it
+through an intermediate group (a Valiant-like path, two global hops); fat-tree and folded-Clos
+uplinks move to the next live uplink; explicit fabrics take shortest paths over the live links.
+A destination with no surviving route gets ``None`` (dropped, never looped). Whether the result is
+deadlock-free under the fabric's classes of service is not assumed: it is proven on the tables
+(:mod:`hpcfabric.verify.delta`).
 """
 
 from __future__ import annotations
@@ -25,29 +38,43 @@ from collections import deque
 from functools import lru_cache
 
 from hpcfabric.errors import CompileError
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.topology.model import Fabric, Switch
 
 
 class Router:
-    """Base: subclasses implement :meth:`to_switch` and :meth:`to_group`."""
+    """Base: subclasses implement :meth:`to_switch` and :meth:`to_group` (``None``: no surviving route)."""
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
         self.fabric = fabric
+        self.failures = failures
+        #: switch -> fabric ports whose link is out (live switches only)
+        self.dead = failures.dead_ports(fabric) if failures else {}
 
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+    def live(self, switch: str, port: int) -> bool:
+        """Is ``switch:port`` in service (switch up, link up)?"""
+        return switch not in self.failures.switches and port not in self.dead.get(switch, ())
+
+    def affected(self) -> frozenset[str] | None:
+        """Switches whose tables the failures can change (None: any switch may change)."""
+        return None if self.failures else frozenset()
+
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         raise NotImplementedError
 
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         raise NotImplementedError
 
 
 class DragonflyRouter(Router):
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
+        super().__init__(fabric, failures)
         prm = fabric.params
         self.a, self.p, self.h = prm["a"], prm["p"], prm["h"]
         self.globals: dict[int, dict[int, list[tuple[int, int]]]] = {}
+        self.at: dict[tuple[int, int], Switch] = {}
         for sw in fabric.switches:
+            self.at[(sw.group, sw.index)] = sw
             for port, peer in fabric.ports(sw.name).items():
                 if peer.kind == "global":
                     j = fabric.switch(peer.node).group
@@ -55,29 +82,145 @@ class DragonflyRouter(Router):
         for per_group in self.globals.values():
             for links in per_group.values():
                 links.sort()
+        #: groups with a failed link or switch: only their switches route differently
+        self.touched = frozenset(fabric.switch(s).group for s in (*self.dead, *failures.switches))
+        self._missing: dict[int, frozenset[int]] = {}
+
+    def affected(self) -> frozenset[str] | None:
+        """The touched groups' switches, and every switch with a global port into a group that lost its link to
+        some other group (its hosts' Valiant detours through that port are redirected for that destination)."""
+        lost = {k for k in self.touched if self.missing_from(k)}
+        out = set()
+        for sw in self.fabric.switches:
+            if sw.group in self.touched:
+                out.add(sw.name)
+            elif lost and self.fabric.hosts_on(sw.name) and any(
+                    peer.kind == "global" and self.fabric.switch(peer.node).group in lost
+                    for peer in self.fabric.fabric_ports(sw.name).values()):
+                out.add(sw.name)
+        return frozenset(out)
 
     def local_port(self, s: int, t: int) -> int:
         return self.p + self.h + 1 + (t if t < s else t - 1)
 
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         if src.group == dst.group:
+            if src.group in self.touched:
+                return self.within(src, dst.index)
             return self.local_port(src.index, dst.index)
         return self.to_group(src, dst.group, spread)
 
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         links = self.globals.get(src.group, {}).get(group)
-        if not links:
+        if not links and not self.failures:
             raise CompileError(f"no global link from group {src.group} to group {group}")
+        if self.failures and (src.group in self.touched or group in self.touched):
+            return self.repaired_to_group(src, group, links or [])
         mine = [port for s, port in links if s == src.index]
         if mine:
             return mine[0]
         holder = links[group % len(links)][0]
         return self.local_port(src.index, holder)
 
+    # -- the surviving fabric -------------------------------------------------
+    def within(self, src: Switch, t: int) -> int | None:
+        """The port from ``src`` towards switch ``t`` of its group: direct, else through the group's hub."""
+        if src.index == t:
+            return None
+        port = self.local_port(src.index, t)
+        if self.live(src.name, port):
+            return port
+        dst = self.at.get((src.group, t))
+        if dst is None or dst.name in self.failures.switches:
+            return None
+        hub = self.hub(src, t)
+        return None if hub is None else self.local_port(src.index, hub)
+
+    def hub(self, src: Switch, t: int) -> int | None:
+        """The switch (index) a bypass from ``src`` to ``t`` inside their group goes through: the lowest-numbered
+        switch whose local links are all up (else the lowest with both links needed up); None if there is none."""
+        clean, usable = None, None
+        for c in range(self.a):
+            if c in (src.index, t):
+                continue
+            sw = self.at.get((src.group, c))
+            if sw is None or sw.name in self.failures.switches:
+                continue
+            if not (self.live(src.name, self.local_port(src.index, c)) and self.live(sw.name, self.local_port(c, t))):
+                continue
+            if usable is None:
+                usable = c
+            if all(self.live(sw.name, self.local_port(c, u)) for u in range(self.a) if u != c):
+                clean = c
+                break
+        return clean if clean is not None else usable
+
+    def repaired_to_group(self, src: Switch, group: int, links: list[tuple[int, int]]) -> int | None:
+        """:meth:`to_group` on the surviving fabric: an own live global link, else the holder the compiled
+        tables use (or another live one) reached inside the group, else an intermediate group (:meth:`bypass`)."""
+        live = [(s, port) for s, port in links if self.live(self.at[(src.group, s)].name, port)]
+        mine = [port for s, port in live if s == src.index]
+        if mine:
+            return mine[0]
+        if live:
+            compiled = links[group % len(links)]
+            order = ([compiled] if compiled in live else []) + live[group % len(live):] + live[:group % len(live)]
+            for holder, _ in order:
+                port = self.within(src, holder)
+                if port is not None:
+                    return port
+        return self.bypass(src, group)
+
+    def qualifying(self, sw: Switch, group: int) -> list[int]:
+        """``sw``'s live global ports to groups (other than ``group``) with a live link to ``group``."""
+        out = []
+        for port, peer in sorted(self.fabric.fabric_ports(sw.name).items()):
+            if peer.kind == "global" and self.live(sw.name, port):
+                k = self.fabric.switch(peer.node).group
+                if k != group and self.group_reaches(k, group):
+                    out.append(port)
+        return out
+
+    def bypass(self, src: Switch, group: int) -> int | None:
+        """``src``'s route to ``group`` through an intermediate group with a live link to it: an own global port
+        (chosen by the group number), else a local port towards a group member with one; None: no way out.
+        Valiant and conditional detours never lead to an intermediate group without a live link to their
+        destination group (:meth:`missing_from`, the policies' overrides), so no frame that already crossed a
+        global link arrives here for ``group``: every path keeps at most two global hops."""
+        own = self.qualifying(src, group)
+        if own:
+            return own[group % len(own)]
+        members = [self.at[(src.group, c)] for c in range(self.a) if c != src.index and (src.group, c) in self.at]
+        if members:
+            members = members[group % len(members):] + members[:group % len(members)]
+        for sw in members:
+            if sw.name not in self.failures.switches and self.qualifying(sw, group):
+                port = self.within(src, sw.index)
+                if port is not None:
+                    return port
+        return None
+
+    def missing_from(self, k: int) -> frozenset[int]:
+        """Groups that group ``k`` has no live global link to (only groups touched by failures have any)."""
+        if k not in self.touched:
+            return frozenset()
+        got = self._missing.get(k)
+        if got is None:
+            got = self._missing[k] = frozenset(g for g in self.globals.get(k, {}) if not self.group_reaches(k, g))
+        return got
+
+    def port_group(self, sw: Switch, port: int) -> int:
+        """The group at the far end of ``sw``'s port."""
+        return self.fabric.switch(self.fabric.peer(sw.name, port).node).group  # type: ignore[union-attr]
+
+    def group_reaches(self, k: int, group: int) -> bool:
+        """Does group ``k`` have a live global link to ``group``?"""
+        return any(self.live(self.at[(k, s)].name, port) for s, port in self.globals.get(k, {}).get(group, ()))
+
 
 class FlattenedButterflyRouter(Router):
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
+        super().__init__(fabric, failures)
         self.dims = list(fabric.params["dims"])
         self.t = fabric.params["hosts_per_switch"]
         self.bases = []
@@ -85,21 +228,67 @@ class FlattenedButterflyRouter(Router):
         for k in self.dims:
             self.bases.append(port)
             port += k - 1
+        self.at = {tuple(sw.coords): sw for sw in fabric.switches}
+
+    def affected(self) -> frozenset[str] | None:
+        """Switches sharing a row (any dimension) with a switch that lost a link: only their entries can move."""
+        hit = [self.fabric.switch(s) for s in (*self.dead, *self.failures.switches)]
+        out = set()
+        for sw in self.fabric.switches:
+            if any(sum(a != b for a, b in zip(sw.coords, h.coords)) <= 1 for h in hit):
+                out.add(sw.name)
+        return frozenset(out)
 
     def dim_port(self, src: Switch, d: int, value: int) -> int:
         own = src.coords[d]
         return self.bases[d] + (value if value < own else value - 1)
 
-    def coords_to(self, src: Switch, dst_coords: tuple[int, ...]) -> int:
+    def dim_out(self, src: Switch, d: int, value: int) -> int | None:
+        """The port ``src`` uses to fix dimension ``d`` to ``value``: the direct link, else (link out) through the
+        row's hub, else (the row's switch at ``value`` failed) None."""
+        port = self.dim_port(src, d, value)
+        if not self.failures or self.live(src.name, port):
+            return port
+        target = self.at[self.row(src.coords, d, value)]
+        if target.name in self.failures.switches:
+            return None
+        hub = self.hub(src, d, value)
+        return None if hub is None else self.dim_port(src, d, hub)
+
+    def row(self, coords: tuple[int, ...], d: int, value: int) -> tuple[int, ...]:
+        c = list(coords)
+        c[d] = value
+        return tuple(c)
+
+    def hub(self, src: Switch, d: int, value: int) -> int | None:
+        """The coordinate (in dimension ``d``) of the hub of ``src``'s row that bypasses the failed link to
+        ``value``: lowest with all its row links up, else lowest with both links needed up."""
+        clean, usable = None, None
+        for c in range(self.dims[d]):
+            if c in (src.coords[d], value):
+                continue
+            sw = self.at[self.row(src.coords, d, c)]
+            if sw.name in self.failures.switches:
+                continue
+            if not (self.live(src.name, self.dim_port(src, d, c)) and self.live(sw.name, self.dim_port(sw, d, value))):
+                continue
+            if usable is None:
+                usable = c
+            if all(self.live(sw.name, self.dim_port(sw, d, u)) for u in range(self.dims[d]) if u != c):
+                clean = c
+                break
+        return clean if clean is not None else usable
+
+    def coords_to(self, src: Switch, dst_coords: tuple[int, ...]) -> int | None:
         for d in range(len(self.dims) - 1, -1, -1):
             if src.coords[d] != dst_coords[d]:
-                return self.dim_port(src, d, dst_coords[d])
+                return self.dim_out(src, d, dst_coords[d])
         raise CompileError(f"{src.name} routes to itself")
 
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         return self.coords_to(src, dst.coords)
 
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         coords = [src.coords[0]]
         rest = group
         for k in self.dims[1:]:
@@ -108,34 +297,57 @@ class FlattenedButterflyRouter(Router):
         return self.coords_to(src, tuple(coords))
 
 
-class FatTreeRouter(Router):
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
+class UpDownRouter(Router):
+    """Shared by the up*/down* fabrics: uplink choice on the surviving fabric."""
+
+    half = 1
+
+    def affected(self) -> frozenset[str] | None:
+        """Only a switch with a failed port chooses another uplink (down paths are not re-planned: a
+        destination below a failed downlink is dropped there, which the proof reports)."""
+        return frozenset(self.dead) | self.failures.switches
+
+    def up(self, spread: int, src: Switch | None = None) -> int | None:
+        """Uplink number ``spread mod k/2``; on the surviving fabric the next live one."""
+        first = spread % self.half
+        if src is None or not self.failures:
+            return self.half + 1 + first
+        for i in range(self.half):
+            port = self.half + 1 + (first + i) % self.half
+            if self.live(src.name, port):
+                return port
+        return None
+
+    def down(self, src: Switch, port: int) -> int | None:
+        return port if self.live(src.name, port) else None
+
+
+class FatTreeRouter(UpDownRouter):
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
+        super().__init__(fabric, failures)
         self.half = fabric.params["k"] // 2
 
-    def up(self, spread: int) -> int:
-        return self.half + 1 + spread % self.half
-
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         if src.role == "core":
-            return 1 + dst.group
+            return self.down(src, 1 + dst.group)
         if src.role == "aggregation" and dst.group == src.group:
-            return 1 + dst.index
-        return self.up(spread)
+            return self.down(src, 1 + dst.index)
+        return self.up(spread, src)
 
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         if src.role == "core":
-            return 1 + group
-        return self.up(spread)
+            return self.down(src, 1 + group)
+        return self.up(spread, src)
 
 
 class ExplicitRouter(Router):
     """Shortest paths over the switch graph; ties go to the lowest port."""
 
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
+        super().__init__(fabric, failures)
         self.adj: dict[str, list[tuple[int, str]]] = {
-            sw.name: [(port, peer.node) for port, peer in fabric.fabric_ports(sw.name).items()]
+            sw.name: [(port, peer.node) for port, peer in fabric.fabric_ports(sw.name).items()
+                      if self.live(sw.name, port)]
             for sw in fabric.switches
         }
         self.members: dict[int, list[str]] = {}
@@ -155,28 +367,30 @@ class ExplicitRouter(Router):
                 todo.append(v)
         return dist
 
-    def _best(self, src: Switch, dist: dict[str, int], target: str) -> int:
+    def _best(self, src: Switch, dist: dict[str, int], target: str) -> int | None:
         best = min(((dist[v], port) for port, v in self.adj[src.name] if v in dist), default=None)
         if best is None or src.name not in dist:
+            if self.failures:
+                return None  # no surviving route: dropped
             raise CompileError(f"{target} is unreachable from {src.name}")
         return best[1]
 
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0, within_group: bool = False) -> int:
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0, within_group: bool = False) -> int | None:
         within = dst.group if within_group else None
         dist = self._dist((dst.name,), within)
-        if within_group and src.name not in dist:
+        if within_group and src.name not in dist and not self.failures:
             raise CompileError(
                 f"group {dst.group} is not connected inside itself ({src.name} cannot reach {dst.name} "
                 f"without leaving the group); per-group addressing needs connected groups"
             )
         return self._best(src, dist, dst.name)
 
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
-        dist = self._dist(tuple(self.members[group]), None)
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
+        dist = self._dist(tuple(m for m in self.members[group] if m not in self.failures.switches), None)
         return self._best(src, dist, f"group {group}")
 
 
-class FoldedClosRouter(Router):
+class FoldedClosRouter(UpDownRouter):
     """Up-down routing on a :func:`folded_clos_fabric`.
 
     A switch at level ``l`` sends a frame down when the destination pod lies
@@ -188,8 +402,8 @@ class FoldedClosRouter(Router):
     deadlock-free (up*/down*).
     """
 
-    def __init__(self, fabric: Fabric) -> None:
-        super().__init__(fabric)
+    def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
+        super().__init__(fabric, failures)
         prm = fabric.params
         self.k = prm["radix"]
         self.half = self.k // 2
@@ -229,26 +443,25 @@ class FoldedClosRouter(Router):
             raise CompileError(f"pod group {group} is not below {sw.name}")
         return ports
 
-    def up(self, spread: int) -> int:
-        return self.half + 1 + spread % self.half
-
-    def to_group(self, src: Switch, group: int, spread: int = 0) -> int:
+    def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         level = src.coords[0]
         if not self.is_below(src, group):
             if level == self.stages:  # pragma: no cover - cores see everything
                 raise CompileError(f"pod group {group} does not exist")
-            return self.up(spread)
+            return self.up(spread, src)
         if level <= 2:
             raise CompileError(f"{src.name}: to_group towards its own pod")
         ports = self.child_ports(src, group)
+        if self.failures:
+            ports = [p for p in ports if self.live(src.name, p)] or [None]  # type: ignore[list-item]
         return ports[spread % len(ports)]
 
-    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int:
+    def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         level = src.coords[0]
         if level == 2 and dst.group == src.group:
-            return 1 + dst.index
+            return self.down(src, 1 + dst.index)
         if level == 1 and dst.group == src.group:
-            return self.up(spread)
+            return self.up(spread, src)
         return self.to_group(src, dst.group, spread)
 
 
@@ -261,8 +474,9 @@ ROUTERS = {
 }
 
 
-def router_for(fabric: Fabric) -> Router:
+def router_for(fabric: Fabric, failures: Failures = NO_FAILURES) -> Router:
+    """The router of ``fabric``'s kind, on the surviving fabric when ``failures`` are given."""
     try:
-        return ROUTERS[fabric.kind](fabric)
+        return ROUTERS[fabric.kind](fabric, failures)  # type: ignore[abstract]
     except KeyError:
         raise CompileError(f"no router for fabric kind {fabric.kind!r}") from None

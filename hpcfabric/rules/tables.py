@@ -110,6 +110,8 @@ class CompiledFabric:
     switch_hold_s: int = 1
     #: traffic-chosen Valiant ports per switch and host port (empty: static; rules.policies.workload)
     intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: links and switches out of service the tables route around (topology.failures; empty: none)
+    failures: Any = None
 
     def flows(self, switch: str) -> tuple[FlowSpec, ...]:
         return self.tables[switch].flows

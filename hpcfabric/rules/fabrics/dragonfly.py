@@ -39,15 +39,29 @@ def dragonfly_remote_routes(ctx: Context, router: DragonflyRouter, sw: Switch) -
     interned = ctx.shared.setdefault("df-routes", {})
     s, base = sw.index, router.p + router.h + 1
     out = []
+    touched = router.touched
     for g, mine, holder in table:
-        port = mine.get(s)
-        if port is None:
-            port = base + (holder if holder < s else holder - 1)
+        if g in touched:  # a group with a failure: the surviving fabric's route (routing.DragonflyRouter)
+            port = router.to_group(sw, g, spread=g)
+        else:
+            port = mine.get(s)
+            if port is None:
+                port = base + (holder if holder < s else holder - 1)
         route = interned.get((g, port))
         if route is None:
             route = interned[(g, port)] = Route(*ctx.group_prefix[g], port, RuleClass.ROUTE, True)
         out.append(route)
     return out
+
+
+def group_prefixes(ctx: Context, g: int) -> list[tuple[int, int]]:
+    """(bits, length) prefixes covering every host of group ``g``: its group prefix, else (no group field) its
+    access switches' or hosts' prefixes."""
+    if g in ctx.group_prefix:
+        return [ctx.group_prefix[g]]
+    if "switch" in ctx.layout.names:
+        return [ctx.switch_prefix[m.name] for m in ctx.members.get(g, ())]
+    return [ctx.host_prefix[h.name] for m in ctx.members.get(g, ()) for h in ctx.fabric.hosts_on(m.name)]
 
 
 def dragonfly_band(fabric: Fabric) -> tuple[int, int]:

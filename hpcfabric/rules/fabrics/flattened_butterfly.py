@@ -32,9 +32,18 @@ def fb_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> lis
     """
     flows = [ctx.cache.route(r.bits, r.length, r.port, RuleClass.HOST) for r in host_routes(ctx, sw)]
     for d, v, port in fb_dim_ports(ctx.fabric, sw):
-        metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional else None
+        port = fb_out(ctx, sw, d, v, port)
+        metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional and port is not None else None
         flows.append(ctx.cache.dimension(d, v, port, metadata))
     return flows
+
+
+def fb_out(ctx: Context, sw: Switch, d: int, v: int, port: int) -> int | None:
+    """The port that fixes dimension ``d`` to ``v`` at ``sw``: ``port`` unless its link is out (then the
+    row's bypass, :meth:`hpcfabric.rules.routing.FlattenedButterflyRouter.dim_out`; None: dropped)."""
+    if not ctx.failures:
+        return port
+    return ctx.router.dim_out(sw, d, v)  # type: ignore[attr-defined]
 
 
 def fb_dim_match(fabric: Fabric, plan: AddressPlan, d: int, v: int) -> tuple[int, int]:
