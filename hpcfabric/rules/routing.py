@@ -200,6 +200,34 @@ class DragonflyRouter(Router):
                     return port
         return None
 
+    def bypass_overrides(self, src: Switch) -> list[tuple[int, int, int]]:
+        """``(group, in_port, out_port)`` where ``src`` reaches ``group`` through an intermediate group over an
+        own global port: a frame for ``group`` that *arrived* on that port leaves by ``out_port`` instead (another
+        own port into a group with a live link, else a local port to a member with one). No frame should
+        arrive there (detours are redirected at the source), but a switch never sends a frame back out of its
+        ingress port: these keep every arrival state delivering, whatever the walk that reaches it."""
+        out: list[tuple[int, int, int]] = []
+        if not self.failures:
+            return out
+        for g in sorted(self.missing_from(src.group)):
+            port = self.bypass(src, g)
+            peer = self.fabric.peer(src.name, port) if port is not None else None
+            if peer is None or peer.kind != "global":
+                continue
+            others = [p for p in self.qualifying(src, g) if p != port]
+            alt = others[g % len(others)] if others else None
+            if alt is None:
+                for c in range(self.a):
+                    sw = self.at.get((src.group, c))
+                    if sw is not None and c != src.index and sw.name not in self.failures.switches \
+                            and self.qualifying(sw, g):
+                        alt = self.within(src, c)
+                        if alt is not None:
+                            break
+            if alt is not None:
+                out.append((g, port, alt))
+        return out
+
     def missing_from(self, k: int) -> frozenset[int]:
         """Groups that group ``k`` has no live global link to (only groups touched by failures have any)."""
         if k not in self.touched:

@@ -28,6 +28,7 @@ from hpcfabric.topology.model import Fabric
 PRIO_DMP = 2000
 PRIO_PUNT = 1900
 PRIO_LPM_BASE = 1000
+PRIO_BYPASS = 1100  # table ROUTE, surviving Dragonfly: in_port + group, for frames arriving on the bypass port
 PRIO_UP = 500
 PRIO_MISS = 0
 

@@ -100,7 +100,8 @@ class Columns:
         self.n_host_columns = len(host)
         nt = len(target_host)
         target += list(range(nt, nt + n_probes))
-        target_ids = np.array(target, dtype=np.int64)
+        target_ids = self.target = np.array(target, dtype=np.int64)  # per column: its target (Choices.targets)
+        self.own = own  # (column, switch index, class there) of the per-host columns at their own switch
         if not own and np.array_equal(target_ids, np.arange(ch.cls.shape[1])):
             self.cls = ch.cls  # the targets in column order: no copy (switches x columns cells, 1.1 GB at 300k)
         else:
@@ -114,6 +115,8 @@ class Columns:
         self.names = [fabric.hosts[h].name for h in host] + [f"probe {i}" for i in range(n_probes)]
         self.state_comp: np.ndarray | None = None  # surviving(): switch -> connected component
         self.unreachable = 0
+        self.col_sw = np.array([ch.sw_index[fabric.hosts[h].switch] for h in host], dtype=np.int64)
+        self.decode = ch.decode
 
     def injections(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any) -> None:
         """Where hosts inject (:meth:`starts`): per switch and host port class one port (another member
@@ -147,10 +150,9 @@ class Columns:
         for i, members in enumerate(nx.connected_components(g)):
             comp[[ch.sw_index[m] for m in members]] = i
         self.state_comp = comp
-        self.col_comp = comp[[ch.sw_index[fabric.hosts[h].switch] for h in self.host.tolist()]]
-        self.decode = ch.decode
 
-    def starts(self, which: np.ndarray | None = None, probes: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def starts(self, which: np.ndarray | None = None, probes: bool = True,
+               comp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(column, state) of every host injection into the host columns ``which`` (all: None), then,
         with ``probes``, of the probe columns (:meth:`injections` first). Built only for the columns
         asked: all of them are columns x injection ports (300k Dragonfly: 16,668 x 300,024)."""
@@ -164,8 +166,9 @@ class Columns:
         st[same] = np.repeat(ra, len(which))[same]
         keep = st >= 0
         col, st = col[keep], st[keep]
-        if self.state_comp is not None:  # the surviving fabric: only pairs it still connects
-            same = self.state_comp[self.decode(st)[0]] == self.col_comp[col]
+        comp = self.state_comp if comp is None else comp
+        if comp is not None:  # the surviving fabric: only pairs it still connects
+            same = comp[self.decode(st)[0]] == comp[self.col_sw[col]]
             self.unreachable += int((~same).sum())
             col, st = col[same], st[same]
         n_probe = len(self.want) - n_host_cols

@@ -53,6 +53,9 @@ class UnionWalk:
     edges: np.ndarray  # channel dependencies: state << 32 | state, fabric arrivals only, unique
     paused_hops: int = 0  # expansions whose paused decision differs from the unpaused one
     timings: dict[str, float] = field(default_factory=dict)
+    #: ``record=True``: per column (in the walk's order), the reached states as a bit set over the reachable
+    #: states (``np.packbits`` of a row of ``len(reach)`` flags; :func:`reach_index` numbers them)
+    reached: np.ndarray | None = None
 
 
 class _Tally:
@@ -92,18 +95,17 @@ def walk_union(
     max_witnesses: int = 5,
     block_cells: int = BLOCK_CELLS,
     weight: np.ndarray | None = None,
+    record: bool = False,
 ) -> UnionWalk:
     """Walk every (column, start state) through both choices of every cell (module docstring).
 
     ``col_cls``: switch index x column -> destination class at that switch; ``want``: per column the
     correct final code (``DELIVER - host`` or ``DROP`` for a probe); ``probe``: per column, True for
     probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too;
-    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1).
+    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1);
+    ``record``: keep every column's reached states (:attr:`UnionWalk.reached`, the incremental proof's base).
     """
-    ns = ch.n_states
-    reach = np.flatnonzero(ch.state_line >= 0)
-    rs_of = np.full(ns, -1, dtype=np.int64)
-    rs_of[reach] = np.arange(len(reach))
+    reach, rs_of = reach_index(ch)
     sw_of, port_of, _ = ch.decode(reach)
     fabric_arrival = np.zeros(len(reach), dtype=bool)
     for s in ch.names:
@@ -119,9 +121,10 @@ def walk_union(
     width = max(1, block_cells // max(len(reach), 1))
     edge_parts: list[np.ndarray] = []
     nodes = depth = paused = 0
+    reached = np.zeros((len(want), (len(reach) + 7) // 8), dtype=np.uint8) if record else None
     for lo_col, hi_col, check in _blocks(probe, width, loops):
         a, b = np.searchsorted(start_col, [lo_col, hi_col])
-        got = ctx.block(lo_col, hi_col, start_col[a:b], start_state[a:b], check, tally)
+        got = ctx.block(lo_col, hi_col, start_col[a:b], start_state[a:b], check, tally, reached)
         nodes += got[0]
         depth = max(depth, got[1])
         paused += got[2]
@@ -130,7 +133,16 @@ def walk_union(
             edge_parts = [np.unique(np.concatenate(edge_parts))]
     edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
     return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, tally.n_columns(), tally.witnesses, tally.kinds,
-                     edges, paused)
+                     edges, paused, reached=reached)
+
+
+def reach_index(ch: Choices) -> tuple[np.ndarray, np.ndarray]:
+    """(the states with a decided line, in order; per state its position there or -1): the numbering of
+    :attr:`UnionWalk.reached`."""
+    reach = np.flatnonzero(ch.state_line >= 0)
+    rs_of = np.full(ch.n_states, -1, dtype=np.int64)
+    rs_of[reach] = np.arange(len(reach))
+    return reach, rs_of
 
 
 def _blocks(probe: np.ndarray, width: int, loops: bool) -> list[tuple[int, int, bool]]:
@@ -183,7 +195,7 @@ class _Context:
         return out32
 
     def block(self, lo: int, hi: int, cols: np.ndarray, states: np.ndarray, check: bool,
-              tally: _Tally) -> tuple[int, int, int, np.ndarray]:
+              tally: _Tally, reached: np.ndarray | None = None) -> tuple[int, int, int, np.ndarray]:
         """Search columns ``lo`` .. ``hi`` from the starts given: (nodes, depth, paused expansions, edges)."""
         ch, nr = self.ch, len(self.reach)
         stamp = np.full((hi - lo) * nr, -1, dtype=np.int32)  # visited: >= 0; deduplicates a level by scatter
@@ -245,6 +257,8 @@ class _Context:
             alts.append(np.concatenate(cand_alt)[first])
             level += 1 if len(key) else 0
         n_nodes = base
+        if reached is not None:
+            reached[lo:hi] = np.packbits((stamp >= 0).reshape(hi - lo, nr), axis=1)
         if check and links:
             self._loops(lo, links, keys, parents, alts, tally)
         at = np.unique(np.concatenate(deps)) if deps else np.zeros(0, dtype=np.int64)

@@ -22,7 +22,9 @@ from hpcfabric.rules.context import Context, lpm_flows
 from hpcfabric.rules.destinations import ROUTES_BY_MODE, per_group_routes
 from hpcfabric.rules.fabrics.flattened_butterfly import fb_compact_flows, fb_dim_ports
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, fat_tree_compact_flows, folded_clos_compact_flows, uplinks
+from hpcfabric.rules.fabrics.dragonfly import dragonfly_bypass_flows
 from hpcfabric.rules.flows import FlowSpec, RuleClass
+from hpcfabric.rules.routing import DragonflyRouter
 from hpcfabric.topology.model import Switch
 
 #: lower-bound compact tables (one entry per port in use) by fabric kind
@@ -49,8 +51,15 @@ def minimal_flows(ctx: Context, sw: Switch, default_rules: bool = False) -> list
         ]
         return lpm_flows(ctx.cache, routes, False, True)
     if mode in ROUTES_BY_MODE:
-        return lpm_flows(ctx.cache, ROUTES_BY_MODE[mode](ctx, sw), False, default_rules)
+        return lpm_flows(ctx.cache, ROUTES_BY_MODE[mode](ctx, sw), False, default_rules) + bypass_flows(ctx, sw)
     compact = COMPACT_BY_KIND.get(fabric.kind)
     if compact is not None:
         return compact(ctx, sw, default_rules)
-    return lpm_flows(ctx.cache, per_group_routes(ctx, sw), True, default_rules)
+    return lpm_flows(ctx.cache, per_group_routes(ctx, sw), True, default_rules) + bypass_flows(ctx, sw)
+
+
+def bypass_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
+    """A surviving Dragonfly's bypass overrides (:func:`dragonfly_bypass_flows`); none otherwise."""
+    if ctx.failures and isinstance(ctx.router, DragonflyRouter):
+        return dragonfly_bypass_flows(ctx, ctx.router, sw)
+    return []

@@ -1,0 +1,423 @@
+"""The union proof of a change: new tables on a few switches proven by walking only what changed.
+
+A failure repair changes a few hundred of a fabric's thousands of switches, and only for a few
+destinations; walking the whole fabric again takes a minute at Table III. :class:`ProofState` keeps,
+from one full union walk (:mod:`hpcfabric.verify.proof`: every destination column from every
+injection, no symmetry reduction -- a failure breaks symmetries), what a change needs:
+
+* ``R[c]``: per destination column, the states its walk reached (a bit set);
+* ``E``: the channel dependency edges, with a rank of every channel that grows along them.
+
+:meth:`ProofState.check` takes the tables after a change (``compiled``, its ``failures`` in force) and
+the switches whose tables changed. It decides those switches again (:mod:`hpcfabric.verify.redecide`;
+every state some walk reached there, unpaused and paused) and calls (column, state) *changed* when its
+choice differs or its output now leads elsewhere (a link out, or back). Invariant of the base: ``R[c]``
+is closed under the current choices, and every outcome and dependency of its states was checked and is
+in ``E``. So walking column ``c`` from its changed states in ``R[c]`` through the new choices, stopping
+at unchanged states of ``R[c]`` -- what follows them is the old, proven walk --
+(:mod:`hpcfabric.verify.deltawalk`) finds every new outcome and every new dependency:
+
+* **delivery**: every outcome of an expanded node is the column's own (a frame at a switch the failures
+  cut off from its destination excepted: no pair to deliver);
+* **deadlock and loop freedom**: ``E`` plus the new dependencies is acyclic. ``E`` keeps the edges of the
+  tables before the change too: a superset of the new graph -- sound, possibly cautious. A new edge
+  from a lower to a higher rank cannot close a cycle; otherwise the whole graph is checked;
+* **every moment of the update** (``mix``): at a changed switch the old choices are followed as well,
+  so no mix of old and new tables -- whatever order the switches take their bundles in -- loops a frame
+  or closes a dependency cycle (dependencies only: what the old tables send into a failed link is lost,
+  as it was before the repair).
+
+A changed state that the new tables no longer reach is still walked (the walk cannot tell), which can
+report failures that do not happen. So a failing check is checked again ``exact``: the changed columns
+walked from every injection, no state assumed. A cycle that remains may still lean on edges the old
+tables made (``E`` is a superset): :meth:`ProofState.build` on the new tables settles it.
+:meth:`ProofState.commit` makes a checked change the base. New entries that tell hosts of one
+destination column apart cannot be proven against the base: :class:`NotIncremental`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import networkx as nx
+import numpy as np
+
+from hpcfabric.errors import VerificationError
+from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.codes import DEAD, PCP_SLOTS
+from hpcfabric.verify.columns import structural_splits_of
+from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.deltawalk import ChangeWalk
+from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
+from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
+from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
+from hpcfabric.verify.unions import reach_index, walk_union
+
+__all__ = ["NotIncremental", "DeltaReport", "ProofState", "topo_rank", "surviving"]
+
+SLOT_MASK = (1 << SLOT_BITS) - 1
+
+
+class NotIncremental(Exception):
+    """The change cannot be proven against the base (new entries split a destination column)."""
+
+
+@dataclass
+class DeltaReport:
+    """What :meth:`ProofState.check` found (``as_dict`` is JSON-ready)."""
+
+    switches: int  # switches decided again
+    columns: int  # destination columns with a changed (column, state)
+    starts: int  # nodes the walk started from
+    nodes: int  # nodes expanded
+    new_edges: int  # dependencies not in the base graph
+    undelivered: dict[str, int]
+    failures: list[dict[str, Any]]
+    acyclic: bool
+    cycle: tuple[str, ...] | None
+    below: int  # nodes of the old walk below a change (their reach recomputed)
+    full_check: bool  # the whole graph was checked for cycles (a new edge went against the ranks)
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def delivered(self) -> bool:
+        return not self.undelivered
+
+    @property
+    def ok(self) -> bool:
+        return self.delivered and self.acyclic
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": "incremental union proof (changed destinations and states)", "ok": self.ok,
+                "delivered": self.delivered, "acyclic": self.acyclic, "switches": self.switches,
+                "columns": self.columns, "starts": self.starts, "nodes": self.nodes, "new_edges": self.new_edges,
+                "undelivered": dict(self.undelivered), "failures": list(self.failures),
+                "cycle": list(self.cycle) if self.cycle else None, "below": self.below,
+                "full_check": self.full_check, "seconds": round(self.seconds, 3),
+                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+
+
+def topo_rank(edges: np.ndarray, n: int) -> np.ndarray | None:
+    """A rank per node (``0 .. n-1``) that grows along every packed edge; None if the edges have a cycle."""
+    rank = np.zeros(n, dtype=np.int64)
+    src, dst = edges >> 32, edges & LOW32
+    alive = np.ones(len(edges), dtype=bool)
+    level = 0
+    while alive.any():
+        s, d = src[alive], dst[alive]
+        free = ~np.isin(s, d)  # edges whose source has no incoming edge left
+        if not free.any():
+            return None
+        level += 1
+        rank[d[free]] = np.maximum(rank[d[free]], level)
+        alive[np.flatnonzero(alive)[free]] = False
+    return rank
+
+
+def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(next state or final code per (switch, port, PCP slot), connected component per switch) of the
+    fabric with ``failures`` out (None: none)."""
+    fabric = ch.fabric
+    egress = ch.egress_codes.copy()
+    dead = failures.dead_ports(fabric) if failures else {}
+    failed = failures.switches if failures else frozenset()
+    for s in ch.names:
+        first = int(ch.state_base[ch.sw_index[s]])
+        ports = fabric.ports(s) if s in failed else dead.get(s, ())
+        for p in ports:
+            egress[first + p * PCP_SLOTS: first + (p + 1) * PCP_SLOTS] = DEAD
+    for s in failed:  # nothing arrives from a failed switch either
+        for p, peer in fabric.fabric_ports(s).items():
+            first = int(ch.state_base[ch.sw_index[peer.node]])
+            egress[first + peer.port * PCP_SLOTS: first + (peer.port + 1) * PCP_SLOTS] = DEAD  # type: ignore[operator]
+    g = nx.Graph()
+    g.add_nodes_from(ch.names)
+    for link in fabric.links:
+        if link.a_port not in dead.get(link.a, ()) and link.a not in failed and link.b not in failed:
+            g.add_edge(link.a, link.b)
+    comp = np.zeros(len(ch.names), dtype=np.int64)
+    for i, members in enumerate(nx.connected_components(g)):
+        comp[[ch.sw_index[m] for m in members]] = i
+    return egress, comp
+
+
+class ProofState:
+    """A base for incremental proofs (module docstring); :meth:`build` makes one."""
+
+    def __init__(self, inputs: Inputs, compiled: Any, reached: np.ndarray, edges: np.ndarray,
+                 report: dict[str, Any]) -> None:
+        self.inputs, self.ch, self.cols = inputs, inputs.ch, inputs.cols
+        ch = self.ch
+        self.compiled = compiled
+        self.relevant = dict(inputs.relevant)
+        self.reach, self.rs_of = reach_index(ch)
+        self.reached = reached
+        self.edges = edges
+        self.rank = topo_rank(edges, ch.n_states)
+        self.report = report
+        #: switches decided again (a committed change, or states no walk reached before)
+        self.switches: dict[str, SwitchDecisions] = {}
+        self.overlaid = np.zeros(len(ch.names), dtype=bool)
+        self.back_ok = ~ch.in_port_out.copy()
+        self.host_state = np.zeros(ch.n_states, dtype=bool)
+        fabric = ch.fabric
+        for s in ch.names:
+            first = int(ch.state_base[ch.sw_index[s]])
+            for p in fabric.host_ports(s):
+                self.host_state[first + p * PCP_SLOTS: first + (p + 1) * PCP_SLOTS] = True
+        n_cols = len(self.cols.want)
+        self.col_switch = np.full(n_cols, -1, dtype=np.int64)  # host columns: their switch index
+        self.col_switch[:self.cols.n_host_columns] = self.cols.col_sw
+        self.egress, self.comp = surviving(ch, getattr(compiled, "failures", None))
+        self.name = channel_namer(ch)
+        self._pending: dict[str, Any] | None = None
+        self._decided: dict[str, tuple[Any, SwitchDecisions]] = {}  # switch -> (its table, decisions): reuse
+
+    @classmethod
+    def build(cls, compiled: Any) -> "ProofState":
+        """The full union walk of ``compiled`` (every column, recording its reach) as a base; ``report``
+        holds its verdict (``ok``, ``undelivered``, ``cycle``, ...)."""
+        t0 = time.perf_counter()
+        inputs = prepare(compiled)
+        ch, cols = inputs.ch, inputs.cols
+        start_col, start_state = cols.starts()
+        t1 = time.perf_counter()
+        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False, record=True)
+        cdg = cdg_verdict(ch, walk.edges)
+        timings = {**inputs.timings, "walk": time.perf_counter() - t1}
+        report = {"ok": not walk.bad and not walk.bad_probe and cdg["cycle"] is None,
+                  "undelivered": dict(walk.bad), "probe_failures": dict(walk.bad_probe), "acyclic": cdg["cycle"] is None,
+                  "cycle": list(cdg["cycle"]) if cdg["cycle"] else None, "channels": cdg["channels"],
+                  "dependencies": len(walk.edges), "unreachable": cols.unreachable,
+                  "seconds": round(time.perf_counter() - t0, 3), "timings": {k: round(v, 3) for k, v in timings.items()}}
+        return cls(inputs, compiled, walk.reached, walk.edges, report)  # type: ignore[arg-type]
+
+    # -- choices --------------------------------------------------------------
+    def decide(self, compiled: Any, names: list[str], relevant: dict[str, list[Any]],
+               extra: dict[str, np.ndarray] | None = None) -> dict[str, SwitchDecisions]:
+        return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra)
+
+    def decide_more(self, name: str, states: np.ndarray) -> SwitchDecisions:
+        """``name`` (unchanged by the change under way) decided again with ``states`` added, kept in the base."""
+        old = self.switches.get(name)
+        extra = states if old is None else np.union1d(old.states, states)
+        got = self.decide(self.compiled, [name], {name: self.relevant[name]}, {name: extra})[name]
+        self.switches[name] = got
+        self.overlaid[self.ch.sw_index[name]] = True
+        return got
+
+    def current(self, c: np.ndarray, x: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(unpaused, paused) choices of nodes (column ``c``, state ``x`` at switch index ``sw``) in the base."""
+        walk = ChangeWalk(self, self.compiled, {}, egress=self.egress, comp=self.comp, mix=False)
+        return walk.choices(c, x, sw)
+
+    def _class_codes(self, s: str, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(unpaused, paused) choices of base-reached ``states`` at ``s`` per class there, and each column's class."""
+        got = self.switches.get(s)
+        si = self.ch.sw_index[s]
+        if got is not None:
+            b, a = got.matrix(states)
+            return b, a, got.col_cls
+        ch = self.ch
+        cells = ch.line_off[ch.state_line[states]][:, None] + np.arange(int(ch.n_cls[si]))
+        return ch.base[cells], ch.alt[cells], self.cols.cls[si].astype(np.int64)
+
+    # -- a change -------------------------------------------------------------
+    def check(self, compiled: Any, changed: Iterable[str], *, mix: bool = True, max_failures: int = 20) -> DeltaReport:
+        """Prove ``compiled`` -- the whole fabric's tables after the change, ``compiled.failures`` in force --
+        whose tables differ from the base's at the ``changed`` switches only (module docstring);
+        :meth:`commit` then makes it the base."""
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        ch, cols = self.ch, self.cols
+        fabric = ch.fabric
+        old_f, new_f = getattr(self.compiled, "failures", None), getattr(compiled, "failures", None)
+        old_dead = old_f.dead_ports(fabric) if old_f else {}
+        new_dead = new_f.dead_ports(fabric) if new_f else {}
+        new_failed = new_f.switches if new_f else frozenset()
+        old_failed = old_f.switches if old_f else frozenset()
+        moved = {s for s in set(old_dead) | set(new_dead) if old_dead.get(s) != new_dead.get(s)}
+        moved |= {peer.node for s in new_failed ^ old_failed for peer in fabric.fabric_ports(s).values()}
+        names = sorted((set(changed) | moved) - set(new_failed))
+        relevant = dict(self.relevant)
+        relevant.update(forward_data_flows(compiled, "the incremental proof", VerificationError, actions=True,
+                                           only=set(names)))
+        self._splits_unchanged(relevant, names)
+        timings["entries"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        new = {}
+        todo = []
+        for name in names:  # decisions of a table already decided (an earlier check of the same tables): reused
+            got = self._decided.get(name)
+            if got is not None and got[0] is compiled.tables[name].flows:
+                new[name] = got[1]
+            else:
+                todo.append(name)
+        if todo:
+            new.update(self.decide(compiled, todo, relevant))
+            for name in todo:
+                self._decided[name] = (compiled.tables[name].flows, new[name])
+        timings["decide"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        egress, comp = surviving(ch, new_f)
+        live = np.ones(len(cols.want), dtype=bool)
+        live[:cols.n_host_columns] = ~np.isin(self.col_switch[:cols.n_host_columns],
+                                              [ch.sw_index[s] for s in new_failed])
+        sc, ss = self._changed(names, new, egress, live)
+        timings["changed"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        old = ChangeWalk(self, self.compiled, {}, egress=self.egress, comp=self.comp, mix=False)
+        below = old.closure(sc, ss)  # the old walk's descendants of the changed nodes: their reach may change
+        ec, es = self._entries(old, below, comp)
+        timings["below"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        walk = ChangeWalk(self, compiled, new, egress=egress, comp=comp, mix=mix, max_failures=max_failures)
+        walk.run(ec, es, below)
+        timings["walk"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        fresh = np.setdiff1d(walk.edges(), self.edges)
+        test = np.union1d(fresh, np.setdiff1d(walk.mixed_edges(), self.edges))
+        cycle, full = None, False
+        if len(test):
+            src, dst = test >> 32, test & LOW32
+            if self.rank is None or not (self.rank[src] < self.rank[dst]).all():
+                full = True
+                every = np.union1d(self.edges, test)
+                core = core_graph(every >> 32, every & LOW32)
+                if core.number_of_nodes():
+                    cycle = find_cycle(core, self.name)
+        timings["cdg"] = time.perf_counter() - t1
+        self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below,
+                         "visited": walk.visited(), "fresh": fresh, "rank_ok": not full, "egress": egress, "comp": comp}
+        return DeltaReport(len(names), len(np.unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
+                           cycle is None, cycle, len(below), full, time.perf_counter() - t0, timings)
+
+    def _entries(self, old: ChangeWalk, below: np.ndarray, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes of ``below`` the new walk must start from: injections (their pair still connected), and
+        nodes an unchanged reached node outside ``below`` leads to (it is still reached, its choice the same)."""
+        ch, cols = self.ch, self.cols
+        n = ch.n_states
+        c, z = below // n, below % n
+        zsw = np.searchsorted(ch.state_base, z, side="right") - 1
+        root = self.host_state[z]
+        host_col = c < cols.n_host_columns
+        root &= ~host_col | (comp[zsw] == comp[np.maximum(self.col_switch[c], 0)])
+        out = [below[root]]
+        fab = np.flatnonzero(~self.host_state[z])
+        up_sw, up_state = self.upstream(z[fab])
+        for si in np.unique(up_sw[up_sw >= 0]).tolist():
+            sel = fab[up_sw == si]
+            lo, hi = int(ch.state_base[si]), int(ch.state_base[si + 1])
+            cand = np.flatnonzero(ch.state_line[lo:hi] >= 0) + lo  # every reached state of the upstream switch
+            if not len(cand):
+                continue
+            cc = np.repeat(c[sel], len(cand))
+            uu = np.tile(cand, len(sel))
+            b, a = old.choices(cc, uu, np.full(len(cc), si))
+            hit = np.zeros(len(cc), dtype=bool)
+            for codes in (b, a):
+                keys, res = old.next_nodes(cc, uu, np.full(len(cc), si), codes)
+                hit |= res == np.repeat(z[sel], len(cand))
+            rs = self.rs_of[uu]
+            hit &= (self.reached[cc, rs >> 3] >> (7 - (rs & 7))) & 1 == 1
+            hit &= ~np.isin(cc * n + uu, below)
+            got = hit.reshape(len(sel), len(cand)).any(axis=1)
+            out.append(below[sel[got]])
+        keys = np.unique(np.concatenate(out))
+        return keys // n, keys % n
+
+    def upstream(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per fabric-arrival state: the switch index its frames come from (-1: no peer)."""
+        ch = self.ch
+        fabric = ch.fabric
+        if not hasattr(self, "_up"):
+            up = np.full(ch.n_states, -1, dtype=np.int64)
+            for s in ch.names:
+                first = int(ch.state_base[ch.sw_index[s]])
+                for p, peer in fabric.fabric_ports(s).items():
+                    up[first + p * PCP_SLOTS: first + (p + 1) * PCP_SLOTS] = ch.sw_index[peer.node]
+            self._up = up
+        return self._up[states], states
+
+    def _changed(self, names: list[str], new: dict[str, SwitchDecisions], egress: np.ndarray,
+                 live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(column, state) pairs of ``R[c]`` at the ``names`` switches whose choice or whose output's next state
+        changed; columns in ``live`` only, nothing arriving over a failed link."""
+        ch = self.ch
+        out_c, out_s = [], []
+        for s in names:
+            si = ch.sw_index[s]
+            dec = new[s]
+            lo = int(ch.state_base[si])
+            states = dec.states[self.rs_of[dec.states] >= 0]
+            if not len(states):
+                continue
+            ob, oa, old_cls = self._class_codes(s, states)
+            nb, na = dec.matrix(states)
+            width = int(dec.col_cls.max(initial=0)) + 1
+            uniq, inv = np.unique(old_cls * width + dec.col_cls, return_inverse=True)
+            po, pn = uniq // width, uniq % width
+            diff = (ob[:, po] != nb[:, pn]) | (oa[:, po] != na[:, pn])
+            for codes in (nb[:, pn], na[:, pn], ob[:, po], oa[:, po]):  # outputs whose link went out or came back
+                single = codes >= 0
+                at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
+                diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
+            per_col = diff[:, inv.reshape(-1)] & live  # states x columns
+            rs = self.rs_of[states]
+            bits = (self.reached[:, rs >> 3] >> (7 - (rs & 7)).astype(np.uint8)) & 1  # columns x states
+            hit = np.argwhere(per_col & (bits.T == 1))
+            out_s.append(states[hit[:, 0]])
+            out_c.append(hit[:, 1])
+        cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+        return cat(out_c), cat(out_s)
+
+    def commit(self) -> None:
+        """Make the change last :meth:`check`-ed the base."""
+        p = self._pending
+        if p is None:
+            raise ValueError("nothing checked to commit")
+        ch = self.ch
+        self.compiled, self.relevant = p["compiled"], p["relevant"]
+        for s, dec in p["new"].items():
+            self.switches[s] = dec
+            self.overlaid[ch.sw_index[s]] = True
+            self.back_ok[ch.sw_index[s]] = dec.back_ok
+        for keys, on in ((p["below"], False), (p["visited"], True)):  # the reach below the change, walked anew
+            c, x = keys // ch.n_states, keys % ch.n_states
+            rs = self.rs_of[x]
+            ok = rs >= 0
+            c, rs = c[ok], rs[ok]
+            bit = (1 << (7 - (rs & 7))).astype(np.uint8)
+            if on:
+                np.bitwise_or.at(self.reached, (c, rs >> 3), bit)
+            else:
+                np.bitwise_and.at(self.reached, (c, rs >> 3), ~bit)
+        if len(p["fresh"]):
+            self.edges = np.union1d(self.edges, p["fresh"])
+            if not p["rank_ok"]:
+                self.rank = topo_rank(self.edges, ch.n_states)
+        self.egress, self.comp = p["egress"], p["comp"]
+        self._pending = None
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`commit` changes, copied: :meth:`restore` goes back to it."""
+        return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
+                self.reached.copy(), self.edges, self.rank, self.egress, self.comp)
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, self.reached, self.edges,
+         self.rank, self.egress, self.comp) = snap
+        self._pending = None
+
+    def _splits_unchanged(self, relevant: dict[str, list[Any]], names: list[str]) -> None:
+        """Columns stay columns: no entry of a changed switch tells the hosts of a shared column apart."""
+        merged = {t for t, ids in self.inputs.groups.items() if len(ids) > 1 and t not in self.cols.split}
+        if not merged or not names:
+            return
+        got = structural_splits_of({s: relevant[s] for s in names}, self.inputs.host_macs, self.inputs.groups)
+        if got & merged:
+            raise NotIncremental(f"new entries tell the hosts of {sorted(got & merged)[0]} apart: prove the tables whole")
+
