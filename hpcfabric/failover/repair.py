@@ -65,16 +65,18 @@ class RepairPlan:
                 "seconds": round(self.seconds, 3), "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
-def surviving_tables(config: Any, failures: Failures, base: Any, affected: Any = None) -> Any:
+def surviving_tables(config: Any, failures: Failures, base: Any, affected: Any = None,
+                     redirect_detours: bool = True) -> Any:
     """``base`` (the whole fabric's compiled tables) with the switches ``failures`` can affect compiled again
     on the surviving fabric (``affected``: those switches, default :func:`affected_switches`)."""
     from hpcfabric.config.build import compile_rules
 
     fabric = config.fabric
     if affected is None:
-        affected = affected_switches(fabric, failures)
+        affected = affected_switches(fabric, failures, redirect_detours)
     names = set(affected) if affected is not None else {s.name for s in fabric.switches}
-    got = compile_rules(config, only=names.__contains__, failures=failures or None) if names else None
+    got = compile_rules(config, only=names.__contains__, failures=failures or None,
+                        redirect_detours=redirect_detours) if names else None
     tables = dict(base.tables)
     if got is not None:
         tables.update(got.tables)
@@ -101,6 +103,7 @@ class Repairer:
         self.compiled = compiled if compiled is not None else whole_fabric_rules(config)
         self.initial = self.compiled
         self.failures: Failures = getattr(self.compiled, "failures", None) or NO_FAILURES
+        self.redirect = False  # the tables in force redirect detours at the source (plan)
         self.prove = prove
         self.state = state
         self._undo: Any = None
@@ -114,20 +117,34 @@ class Repairer:
         return self.state
 
     def plan(self, failures: Failures) -> RepairPlan:
-        """The repair for ``failures`` (all that is out now), against the tables in force (module docstring)."""
+        """The repair for ``failures`` (all that is out now), against the tables in force (module docstring).
+        Dragonfly: two ways to route around a lost group pair, tried in turn (the one in force first): the
+        fewest changes (only the groups with a failure) or every detour into a group without a live link
+        redirected at its source (``redirect_detours``: no path with a third global hop)."""
+        first = self._plan(failures, redirect=self.redirect)  # the mode in force first: no flip without need
+        if first.proven or first.verdict.get("verdict") not in ("cycle", "no proven update order") \
+                or self.config.fabric.kind != "dragonfly" or not failures:
+            return first
+        plan = self._plan(failures, redirect=not self.redirect)
+        if plan.proven:
+            return plan
+        return replace(first, verdict={**first.verdict, "also": {k: plan.verdict.get(k) for k in
+                                                                  ("verdict", "explanation", "redirect_detours")}})
+
+    def _plan(self, failures: Failures, redirect: bool) -> RepairPlan:
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         config = self.config
         fabric = config.fabric
-        old_aff = affected_switches(fabric, self.failures)
-        new_aff = affected_switches(fabric, failures)
+        old_aff = affected_switches(fabric, self.failures, self.redirect)
+        new_aff = affected_switches(fabric, failures, redirect)
         everything = {s.name for s in fabric.switches}
         affected = everything if old_aff is None or new_aff is None else set(old_aff) | set(new_aff)
         if not failures:  # everything back: the tables compiled without failures, as at load
             compiled = replace(self.initial, tables=dict(self.initial.tables), failures=failures)
         else:
             try:
-                compiled = surviving_tables(config, failures, self.compiled, affected)
+                compiled = surviving_tables(config, failures, self.compiled, affected, redirect)
             except CompileError as err:
                 return self._refused(failures, f"cannot compile the surviving fabric: {err}", t0)
         changed = tuple(sorted(s for s in affected if s in compiled.tables and s in self.compiled.tables
@@ -147,6 +164,7 @@ class Repairer:
         current = config.desired
         entries = sum(entries_changed(tuple(current.get(s, ())), desired[s]) for s in mine)
         timings["adapt"] = time.perf_counter() - t1
+        verdict = {**verdict, "redirect_detours": redirect}
         return RepairPlan(failures, compiled, changed, desired, groups, waves, entries, verdict,
                           time.perf_counter() - t0, timings)
 
@@ -255,6 +273,7 @@ class Repairer:
         """The plan's tables are in force now (its proof, if any, is the base)."""
         self.compiled = plan.compiled
         self.failures = plan.failures
+        self.redirect = bool(plan.verdict.get("redirect_detours"))
         self._undo = None
 
     def discard(self, plan: RepairPlan) -> None:

@@ -124,6 +124,7 @@ def compile_fabric(
     traffic: TrafficMatrix | None = None,
     intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None,
     failures: Failures | None = None,
+    redirect_detours: bool = True,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
 
@@ -173,6 +174,11 @@ def compile_fabric(
         does not cross a failure is the one compiled without failures; only the switches
         :func:`affected_switches` names can differ. Destinations with no surviving route are
         dropped. docs/routing.md, "Failures".
+    redirect_detours : bool
+        With ``failures``: Valiant and conditional detours of every host port that lead into a Dragonfly
+        group without a live link to the destination's group are sent elsewhere at the source, so no path
+        crosses more than two global links (more switches change); off: only the groups with a failure
+        change, and such a detour crosses a third global link (:mod:`hpcfabric.rules.surviving`).
 
     Raises
     ------
@@ -194,6 +200,7 @@ def compile_fabric(
         raise CompileError("address plan was made for another fabric")
     with gc_paused():
         ctx = Context(fabric, plan, routing, failures or NO_FAILURES)
+        ctx.redirect = redirect_detours
         ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
         ctx.pause_reaction, ctx.switch_hold_s = pause_reaction, switch_hold_s
         if routing in ("valiant", "conditional") and fabric.kind in ("dragonfly", "flattened_butterfly"):
@@ -205,8 +212,8 @@ def compile_fabric(
                           ctx.intermediates, failures or NO_FAILURES)
 
 
-def affected_switches(fabric: Fabric, failures: Failures) -> frozenset[str] | None:
+def affected_switches(fabric: Fabric, failures: Failures, redirect_detours: bool = True) -> frozenset[str] | None:
     """Switches whose compiled tables ``failures`` can change (None: any of them); the others compile exactly
     as without failures, so a repair compiles only these (``compile_fabric(..., only=...)``)."""
-    return router_for(fabric, failures).affected()
+    return router_for(fabric, failures).affected(redirect_detours)
 

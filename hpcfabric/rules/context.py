@@ -32,6 +32,8 @@ class Context:
         self.fabric = fabric
         #: what is out of service: the router routes the surviving fabric (topology.failures)
         self.failures = failures
+        #: with failures: redirect detours into groups without a live link at the source (compile_fabric)
+        self.redirect = True
         self.plan = plan
         self.layout = plan.layout
         self.routing = routing

@@ -38,6 +38,7 @@ from collections import deque
 from functools import lru_cache
 
 from hpcfabric.errors import CompileError
+from hpcfabric.rules.surviving import DragonflyBypasses, RowBypasses
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.topology.model import Fabric, Switch
 
@@ -55,8 +56,9 @@ class Router:
         """Is ``switch:port`` in service (switch up, link up)?"""
         return switch not in self.failures.switches and port not in self.dead.get(switch, ())
 
-    def affected(self) -> frozenset[str] | None:
-        """Switches whose tables the failures can change (None: any switch may change)."""
+    def affected(self, redirect: bool = True) -> frozenset[str] | None:
+        """Switches whose tables the failures can change (None: any switch may change); ``redirect``: detours are
+        redirected at the source (Dragonfly, :mod:`hpcfabric.rules.surviving`)."""
         return None if self.failures else frozenset()
 
     def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
@@ -66,7 +68,7 @@ class Router:
         raise NotImplementedError
 
 
-class DragonflyRouter(Router):
+class DragonflyRouter(DragonflyBypasses, Router):
     def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
         super().__init__(fabric, failures)
         prm = fabric.params
@@ -86,10 +88,10 @@ class DragonflyRouter(Router):
         self.touched = frozenset(fabric.switch(s).group for s in (*self.dead, *failures.switches))
         self._missing: dict[int, frozenset[int]] = {}
 
-    def affected(self) -> frozenset[str] | None:
-        """The touched groups' switches, and every switch with a global port into a group that lost its link to
-        some other group (its hosts' Valiant detours through that port are redirected for that destination)."""
-        lost = {k for k in self.touched if self.missing_from(k)}
+    def affected(self, redirect: bool = True) -> frozenset[str] | None:
+        """The touched groups' switches, and (``redirect``) every switch with a global port into a group that lost
+        its link to some other group (its hosts' Valiant detours through that port are redirected)."""
+        lost = {k for k in self.touched if self.missing_from(k)} if redirect else set()
         out = set()
         for sw in self.fabric.switches:
             if sw.group in self.touched:
@@ -122,131 +124,8 @@ class DragonflyRouter(Router):
         holder = links[group % len(links)][0]
         return self.local_port(src.index, holder)
 
-    # -- the surviving fabric -------------------------------------------------
-    def within(self, src: Switch, t: int) -> int | None:
-        """The port from ``src`` towards switch ``t`` of its group: direct, else through the group's hub."""
-        if src.index == t:
-            return None
-        port = self.local_port(src.index, t)
-        if self.live(src.name, port):
-            return port
-        dst = self.at.get((src.group, t))
-        if dst is None or dst.name in self.failures.switches:
-            return None
-        hub = self.hub(src, t)
-        return None if hub is None else self.local_port(src.index, hub)
 
-    def hub(self, src: Switch, t: int) -> int | None:
-        """The switch (index) a bypass from ``src`` to ``t`` inside their group goes through: the lowest-numbered
-        switch whose local links are all up (else the lowest with both links needed up); None if there is none."""
-        clean, usable = None, None
-        for c in range(self.a):
-            if c in (src.index, t):
-                continue
-            sw = self.at.get((src.group, c))
-            if sw is None or sw.name in self.failures.switches:
-                continue
-            if not (self.live(src.name, self.local_port(src.index, c)) and self.live(sw.name, self.local_port(c, t))):
-                continue
-            if usable is None:
-                usable = c
-            if all(self.live(sw.name, self.local_port(c, u)) for u in range(self.a) if u != c):
-                clean = c
-                break
-        return clean if clean is not None else usable
-
-    def repaired_to_group(self, src: Switch, group: int, links: list[tuple[int, int]]) -> int | None:
-        """:meth:`to_group` on the surviving fabric: an own live global link, else the holder the compiled
-        tables use (or another live one) reached inside the group, else an intermediate group (:meth:`bypass`)."""
-        live = [(s, port) for s, port in links if self.live(self.at[(src.group, s)].name, port)]
-        mine = [port for s, port in live if s == src.index]
-        if mine:
-            return mine[0]
-        if live:
-            compiled = links[group % len(links)]
-            order = ([compiled] if compiled in live else []) + live[group % len(live):] + live[:group % len(live)]
-            for holder, _ in order:
-                port = self.within(src, holder)
-                if port is not None:
-                    return port
-        return self.bypass(src, group)
-
-    def qualifying(self, sw: Switch, group: int) -> list[int]:
-        """``sw``'s live global ports to groups (other than ``group``) with a live link to ``group``."""
-        out = []
-        for port, peer in sorted(self.fabric.fabric_ports(sw.name).items()):
-            if peer.kind == "global" and self.live(sw.name, port):
-                k = self.fabric.switch(peer.node).group
-                if k != group and self.group_reaches(k, group):
-                    out.append(port)
-        return out
-
-    def bypass(self, src: Switch, group: int) -> int | None:
-        """``src``'s route to ``group`` through an intermediate group with a live link to it: an own global port
-        (chosen by the group number), else a local port towards a group member with one; None: no way out.
-        Valiant and conditional detours never lead to an intermediate group without a live link to their
-        destination group (:meth:`missing_from`, the policies' overrides), so no frame that already crossed a
-        global link arrives here for ``group``: every path keeps at most two global hops."""
-        own = self.qualifying(src, group)
-        if own:
-            return own[group % len(own)]
-        members = [self.at[(src.group, c)] for c in range(self.a) if c != src.index and (src.group, c) in self.at]
-        if members:
-            members = members[group % len(members):] + members[:group % len(members)]
-        for sw in members:
-            if sw.name not in self.failures.switches and self.qualifying(sw, group):
-                port = self.within(src, sw.index)
-                if port is not None:
-                    return port
-        return None
-
-    def bypass_overrides(self, src: Switch) -> list[tuple[int, int, int]]:
-        """``(group, in_port, out_port)`` where ``src`` reaches ``group`` through an intermediate group over an
-        own global port: a frame for ``group`` that *arrived* on that port leaves by ``out_port`` instead (another
-        own port into a group with a live link, else a local port to a member with one). No frame should
-        arrive there (detours are redirected at the source), but a switch never sends a frame back out of its
-        ingress port: these keep every arrival state delivering, whatever the walk that reaches it."""
-        out: list[tuple[int, int, int]] = []
-        if not self.failures:
-            return out
-        for g in sorted(self.missing_from(src.group)):
-            port = self.bypass(src, g)
-            peer = self.fabric.peer(src.name, port) if port is not None else None
-            if peer is None or peer.kind != "global":
-                continue
-            others = [p for p in self.qualifying(src, g) if p != port]
-            alt = others[g % len(others)] if others else None
-            if alt is None:
-                for c in range(self.a):
-                    sw = self.at.get((src.group, c))
-                    if sw is not None and c != src.index and sw.name not in self.failures.switches \
-                            and self.qualifying(sw, g):
-                        alt = self.within(src, c)
-                        if alt is not None:
-                            break
-            if alt is not None:
-                out.append((g, port, alt))
-        return out
-
-    def missing_from(self, k: int) -> frozenset[int]:
-        """Groups that group ``k`` has no live global link to (only groups touched by failures have any)."""
-        if k not in self.touched:
-            return frozenset()
-        got = self._missing.get(k)
-        if got is None:
-            got = self._missing[k] = frozenset(g for g in self.globals.get(k, {}) if not self.group_reaches(k, g))
-        return got
-
-    def port_group(self, sw: Switch, port: int) -> int:
-        """The group at the far end of ``sw``'s port."""
-        return self.fabric.switch(self.fabric.peer(sw.name, port).node).group  # type: ignore[union-attr]
-
-    def group_reaches(self, k: int, group: int) -> bool:
-        """Does group ``k`` have a live global link to ``group``?"""
-        return any(self.live(self.at[(k, s)].name, port) for s, port in self.globals.get(k, {}).get(group, ()))
-
-
-class FlattenedButterflyRouter(Router):
+class FlattenedButterflyRouter(RowBypasses, Router):
     def __init__(self, fabric: Fabric, failures: Failures = NO_FAILURES) -> None:
         super().__init__(fabric, failures)
         self.dims = list(fabric.params["dims"])
@@ -258,7 +137,7 @@ class FlattenedButterflyRouter(Router):
             port += k - 1
         self.at = {tuple(sw.coords): sw for sw in fabric.switches}
 
-    def affected(self) -> frozenset[str] | None:
+    def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """Switches sharing a row (any dimension) with a switch that lost a link: only their entries can move."""
         hit = [self.fabric.switch(s) for s in (*self.dead, *self.failures.switches)]
         out = set()
@@ -270,42 +149,6 @@ class FlattenedButterflyRouter(Router):
     def dim_port(self, src: Switch, d: int, value: int) -> int:
         own = src.coords[d]
         return self.bases[d] + (value if value < own else value - 1)
-
-    def dim_out(self, src: Switch, d: int, value: int) -> int | None:
-        """The port ``src`` uses to fix dimension ``d`` to ``value``: the direct link, else (link out) through the
-        row's hub, else (the row's switch at ``value`` failed) None."""
-        port = self.dim_port(src, d, value)
-        if not self.failures or self.live(src.name, port):
-            return port
-        target = self.at[self.row(src.coords, d, value)]
-        if target.name in self.failures.switches:
-            return None
-        hub = self.hub(src, d, value)
-        return None if hub is None else self.dim_port(src, d, hub)
-
-    def row(self, coords: tuple[int, ...], d: int, value: int) -> tuple[int, ...]:
-        c = list(coords)
-        c[d] = value
-        return tuple(c)
-
-    def hub(self, src: Switch, d: int, value: int) -> int | None:
-        """The coordinate (in dimension ``d``) of the hub of ``src``'s row that bypasses the failed link to
-        ``value``: lowest with all its row links up, else lowest with both links needed up."""
-        clean, usable = None, None
-        for c in range(self.dims[d]):
-            if c in (src.coords[d], value):
-                continue
-            sw = self.at[self.row(src.coords, d, c)]
-            if sw.name in self.failures.switches:
-                continue
-            if not (self.live(src.name, self.dim_port(src, d, c)) and self.live(sw.name, self.dim_port(sw, d, value))):
-                continue
-            if usable is None:
-                usable = c
-            if all(self.live(sw.name, self.dim_port(sw, d, u)) for u in range(self.dims[d]) if u != c):
-                clean = c
-                break
-        return clean if clean is not None else usable
 
     def coords_to(self, src: Switch, dst_coords: tuple[int, ...]) -> int | None:
         for d in range(len(self.dims) - 1, -1, -1):
@@ -330,7 +173,7 @@ class UpDownRouter(Router):
 
     half = 1
 
-    def affected(self) -> frozenset[str] | None:
+    def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """Only a switch with a failed port chooses another uplink (down paths are not re-planned: a
         destination below a failed downlink is dropped there, which the proof reports)."""
         return frozenset(self.dead) | self.failures.switches

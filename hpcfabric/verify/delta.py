@@ -45,11 +45,12 @@ import networkx as nx
 import numpy as np
 
 from hpcfabric.errors import VerificationError
+from hpcfabric.topology.failures import NO_FAILURES
 from hpcfabric.verify.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.columns import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.deltawalk import ChangeWalk
+from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
 from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
 from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
@@ -78,7 +79,7 @@ class DeltaReport:
     acyclic: bool
     cycle: tuple[str, ...] | None
     below: int  # nodes of the old walk below a change (their reach recomputed)
-    full_check: bool  # the whole graph was checked for cycles (a new edge went against the ranks)
+    full_check: bool  # a new edge went against the ranks: searched for a way back
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -117,6 +118,14 @@ def topo_rank(edges: np.ndarray, n: int) -> np.ndarray | None:
     return rank
 
 
+def not_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """The elements of ``keys`` not in ``sorted_keys`` (sorted, unique): a search per key, no sort of the big one."""
+    if not len(keys) or not len(sorted_keys):
+        return keys
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return keys[sorted_keys[at] != keys]
+
+
 def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
     """(next state or final code per (switch, port, PCP slot), connected component per switch) of the
     fabric with ``failures`` out (None: none)."""
@@ -147,7 +156,7 @@ def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
 class ProofState:
     """A base for incremental proofs (module docstring); :meth:`build` makes one."""
 
-    def __init__(self, inputs: Inputs, compiled: Any, reached: np.ndarray, edges: np.ndarray,
+    def __init__(self, inputs: Inputs, compiled: Any, reached: np.ndarray, edges: np.ndarray, counts: np.ndarray,
                  report: dict[str, Any]) -> None:
         self.inputs, self.ch, self.cols = inputs, inputs.ch, inputs.cols
         ch = self.ch
@@ -155,7 +164,10 @@ class ProofState:
         self.relevant = dict(inputs.relevant)
         self.reach, self.rs_of = reach_index(ch)
         self.reached = reached
+        #: reach outside the bit set: node keys (column * states + state) of states without a base line, sorted
+        self.extra = np.zeros(0, dtype=np.int64)
         self.edges = edges
+        self.count = counts  # per edge: the (column, node) expansions that make it
         self.rank = topo_rank(edges, ch.n_states)
         self.report = report
         #: switches decided again (a committed change, or states no walk reached before)
@@ -175,17 +187,19 @@ class ProofState:
         self.name = channel_namer(ch)
         self._pending: dict[str, Any] | None = None
         self._decided: dict[str, tuple[Any, SwitchDecisions]] = {}  # switch -> (its table, decisions): reuse
+        self._surviving: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # failures -> surviving(): reuse
 
     @classmethod
     def build(cls, compiled: Any) -> "ProofState":
         """The full union walk of ``compiled`` (every column, recording its reach) as a base; ``report``
         holds its verdict (``ok``, ``undelivered``, ``cycle``, ...)."""
         t0 = time.perf_counter()
-        inputs = prepare(compiled)
+        inputs = prepare(compiled, every_port=True)
         ch, cols = inputs.ch, inputs.cols
         start_col, start_state = cols.starts()
         t1 = time.perf_counter()
-        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False, record=True)
+        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False, record=True,
+                          components=cols.components)
         cdg = cdg_verdict(ch, walk.edges)
         timings = {**inputs.timings, "walk": time.perf_counter() - t1}
         report = {"ok": not walk.bad and not walk.bad_probe and cdg["cycle"] is None,
@@ -193,7 +207,31 @@ class ProofState:
                   "cycle": list(cdg["cycle"]) if cdg["cycle"] else None, "channels": cdg["channels"],
                   "dependencies": len(walk.edges), "unreachable": cols.unreachable,
                   "seconds": round(time.perf_counter() - t0, 3), "timings": {k: round(v, 3) for k, v in timings.items()}}
-        return cls(inputs, compiled, walk.reached, walk.edges, report)  # type: ignore[arg-type]
+        return cls(inputs, compiled, walk.reached, walk.edges, walk.counts, report)  # type: ignore[arg-type]
+
+    # -- reach ----------------------------------------------------------------
+    def in_reach(self, c: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Is state ``x`` in the reach of column ``c`` (the bit set; states without a base line: ``extra``)?"""
+        out = np.zeros(len(c), dtype=bool)
+        rs = self.rs_of[x]
+        ok = rs >= 0
+        r = rs[ok]
+        out[ok] = (self.reached[c[ok], r >> 3] >> (7 - (r & 7)).astype(np.uint8)) & 1 == 1
+        if len(self.extra) and (~ok).any():
+            keys = c[~ok] * self.ch.n_states + x[~ok]
+            at = np.minimum(np.searchsorted(self.extra, keys), len(self.extra) - 1)
+            out[~ok] = self.extra[at] == keys
+        return out
+
+    def states_in_reach(self, si: int) -> np.ndarray:
+        """The states of switch index ``si`` some column's reach holds (a base line, or ``extra``)."""
+        ch = self.ch
+        lo, hi = int(ch.state_base[si]), int(ch.state_base[si + 1])
+        states = np.flatnonzero(ch.state_line[lo:hi] >= 0) + lo
+        if len(self.extra):
+            x = self.extra % ch.n_states
+            states = np.union1d(states, x[(x >= lo) & (x < hi)])
+        return states
 
     # -- choices --------------------------------------------------------------
     def decide(self, compiled: Any, names: list[str], relevant: dict[str, list[Any]],
@@ -232,7 +270,7 @@ class ProofState:
         :meth:`commit` then makes it the base."""
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
-        ch, cols = self.ch, self.cols
+        ch = self.ch
         fabric = ch.fabric
         old_f, new_f = getattr(self.compiled, "failures", None), getattr(compiled, "failures", None)
         old_dead = old_f.dead_ports(fabric) if old_f else {}
@@ -262,56 +300,92 @@ class ProofState:
                 self._decided[name] = (compiled.tables[name].flows, new[name])
         timings["decide"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        egress, comp = surviving(ch, new_f)
-        live = np.ones(len(cols.want), dtype=bool)
-        live[:cols.n_host_columns] = ~np.isin(self.col_switch[:cols.n_host_columns],
-                                              [ch.sw_index[s] for s in new_failed])
-        sc, ss = self._changed(names, new, egress, live)
+        got = self._surviving.get(new_f or NO_FAILURES)
+        if got is None:
+            got = self._surviving[new_f or NO_FAILURES] = surviving(ch, new_f)
+            if len(self._surviving) > 8:
+                self._surviving.pop(next(iter(self._surviving)))
+        egress, comp = got
+        sc, ss = self._changed(names, new, egress)
+        gone = [ch.sw_index[s] for s in new_failed - old_failed]  # a newly failed switch: its whole reach goes
+        if gone:
+            gc, gs = self._reach_at(gone)
+            sc, ss = np.concatenate([sc, gc]), np.concatenate([ss, gs])
         timings["changed"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         old = ChangeWalk(self, self.compiled, {}, egress=self.egress, comp=self.comp, mix=False)
         below = old.closure(sc, ss)  # the old walk's descendants of the changed nodes: their reach may change
-        ec, es = self._entries(old, below, comp)
+        ec, es = self._entries(old, below, new_failed)
+        back = sorted(old_failed - new_failed)  # a switch back: its hosts inject again, into every column
+        if back:
+            rc, rs = self._injections(back)
+            ec, es = np.concatenate([ec, rc]), np.concatenate([es, rs])
         timings["below"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         walk = ChangeWalk(self, compiled, new, egress=egress, comp=comp, mix=mix, max_failures=max_failures)
         walk.run(ec, es, below)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        fresh = np.setdiff1d(walk.edges(), self.edges)
-        test = np.union1d(fresh, np.setdiff1d(walk.mixed_edges(), self.edges))
-        cycle, full = None, False
-        if len(test):
-            src, dst = test >> 32, test & LOW32
-            if self.rank is None or not (self.rank[src] < self.rank[dst]).all():
-                full = True
-                every = np.union1d(self.edges, test)
-                core = core_graph(every >> 32, every & LOW32)
-                if core.number_of_nodes():
-                    cycle = find_cycle(core, self.name)
+        edges, count, fresh = self._updated(old.removed, walk.added)
+        mixed = not_in(not_in(np.unique(np.concatenate(walk.mixed_parts)) if walk.mixed_parts else
+                              np.zeros(0, dtype=np.int64), edges), fresh)
+        cycle, full = self._cycle(edges, np.union1d(fresh, mixed))
         timings["cdg"] = time.perf_counter() - t1
-        self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below,
-                         "visited": walk.visited(), "fresh": fresh, "rank_ok": not full, "egress": egress, "comp": comp}
+        self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
+                         "visited": walk.visited(), "fresh": fresh, "edges": edges, "count": count,
+                         "egress": egress, "comp": comp}
         return DeltaReport(len(names), len(np.unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
-                           cycle is None, cycle, len(below), full, time.perf_counter() - t0, timings)
+                           cycle is None, cycle, len(below.keys()), full, time.perf_counter() - t0, timings)
 
-    def _entries(self, old: ChangeWalk, below: np.ndarray, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The nodes of ``below`` the new walk must start from: injections (their pair still connected), and
-        nodes an unchanged reached node outside ``below`` leads to (it is still reached, its choice the same)."""
+    def _reach_at(self, switches: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(column, state) of every node of a reach at the switch indices given."""
+        n_cols = len(self.cols.want)
+        out_c, out_s = [], []
+        for si in switches:
+            states = self.states_in_reach(si)
+            c = np.tile(np.arange(n_cols), len(states))
+            x = np.repeat(states, n_cols)
+            inr = self.in_reach(c, x)
+            out_c.append(c[inr])
+            out_s.append(x[inr])
+        cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+        return cat(out_c), cat(out_s)
+
+    def _injections(self, switches: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(column, state) of every injection from the hosts of ``switches`` (every host port; a host's own
+        single column left out: the self pair is no pair), probes included."""
         ch, cols = self.ch, self.cols
+        fabric = ch.fabric
+        n_cols = len(cols.want)
+        out_c, out_s = [], []
+        for s in switches:
+            for p, peer in sorted(fabric.host_ports(s).items()):
+                c = np.arange(n_cols)
+                own = np.zeros(n_cols, dtype=bool)
+                own[:cols.n_host_columns] = np.array(cols.single[:cols.n_host_columns], dtype=bool) & \
+                    (cols.host == ch.hid[peer.node])
+                out_c.append(c[~own])
+                out_s.append(np.full(int((~own).sum()), ch.state(s, p, -1), dtype=np.int64))
+        cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+        return cat(out_c), cat(out_s)
+
+    def _entries(self, old: ChangeWalk, below_set: NodeSet, failed: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes below a change the new walk must start from: injections (at switches not ``failed``), and
+        nodes an unchanged reached node outside ``below`` leads to (it is still reached, its choice the same)."""
+        below = below_set.keys()
+        ch = self.ch
         n = ch.n_states
         c, z = below // n, below % n
         zsw = np.searchsorted(ch.state_base, z, side="right") - 1
-        root = self.host_state[z]
-        host_col = c < cols.n_host_columns
-        root &= ~host_col | (comp[zsw] == comp[np.maximum(self.col_switch[c], 0)])
+        root = self.host_state[z]  # an injection, unless its switch failed
+        if failed:
+            root &= ~np.isin(zsw, [ch.sw_index[s] for s in failed])
         out = [below[root]]
         fab = np.flatnonzero(~self.host_state[z])
         up_sw, up_state = self.upstream(z[fab])
         for si in np.unique(up_sw[up_sw >= 0]).tolist():
             sel = fab[up_sw == si]
-            lo, hi = int(ch.state_base[si]), int(ch.state_base[si + 1])
-            cand = np.flatnonzero(ch.state_line[lo:hi] >= 0) + lo  # every reached state of the upstream switch
+            cand = self.states_in_reach(si)  # every reached state of the upstream switch
             if not len(cand):
                 continue
             cc = np.repeat(c[sel], len(cand))
@@ -321,9 +395,8 @@ class ProofState:
             for codes in (b, a):
                 keys, res = old.next_nodes(cc, uu, np.full(len(cc), si), codes)
                 hit |= res == np.repeat(z[sel], len(cand))
-            rs = self.rs_of[uu]
-            hit &= (self.reached[cc, rs >> 3] >> (7 - (rs & 7))) & 1 == 1
-            hit &= ~np.isin(cc * n + uu, below)
+            hit &= self.in_reach(cc, uu)
+            hit &= ~below_set.has(cc * n + uu)
             got = hit.reshape(len(sel), len(cand)).any(axis=1)
             out.append(below[sel[got]])
         keys = np.unique(np.concatenate(out))
@@ -342,17 +415,17 @@ class ProofState:
             self._up = up
         return self._up[states], states
 
-    def _changed(self, names: list[str], new: dict[str, SwitchDecisions], egress: np.ndarray,
-                 live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _changed(self, names: list[str], new: dict[str, SwitchDecisions],
+                 egress: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(column, state) pairs of ``R[c]`` at the ``names`` switches whose choice or whose output's next state
-        changed; columns in ``live`` only, nothing arriving over a failed link."""
+        changed."""
         ch = self.ch
         out_c, out_s = [], []
         for s in names:
             si = ch.sw_index[s]
             dec = new[s]
             lo = int(ch.state_base[si])
-            states = dec.states[self.rs_of[dec.states] >= 0]
+            states = np.intersect1d(dec.states, self.states_in_reach(si))
             if not len(states):
                 continue
             ob, oa, old_cls = self._class_codes(s, states)
@@ -365,10 +438,10 @@ class ProofState:
                 single = codes >= 0
                 at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
                 diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
-            per_col = diff[:, inv.reshape(-1)] & live  # states x columns
-            rs = self.rs_of[states]
-            bits = (self.reached[:, rs >> 3] >> (7 - (rs & 7)).astype(np.uint8)) & 1  # columns x states
-            hit = np.argwhere(per_col & (bits.T == 1))
+            per_col = diff[:, inv.reshape(-1)]  # states x columns
+            n_cols = per_col.shape[1]
+            inr = self.in_reach(np.tile(np.arange(n_cols), len(states)), np.repeat(states, n_cols))
+            hit = np.argwhere(per_col & inr.reshape(len(states), n_cols))
             out_s.append(states[hit[:, 0]])
             out_c.append(hit[:, 1])
         cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
@@ -389,27 +462,100 @@ class ProofState:
             c, x = keys // ch.n_states, keys % ch.n_states
             rs = self.rs_of[x]
             ok = rs >= 0
-            c, rs = c[ok], rs[ok]
-            bit = (1 << (7 - (rs & 7))).astype(np.uint8)
+            bit = (1 << (7 - (rs[ok] & 7))).astype(np.uint8)
             if on:
-                np.bitwise_or.at(self.reached, (c, rs >> 3), bit)
+                np.bitwise_or.at(self.reached, (c[ok], rs[ok] >> 3), bit)
+                self.extra = np.union1d(self.extra, keys[~ok])
             else:
-                np.bitwise_and.at(self.reached, (c, rs >> 3), ~bit)
-        if len(p["fresh"]):
-            self.edges = np.union1d(self.edges, p["fresh"])
-            if not p["rank_ok"]:
-                self.rank = topo_rank(self.edges, ch.n_states)
+                np.bitwise_and.at(self.reached, (c[ok], rs[ok] >> 3), ~bit)
+                self.extra = np.setdiff1d(self.extra, keys[~ok])
+        fresh = p["fresh"]
+        if len(fresh) and self.rank is not None and not (self.rank[fresh >> 32] < self.rank[fresh & LOW32]).all():
+            self.rank = None  # ranks again when a check needs them (_cycle)
+        self.edges, self.count = p["edges"], p["count"]
         self.egress, self.comp = p["egress"], p["comp"]
         self._pending = None
+
+    def _updated(self, removed: Any, added: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The dependency graph after the change, exactly: (edges, their counts, edges that are new). Each edge
+        counts the (column, node) expansions that make it; the old walk's nodes below the change give theirs
+        back, the nodes walked anew add theirs."""
+        count = self.count.copy()
+        rk, rw = removed.total()
+        if len(rk):
+            at = np.minimum(np.searchsorted(self.edges, rk), max(len(self.edges) - 1, 0))
+            if not len(self.edges) or (self.edges[at] != rk).any():  # pragma: no cover - the invariant
+                raise AssertionError("the old walk below the change made an edge the base does not hold")
+            count[at] -= rw
+        ak, aw = added.total()
+        fresh = not_in(ak, self.edges)
+        if len(ak):
+            known = np.isin(ak, fresh, invert=True)
+            count[np.searchsorted(self.edges, ak[known])] += aw[known]
+        if len(rk) and (count < 0).any():  # pragma: no cover - the invariant: below nodes' edges were counted
+            raise AssertionError("dependency counts went negative: the proof base is inconsistent")
+        keep = count > 0
+        fw = aw[np.isin(ak, fresh)]
+        edges = np.concatenate([self.edges[keep], fresh])
+        count = np.concatenate([count[keep], fw])
+        order = np.argsort(edges, kind="stable")
+        return edges[order], count[order], fresh
+
+    def _cycle(self, edges: np.ndarray, test: np.ndarray) -> tuple[tuple[str, ...] | None, bool]:
+        """A cycle of ``edges`` (sorted; a subgraph of the base's and ``test``) plus ``test``, named, or None. The
+        base's ranks grow along its edges, so only an edge of ``test`` can close a cycle, and one from a lower to a
+        higher rank cannot; for the others, a search from its head over ``edges`` and ``test`` among ranks up
+        to its tail's. Second: was any edge searched?"""
+        if not len(test):
+            return None, False
+        if self.rank is None:
+            self.rank = topo_rank(self.edges, self.ch.n_states)
+            if self.rank is None:  # pragma: no cover - E itself is proven acyclic
+                every = self.edges
+                return find_cycle(core_graph(every >> 32, every & LOW32), self.name), True
+        src, dst = test >> 32, test & LOW32
+        bad = np.flatnonzero(self.rank[src] >= self.rank[dst])
+        extra = np.sort(test)
+        for i in bad.tolist():
+            u, v = int(src[i]), int(dst[i])
+            if self._reaches(edges, v, u, int(self.rank[u]), extra):
+                every = np.union1d(edges, test)
+                return find_cycle(core_graph(every >> 32, every & LOW32), self.name), True
+        return None, bool(len(bad))
+
+    def _reaches(self, graph: np.ndarray, start: int, goal: int, top: int, extra: np.ndarray) -> bool:
+        """Does ``start`` reach ``goal`` over ``graph`` and ``extra`` (sorted packed edges) through nodes of rank
+        <= ``top``?"""
+        seen = {start}
+        frontier = np.array([start], dtype=np.int64)
+        while len(frontier):
+            nxt = []
+            for edges in (graph, extra):
+                lo = np.searchsorted(edges, frontier << 32)
+                hi = np.searchsorted(edges, (frontier + 1) << 32)
+                cnt = hi - lo
+                if cnt.sum():
+                    idx = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+                    nxt.append(edges[idx] & LOW32)
+            if not nxt:
+                return False
+            cand = np.unique(np.concatenate(nxt))
+            if (cand == goal).any():
+                return True
+            cand = cand[self.rank[cand] <= top]
+            cand = np.array([x for x in cand.tolist() if x not in seen], dtype=np.int64)
+            seen.update(cand.tolist())
+            frontier = cand
+        return False
 
     def snapshot(self) -> tuple[Any, ...]:
         """What :meth:`commit` changes, copied: :meth:`restore` goes back to it."""
         return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
-                self.reached.copy(), self.edges, self.rank, self.egress, self.comp)
+                self.reached.copy(), self.extra, self.edges, self.count, self.rank, self.egress, self.comp)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
-        (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, self.reached, self.edges,
-         self.rank, self.egress, self.comp) = snap
+        (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, self.reached, self.extra,
+         self.edges, self.count, self.rank, self.egress, self.comp) = snap
         self._pending = None
 
     def _splits_unchanged(self, relevant: dict[str, list[Any]], names: list[str]) -> None:

@@ -21,10 +21,36 @@ import numpy as np
 from hpcfabric.verify.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 from hpcfabric.verify.redecide import SwitchDecisions
+from hpcfabric.verify.unions import Counter
 
-__all__ = ["ChangeWalk"]
+__all__ = ["ChangeWalk", "NodeSet"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
+
+
+class NodeSet:
+    """A set of nodes (column, state) as a bit per pair: adding and testing many at once, no sorting."""
+
+    def __init__(self, n_cols: int, n_states: int) -> None:
+        self.n = n_states
+        self.bits = np.zeros((n_cols, (n_states + 7) // 8), dtype=np.uint8)  # pages appear as they are touched
+        self.parts: list[np.ndarray] = []
+
+    def has(self, keys: np.ndarray) -> np.ndarray:
+        c, x = keys // self.n, keys % self.n
+        return (self.bits[c, x >> 3] >> (x & 7).astype(np.uint8)) & 1 == 1
+
+    def add(self, keys: np.ndarray) -> np.ndarray:
+        """Add ``keys``; the ones that were not in yet (each once)."""
+        keys = np.unique(keys)
+        new = keys[~self.has(keys)]
+        c, x = new // self.n, new % self.n
+        np.bitwise_or.at(self.bits, (c, x >> 3), (1 << (x & 7)).astype(np.uint8))
+        self.parts.append(new)
+        return new
+
+    def keys(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int64)
 
 
 class ChangeWalk:
@@ -44,20 +70,19 @@ class ChangeWalk:
         self.bad: dict[str, int] = {}
         self.examples: list[tuple[int, int, str]] = []
         self.max_failures = max_failures
-        self.edge_parts: list[np.ndarray] = []
+        self.added = Counter()  # dependencies of the nodes walked, each (column, node) once
+        self.removed = Counter()  # closure(): dependencies of the old walk's nodes below the change
         self.mixed_parts: list[np.ndarray] = []
         self.expanded: list[np.ndarray] = []  # node keys expanded with their outcomes checked
 
     # -- results --------------------------------------------------------------
-    def edges(self) -> np.ndarray:
-        return np.unique(np.concatenate(self.edge_parts)) if self.edge_parts else np.zeros(0, dtype=np.int64)
 
     def mixed_edges(self) -> np.ndarray:
         return np.unique(np.concatenate(self.mixed_parts)) if self.mixed_parts else np.zeros(0, dtype=np.int64)
 
     def visited(self) -> np.ndarray:
-        """Keys (column * states + state) of the nodes expanded with their outcomes checked."""
-        return np.unique(np.concatenate(self.expanded)) if self.expanded else np.zeros(0, dtype=np.int64)
+        """Keys (column * states + state) of the nodes expanded with their outcomes checked (each once)."""
+        return np.concatenate(self.expanded) if self.expanded else np.zeros(0, dtype=np.int64)
 
     def describe(self) -> list[dict[str, Any]]:
         ch, cols = self.state.ch, self.state.cols
@@ -69,41 +94,50 @@ class ChangeWalk:
         return out
 
     # -- walking --------------------------------------------------------------
-    def run(self, cols: np.ndarray, states: np.ndarray, inside: np.ndarray) -> None:
-        """Walk from the nodes (``cols``, ``states``), expanding a reached node only if it is in ``inside`` (sorted
-        node keys: the old walk's descendants of the changed nodes) or was never reached before."""
-        n = self.state.ch.n_states
-        frontier = np.unique(cols.astype(np.int64) * n + states)
-        seen = frontier
+    def run(self, cols: np.ndarray, states: np.ndarray, inside: NodeSet) -> None:
+        """Walk from the nodes (``cols``, ``states``), expanding a reached node only if it is ``inside`` (the old
+        walk's descendants of the changed nodes) or was never reached before."""
+        st = self.state
+        n = st.ch.n_states
+        seen, mix_seen = NodeSet(len(st.cols.want), n), NodeSet(len(st.cols.want), n)
+        frontier = seen.add(cols.astype(np.int64) * n + states)
         mix_frontier = np.zeros(0, dtype=np.int64)
-        mix_seen = np.zeros(0, dtype=np.int64)
         while len(frontier) or len(mix_frontier):
             self.nodes += len(frontier)
             self.expanded.append(frontier)
             nxt, mixed = self._expand(frontier // n, frontier % n, checked=True, inside=inside)
-            mix_next = np.zeros(0, dtype=np.int64)
             if len(mix_frontier):
                 got, more = self._expand(mix_frontier // n, mix_frontier % n, checked=False, inside=inside)
-                mix_next = np.concatenate([got, more])
-            frontier = np.setdiff1d(np.unique(nxt), seen)
-            seen = np.union1d(seen, frontier)
-            mix_frontier = np.setdiff1d(np.setdiff1d(np.unique(np.concatenate([mixed, mix_next])), seen), mix_seen)
-            mix_seen = np.union1d(mix_seen, mix_frontier)
+                mixed = np.concatenate([mixed, got, more])
+            frontier = seen.add(nxt)
+            mixed = mixed[~seen.has(mixed)] if len(mixed) else mixed
+            mix_frontier = mix_seen.add(mixed)
 
-    def closure(self, cols: np.ndarray, states: np.ndarray) -> np.ndarray:
-        """Node keys of the walk from (``cols``, ``states``) through the base's choices (this walk's ``new``
-        must be empty): the old walk's descendants of those nodes, themselves included."""
+    def closure(self, cols: np.ndarray, states: np.ndarray) -> NodeSet:
+        """The walk from (``cols``, ``states``) through the base's choices (this walk's ``new`` must be empty):
+        the old walk's descendants of those nodes, themselves included."""
         ch = self.state.ch
         n = ch.n_states
-        seen = frontier = np.unique(cols.astype(np.int64) * n + states)
+        seen = NodeSet(len(self.state.cols.want), n)
+        frontier = seen.add(cols.astype(np.int64) * n + states)
         while len(frontier):
             c, x = frontier // n, frontier % n
             sw = np.searchsorted(ch.state_base, x, side="right") - 1
             b, a = self.choices(c, x, sw)
-            nxt = [self.next_nodes(c, x, sw, codes)[0] for codes in (b, a)]
-            frontier = np.setdiff1d(np.unique(np.concatenate(nxt)), seen)
-            seen = np.union1d(seen, frontier)
+            nxt = []
+            for codes, sel in ((b, slice(None)), (a, a != b)):
+                keys, res = self.next_nodes(c[sel], x[sel], sw[sel], codes[sel])
+                self.removed.add(self.dependencies(c[sel], x[sel], res))
+                nxt.append(keys)
+            frontier = seen.add(np.concatenate(nxt))
         return seen
+
+    def dependencies(self, c: np.ndarray, x: np.ndarray, res: np.ndarray) -> np.ndarray:
+        """Packed dependency edges of host traffic arriving over fabric links at nodes (``c``, ``x``) whose next
+        state is ``res`` (final codes make none)."""
+        st = self.state
+        dep = (res >= 0) & ~st.host_state[x] & ~st.cols.probe[c]
+        return x[dep] << 32 | res[dep]
 
     def next_nodes(self, c: np.ndarray, x: np.ndarray, sw: np.ndarray, codes: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -159,13 +193,14 @@ class ChangeWalk:
         return self.state.decide_more(name, states)
 
     def _expand(self, c: np.ndarray, x: np.ndarray, *, checked: bool,
-                inside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                inside: NodeSet) -> tuple[np.ndarray, np.ndarray]:
         """Next nodes of the nodes (``c``, ``x``): (by the new choices, by the old choices of changed switches)."""
         st = self.state
         ch = st.ch
         sw = np.searchsorted(ch.state_base, x, side="right") - 1
         b, a = self.choices(c, x, sw)
-        out_new = [self._follow(c, x, sw, codes, checked, inside) for codes in (b, a)]
+        d = a != b  # the paused choice counts where it differs (as the union walk)
+        out_new = [self._follow(c, x, sw, b, checked, inside), self._follow(c[d], x[d], sw[d], a[d], checked, inside)]
         out_mix: list[np.ndarray] = []
         mix_sel = np.flatnonzero(self.is_new[sw]) if self.mix else np.zeros(0, dtype=np.int64)
         if len(mix_sel):
@@ -175,25 +210,21 @@ class ChangeWalk:
         return cat(out_new), cat(out_mix)
 
     def _follow(self, c: np.ndarray, x: np.ndarray, sw: np.ndarray, codes: np.ndarray, check: bool,
-                inside: np.ndarray) -> np.ndarray:
+                inside: NodeSet) -> np.ndarray:
         """Outcomes of ``codes`` at the nodes checked (``check``), dependencies kept; the next nodes to expand."""
         st = self.state
-        cols = st.cols
         keys, res = self.next_nodes(c, x, sw, codes)
         final = res < 0
         if check and final.any():
             self._finals(c[final], x[final], res[final], sw[final])
         go = ~final
-        dep = go & ~st.host_state[x] & ~cols.probe[c]  # host traffic's dependencies, from fabric arrivals
-        if dep.any():
-            (self.edge_parts if check else self.mixed_parts).append(x[dep] << 32 | res[dep])
+        deps = self.dependencies(c, x, res)
+        if check:
+            self.added.add(deps)
+        else:
+            self.mixed_parts.append(deps)
         nc, ny = c[go], res[go]
-        rs = st.rs_of[ny]
-        inr = np.zeros(len(nc), dtype=bool)
-        ok = rs >= 0
-        r = rs[ok]
-        inr[ok] = (st.reached[nc[ok], r >> 3] >> (7 - (r & 7))) & 1 == 1
-        keep = ~inr | np.isin(keys, inside, assume_unique=False)  # reached, not below a change: the old walk
+        keep = ~st.in_reach(nc, ny) | inside.has(keys)  # reached, not below a change: the old walk
         return keys[keep]
 
     def _finals(self, c: np.ndarray, x: np.ndarray, got: np.ndarray, sw: np.ndarray) -> None:

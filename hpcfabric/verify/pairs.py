@@ -3,9 +3,9 @@ proof (:mod:`hpcfabric.verify.proof`) and the incremental one (:mod:`hpcfabric.v
 
 :func:`prepare` reads a compiled fabric once: the data-relevant entries, the destination columns (one per
 alike access switch, one per host otherwise, then the invalid probes), their :class:`~hpcfabric.verify.choices.Choices`
-and where hosts inject (:class:`Columns`). On the surviving fabric (``compiled.failures``) the failed
-switches' hosts are neither destinations nor sources, and a pair the failures disconnect is no pair to
-deliver. :func:`cdg_verdict` checks a set of packed dependency edges for cycles, whole and per class.
+and where hosts inject (:class:`Columns`). On the surviving fabric (``compiled.failures``) a failed switch injects
+nothing, and a pair the failures disconnect (a failed switch's hosts among them) is no pair to deliver --
+its frames are walked all the same: they wait in queues until dropped, so their dependencies count. :func:`cdg_verdict` checks a set of packed dependency edges for cycles, whole and per class.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ class Inputs:
 
 
 def prepare(compiled: Any, *, progress: Callable[[int, int, float], None] | None = None,
-            relevant: dict[str, list[Any]] | None = None) -> Inputs:
-    """Entries, columns and choices of ``compiled`` (module docstring)."""
+            relevant: dict[str, list[Any]] | None = None, every_port: bool = False) -> Inputs:
+    """Entries, columns and choices of ``compiled`` (module docstring); ``every_port``: hosts inject from
+    every host port (:meth:`Columns.injections`)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     fabric, plan = compiled.fabric, compiled.plan
@@ -56,7 +57,7 @@ def prepare(compiled: Any, *, progress: Callable[[int, int, float], None] | None
     failures = getattr(compiled, "failures", None)
     every = groups_of_hosts(hosts)
     split = structural_splits_of(relevant, host_macs, every)
-    groups = {t: ids for t, ids in every.items() if not failures or t not in failures.switches}
+    groups = every  # a failed switch's hosts are still destinations: frames to them travel until dropped
     target_host = np.concatenate([ids if t in split else ids[:1] for t, ids in groups.items()]) if groups else \
         np.zeros(0, dtype=np.int64)
     probes = probe_addresses(plan)
@@ -67,7 +68,7 @@ def prepare(compiled: Any, *, progress: Callable[[int, int, float], None] | None
     timings["decisions"] = time.perf_counter() - t1
     timings.update({f"decisions.{k}": v for k, v in ch.timings.items()})
     cols = Columns(ch, groups, split, target_host, len(probes))
-    cols.injections(ch, groups, fabric)
+    cols.injections(ch, groups, fabric, every_port, failed=failures.switches if failures else frozenset())
     if failures:
         cols.surviving(ch, failures)
     return Inputs(relevant, host_macs, groups, split, targets, probes, ch, cols, timings)
@@ -114,30 +115,38 @@ class Columns:
         self.single += [False] * n_probes
         self.names = [fabric.hosts[h].name for h in host] + [f"probe {i}" for i in range(n_probes)]
         self.state_comp: np.ndarray | None = None  # surviving(): switch -> connected component
+        self.components: tuple[np.ndarray, np.ndarray] | None = None  # surviving(): per switch, per column
         self.unreachable = 0
         self.col_sw = np.array([ch.sw_index[fabric.hosts[h].switch] for h in host], dtype=np.int64)
         self.decode = ch.decode
 
-    def injections(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any) -> None:
+    def injections(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any, every_port: bool = False,
+                   failed: Any = frozenset()) -> None:
         """Where hosts inject (:meth:`starts`): per switch and host port class one port (another member
         for the column of that port's own host: the self pair is no pair); probes from the first host
-        of every access switch."""
+        of every access switch. ``every_port``: from every host port (the incremental proof's base: a
+        change may set one host port apart from its class), probes too. A ``failed`` switch injects nothing."""
         rep_state, rep_host, alt_state = [], [], []
+        probe_from = []
         for t in groups:
+            if t in failed:
+                continue
             members: dict[int, list[int]] = {}
             for p in sorted(fabric.host_ports(t)):
-                members.setdefault(ch.port_class[ch.sw_index[t]][p], []).append(p)
+                members.setdefault(-p if every_port else ch.port_class[ch.sw_index[t]][p], []).append(p)
             for ports in members.values():
                 rep_state.append(ch.state(t, ports[0], UNTAGGED))
                 rep_host.append(ch.hid[fabric.peer(t, ports[0]).node])
                 alt_state.append(ch.state(t, ports[1], UNTAGGED) if len(ports) > 1 else -1)
+            host_ports = sorted(fabric.host_ports(t)) if every_port else [fabric.hosts[int(groups[t][0])].port]
+            probe_from += [ch.state(t, p, UNTAGGED) for p in host_ports]
         self._inject = tuple(np.array(x, dtype=np.int64) for x in (rep_state, rep_host, alt_state))
-        self._probe_from = np.array([ch.state(t, fabric.hosts[int(ids[0])].port, UNTAGGED)
-                                     for t, ids in groups.items()], dtype=np.int64)
+        self._probe_from = np.array(probe_from, dtype=np.int64)
 
     def surviving(self, ch: Choices, failures: Any) -> None:
-        """On the surviving fabric, a host pair whose switches the failures disconnect is no pair to deliver:
-        :meth:`starts` leaves those injections out (:attr:`unreachable` counts them)."""
+        """On the surviving fabric, a host pair whose switches the failures disconnect is no pair to deliver
+        (its frames are still walked: their dependencies count until they are dropped): :attr:`components`
+        for :func:`~hpcfabric.verify.unions.walk_union`, :attr:`unreachable` counts those injections."""
         fabric = ch.fabric
         g = nx.Graph()
         g.add_nodes_from(ch.names)
@@ -150,6 +159,7 @@ class Columns:
         for i, members in enumerate(nx.connected_components(g)):
             comp[[ch.sw_index[m] for m in members]] = i
         self.state_comp = comp
+        self.components = (comp, np.concatenate([comp[self.col_sw], np.full(len(self.want) - len(self.col_sw), -1)]))
 
     def starts(self, which: np.ndarray | None = None, probes: bool = True,
                comp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -167,10 +177,8 @@ class Columns:
         keep = st >= 0
         col, st = col[keep], st[keep]
         comp = self.state_comp if comp is None else comp
-        if comp is not None:  # the surviving fabric: only pairs it still connects
-            same = comp[self.decode(st)[0]] == comp[self.col_sw[col]]
-            self.unreachable += int((~same).sum())
-            col, st = col[same], st[same]
+        if comp is not None:  # the surviving fabric: pairs it no longer connects (walked, not to be delivered)
+            self.unreachable += int((comp[self.decode(st)[0]] != comp[self.col_sw[col]]).sum())
         n_probe = len(self.want) - n_host_cols
         if n_probe and probes:
             first = self._probe_from

@@ -175,7 +175,7 @@ def prove(
         t1 = time.perf_counter()
         start_col, start_state = cols.starts()
         walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
-                          max_witnesses=max_failures)
+                          max_witnesses=max_failures, components=cols.components)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         cdg = cdg_verdict(ch, walk.edges)
@@ -183,7 +183,7 @@ def prove(
         if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
             t1 = time.perf_counter()
             walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
-                              max_witnesses=max_failures)
+                              max_witnesses=max_failures, components=cols.components)
             timings["loops"] = time.perf_counter() - t1
     undelivered, probe_fail = walk.bad, walk.bad_probe
     failures = [{"kind": k, **describe_walk(ch, w, cols.names)} for w, k in zip(walk.witnesses, walk.witness_kinds)]

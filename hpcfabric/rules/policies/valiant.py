@@ -88,7 +88,7 @@ def redirected_detours(ctx: Context, sw: Switch, prefs: tuple[int, ...],
     ``second`` are the first two live Valiant ports, in the host's rotation, into groups that have one (or are
     ``g``); None where there is none. Every detour then keeps the Valiant shape (two global hops)."""
     router = ctx.router
-    if not ctx.failures or ctx.fabric.kind != "dragonfly" or not prefs:
+    if not ctx.failures or not ctx.redirect or ctx.fabric.kind != "dragonfly" or not prefs:
         return []
     group_of = {p: router.port_group(sw, p) for p in valiant}  # type: ignore[attr-defined]
     lost: set[int] = set()
