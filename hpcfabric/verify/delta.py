@@ -51,12 +51,12 @@ from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.columns import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet
-from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
+from hpcfabric.verify.depgraph import DepGraph, not_in
 from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
 from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
 from hpcfabric.verify.unions import reach_index, walk_union
 
-__all__ = ["NotIncremental", "DeltaReport", "ProofState", "topo_rank", "surviving"]
+__all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
 
@@ -101,31 +101,6 @@ class DeltaReport:
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
-def topo_rank(edges: np.ndarray, n: int) -> np.ndarray | None:
-    """A rank per node (``0 .. n-1``) that grows along every packed edge; None if the edges have a cycle."""
-    rank = np.zeros(n, dtype=np.int64)
-    src, dst = edges >> 32, edges & LOW32
-    alive = np.ones(len(edges), dtype=bool)
-    level = 0
-    while alive.any():
-        s, d = src[alive], dst[alive]
-        free = ~np.isin(s, d)  # edges whose source has no incoming edge left
-        if not free.any():
-            return None
-        level += 1
-        rank[d[free]] = np.maximum(rank[d[free]], level)
-        alive[np.flatnonzero(alive)[free]] = False
-    return rank
-
-
-def not_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """The elements of ``keys`` not in ``sorted_keys`` (sorted, unique): a search per key, no sort of the big one."""
-    if not len(keys) or not len(sorted_keys):
-        return keys
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return keys[sorted_keys[at] != keys]
-
-
 def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
     """(next state or final code per (switch, port, PCP slot), connected component per switch) of the
     fabric with ``failures`` out (None: none)."""
@@ -166,9 +141,7 @@ class ProofState:
         self.reached = reached
         #: reach outside the bit set: node keys (column * states + state) of states without a base line, sorted
         self.extra = np.zeros(0, dtype=np.int64)
-        self.edges = edges
-        self.count = counts  # per edge: the (column, node) expansions that make it
-        self.rank = topo_rank(edges, ch.n_states)
+        self.graph = DepGraph(edges, counts, ch.n_states)  # the dependency graph, exactly, with edge counts
         self.report = report
         #: switches decided again (a committed change, or states no walk reached before)
         self.switches: dict[str, SwitchDecisions] = {}
@@ -326,10 +299,10 @@ class ProofState:
         walk.run(ec, es, below)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        edges, count, fresh = self._updated(old.removed, walk.added)
+        edges, count, fresh = self.graph.updated(old.removed, walk.added)
         mixed = not_in(not_in(np.unique(np.concatenate(walk.mixed_parts)) if walk.mixed_parts else
                               np.zeros(0, dtype=np.int64), edges), fresh)
-        cycle, full = self._cycle(edges, np.union1d(fresh, mixed))
+        cycle, full = self.graph.cycle(edges, np.union1d(fresh, mixed), self.name)
         timings["cdg"] = time.perf_counter() - t1
         self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
                          "visited": walk.visited(), "fresh": fresh, "edges": edges, "count": count,
@@ -469,93 +442,19 @@ class ProofState:
             else:
                 np.bitwise_and.at(self.reached, (c[ok], rs[ok] >> 3), ~bit)
                 self.extra = np.setdiff1d(self.extra, keys[~ok])
-        fresh = p["fresh"]
-        if len(fresh) and self.rank is not None and not (self.rank[fresh >> 32] < self.rank[fresh & LOW32]).all():
-            self.rank = None  # ranks again when a check needs them (_cycle)
-        self.edges, self.count = p["edges"], p["count"]
+        self.graph.commit(p["edges"], p["count"], p["fresh"])
         self.egress, self.comp = p["egress"], p["comp"]
         self._pending = None
-
-    def _updated(self, removed: Any, added: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The dependency graph after the change, exactly: (edges, their counts, edges that are new). Each edge
-        counts the (column, node) expansions that make it; the old walk's nodes below the change give theirs
-        back, the nodes walked anew add theirs."""
-        count = self.count.copy()
-        rk, rw = removed.total()
-        if len(rk):
-            at = np.minimum(np.searchsorted(self.edges, rk), max(len(self.edges) - 1, 0))
-            if not len(self.edges) or (self.edges[at] != rk).any():  # pragma: no cover - the invariant
-                raise AssertionError("the old walk below the change made an edge the base does not hold")
-            count[at] -= rw
-        ak, aw = added.total()
-        fresh = not_in(ak, self.edges)
-        if len(ak):
-            known = np.isin(ak, fresh, invert=True)
-            count[np.searchsorted(self.edges, ak[known])] += aw[known]
-        if len(rk) and (count < 0).any():  # pragma: no cover - the invariant: below nodes' edges were counted
-            raise AssertionError("dependency counts went negative: the proof base is inconsistent")
-        keep = count > 0
-        fw = aw[np.isin(ak, fresh)]
-        edges = np.concatenate([self.edges[keep], fresh])
-        count = np.concatenate([count[keep], fw])
-        order = np.argsort(edges, kind="stable")
-        return edges[order], count[order], fresh
-
-    def _cycle(self, edges: np.ndarray, test: np.ndarray) -> tuple[tuple[str, ...] | None, bool]:
-        """A cycle of ``edges`` (sorted; a subgraph of the base's and ``test``) plus ``test``, named, or None. The
-        base's ranks grow along its edges, so only an edge of ``test`` can close a cycle, and one from a lower to a
-        higher rank cannot; for the others, a search from its head over ``edges`` and ``test`` among ranks up
-        to its tail's. Second: was any edge searched?"""
-        if not len(test):
-            return None, False
-        if self.rank is None:
-            self.rank = topo_rank(self.edges, self.ch.n_states)
-            if self.rank is None:  # pragma: no cover - E itself is proven acyclic
-                every = self.edges
-                return find_cycle(core_graph(every >> 32, every & LOW32), self.name), True
-        src, dst = test >> 32, test & LOW32
-        bad = np.flatnonzero(self.rank[src] >= self.rank[dst])
-        extra = np.sort(test)
-        for i in bad.tolist():
-            u, v = int(src[i]), int(dst[i])
-            if self._reaches(edges, v, u, int(self.rank[u]), extra):
-                every = np.union1d(edges, test)
-                return find_cycle(core_graph(every >> 32, every & LOW32), self.name), True
-        return None, bool(len(bad))
-
-    def _reaches(self, graph: np.ndarray, start: int, goal: int, top: int, extra: np.ndarray) -> bool:
-        """Does ``start`` reach ``goal`` over ``graph`` and ``extra`` (sorted packed edges) through nodes of rank
-        <= ``top``?"""
-        seen = {start}
-        frontier = np.array([start], dtype=np.int64)
-        while len(frontier):
-            nxt = []
-            for edges in (graph, extra):
-                lo = np.searchsorted(edges, frontier << 32)
-                hi = np.searchsorted(edges, (frontier + 1) << 32)
-                cnt = hi - lo
-                if cnt.sum():
-                    idx = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
-                    nxt.append(edges[idx] & LOW32)
-            if not nxt:
-                return False
-            cand = np.unique(np.concatenate(nxt))
-            if (cand == goal).any():
-                return True
-            cand = cand[self.rank[cand] <= top]
-            cand = np.array([x for x in cand.tolist() if x not in seen], dtype=np.int64)
-            seen.update(cand.tolist())
-            frontier = cand
-        return False
 
     def snapshot(self) -> tuple[Any, ...]:
         """What :meth:`commit` changes, copied: :meth:`restore` goes back to it."""
         return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
-                self.reached.copy(), self.extra, self.edges, self.count, self.rank, self.egress, self.comp)
+                self.reached.copy(), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
+                self.comp)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, self.reached, self.extra,
-         self.edges, self.count, self.rank, self.egress, self.comp) = snap
+         self.graph.edges, self.graph.count, self.graph.rank, self.egress, self.comp) = snap
         self._pending = None
 
     def _splits_unchanged(self, relevant: dict[str, list[Any]], names: list[str]) -> None:
