@@ -1,6 +1,6 @@
 """etcd3gw under eventlet, as the controller runs it: request latencies and whether the hub keeps running.
 
-Starts a real 3-member etcd cluster (tests/etcd_cluster.py), monkey-patches eventlet like osken-manager,
+Starts a real 3-member etcd cluster (hpcfabric.emu.etcd_cluster), monkey-patches eventlet like osken-manager,
 then measures per operation of the HA round (lease keepalive, prefix range, claim txn) the latency, and
 runs 8 greenlets doing txns beside a 10-ms ticker greenlet: if the client blocked the hub (grpc-style
 threads, blocking sockets) the ticker's worst lateness would be the request time; green sockets keep it
@@ -19,14 +19,9 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from etcd_cluster import EtcdCluster, missing as etcd_missing  # noqa: E402
 
 from hpcfabric.controller.etcdstore import EtcdStore  # noqa: E402
+from hpcfabric.emu.etcd_cluster import EtcdCluster, missing as etcd_missing  # noqa: E402
 
 
 def pct(xs, q):

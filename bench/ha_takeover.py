@@ -1,6 +1,6 @@
 """Takeover time after ``kill -9`` of the master, etcd backend, for two etcd tunings side by side.
 
-For each setting a real 3-member etcd cluster (tests/etcd_cluster.py) is started; a master process (a
+For each setting a real 3-member etcd cluster (hpcfabric.emu.etcd_cluster) is started; a master process (a
 Python process ticking :class:`hpcfabric.controller.etcdha.EtcdHa` every ttl/5, as the controller's HA
 agent does) holds the partition, a standby ticks in this process; the master is killed with SIGKILL and
 the time until the standby is master is measured, ``--runs`` times. Prints median and max per setting:
@@ -25,10 +25,9 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from hpcfabric.emu.etcd_cluster import EtcdCluster, missing as etcd_missing
 
-from etcd_cluster import EtcdCluster, missing as etcd_missing  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 MASTER = """
 import sys, time

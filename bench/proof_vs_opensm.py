@@ -33,9 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENSM = Path(os.environ.get("HPCFABRIC_OPENSM_DIR", ROOT.parent.parent / "shared" / "opensm"))
-if not OPENSM.is_dir():
-    OPENSM = Path("/work/shared/opensm")
+#: OpenSM's scripts: ../shared/opensm beside the repository (HPCFABRIC_OPENSM_DIR overrides)
+OPENSM = Path(os.environ.get("HPCFABRIC_OPENSM_DIR") or ROOT.parent / "shared" / "opensm")
 sys.path.insert(0, str(ROOT))
 
 A12 = "kind: dragonfly\nname: dragonfly-a12-p6-h6\na: 12\np: 6\nh: 6\narrangement: palmtree\n"
@@ -129,6 +128,11 @@ def main() -> int:
     if args.one:
         print(json.dumps(run_one(*args.one)))
         return 0
+    missing = [f for f in ("gen_ibsim.py", "run_osm.sh") if not (OPENSM / f).is_file()]
+    if missing and not args.no_opensm:  # before any measurement, not after the hpcfabric runs
+        print(f"proof_vs_opensm: error: {OPENSM}: no {' or '.join(missing)} (OpenSM's scripts live in ../shared/opensm "
+              "beside the repository; set HPCFABRIC_OPENSM_DIR, or give --no-opensm)", file=sys.stderr)
+        return 2
     from hpcfabric.topology.loader import load_topology
 
     with tempfile.TemporaryDirectory(prefix="proof-bench-") as tmp:

@@ -7,8 +7,3 @@ shells: the os-ken controller app (`hpcfabric.controller`), the Mininet adapter
 """
 
 __version__ = "0.1.0"
-
-from hpcfabric.compat import install as install_moved_modules
-
-install_moved_modules()  # old flat import paths (hpcfabric.compiler, ...) keep working; see compat
-del install_moved_modules

@@ -1,6 +1,6 @@
 """The etcd HA phase of ``run_reliability.py`` (``--phases etcd``): controllers on a real 3-member etcd cluster.
 
-Own fabric (prefix ``<prefix>e``), own etcd cluster (tests/etcd_cluster.py), two controllers with
+Own fabric (prefix ``<prefix>e``), own etcd cluster (:mod:`hpcfabric.emu.etcd_cluster`), two controllers with
 ``[ha] backend = etcd``, ``partitions = 2``: each masters one partition (balanced), every switch is
 connected to both. Under a steady ping at 10 ms across the two partitions (summary keys ``etcd_*``):
 
@@ -20,39 +20,32 @@ controller``) and counts samples where one partition has masters from two instan
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from controller_proc import Controller, free_port, status_changes  # mininet/controller_proc.py
-from dmp_hosts import run_dmp, set_static_neighbours
-from fabric_topo import build_net, run_cmd
+from fabric_setup import write_conf
+from fabric_topo import run_cmd, set_controllers
+from fabric_up import Up, fabric_up
 from ovs_flows import port_state_entry
 from pause_inject import inject_pause
 from reachability import all_pairs_ping, steady_across
-from reliability_phases import stop_bed
+from reliability_phases import ha_settings
 from runkit import Report, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from etcd_cluster import EtcdCluster  # noqa: E402  (tests/etcd_cluster.py)
-
-from hpcfabric.config import load_config  # noqa: E402
-from hpcfabric.topology.partition import partition_fabric  # noqa: E402
+from hpcfabric.config import load_config
+from hpcfabric.emu.etcd_cluster import EtcdCluster
+from hpcfabric.topology.partition import partition_fabric
 
 Log = Callable[[str], None]
 
 
 def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], partitions: int, ttl: int) -> Path:
-    path = tmp / "etcd.conf"
-    path.write_text(
-        f"[hpcfabric]\ntopology = {topology}\nrouting = conditional\nlldp_interval = 0.5\nreload_poll = 0\n"
-        "log_level = INFO\nlink_speed_gbps = 0.01\n[metrics]\npoll_interval = 1\n"
-        f"[ha]\nbackend = etcd\nendpoints = {','.join(endpoints)}\npartitions = {partitions}\nttl = {ttl}\n"
-        f"prefix = /rel{int(time.time())}\n")
-    return path
+    ha = {"backend": "etcd", "endpoints": ",".join(endpoints), "partitions": partitions, "ttl": ttl,
+          "prefix": f"/rel{int(time.time())}"}
+    return write_conf(tmp / "etcd.conf", ha_settings(topology, ha, link_speed_gbps=0.01))
 
 
 def switch_roles(bridges: list[str]) -> dict[str, dict[int, str]]:
@@ -150,49 +143,48 @@ def pause_written(fabric: Any, prefix: str, switch: str, port: int, wait: float)
 
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:
-    f = report.summary
     cluster = EtcdCluster(3)
-    ctls: list[Controller] = []
-    net = None
-    sampler = None
     try:
         t = time.monotonic()
         cluster.start()
         log(f"etcd: 3 members up in {time.monotonic() - t:.1f} s ({', '.join(cluster.endpoints)})")
         conf = write_etcd_conf(tmp, topology, cluster.endpoints, partitions=2, ttl=2)
         cfg = load_config(conf)
-        fabric, plan, n = cfg.fabric, cfg.plan, len(cfg.fabric.switches)
-        parts = partition_fabric(fabric, 2)
-        part_of = {sw: p.name for p in parts for sw in p.switches}
+        fabric, n = cfg.fabric, len(cfg.fabric.switches)
         ports = [free_port(), free_port()]
         a = Controller(conf, tmp / "ea.json", ports[0], tmp / "ea.log")
         b = Controller(conf, tmp / "eb.json", ports[1], tmp / "eb.log")
-        ctls += [a, b]
-        a.start()
-        b.start()
-        net = build_net(fabric, plan, controller_port=ports[0], prefix=prefix, seed=11)
-        cmd = ["ovs-vsctl"]
-        for sw in fabric.switches:
-            cmd += ["--", "set-controller", prefix + sw.name, f"tcp:127.0.0.1:{ports[0]}", f"tcp:127.0.0.1:{ports[1]}"]
-        run_cmd(cmd, timeout=60)
 
-        def both_ready():
-            sa, sb = a.status() or {}, b.status() or {}
-            ok = (len(mastered(a)) == 1 and len(mastered(b)) == 1
-                  and sa.get("switches_confirmed", 0) + sb.get("switches_confirmed", 0) == n)
-            return ok or None
+        def both_ready(up: Up) -> None:  # every switch connected to both; each instance masters one partition
+            set_controllers(fabric, ports, prefix)
+            wait_until(lambda: (len(mastered(a)) == 1 and len(mastered(b)) == 1
+                                and sum((c.status() or {}).get("switches_confirmed", 0) for c in (a, b)) == n) or None,
+                       120, "each controller master of one partition, every switch confirmed")
 
-        wait_until(both_ready, 120, "each controller master of one partition, every switch confirmed")
-        log(f"fabric up: {n} switches in 2 partitions ({parts[0].label}; {parts[1].label}); "
-            f"A masters {mastered(a)}, B masters {mastered(b)}")
-        run_dmp(net)
-        set_static_neighbours(net, plan)
-        base = all_pairs_ping(net, fabric)
-        f["etcd_baseline_lost"] = base["lost"]
-        src = fabric.hosts_on(parts[0].switches[0])[0].name
-        dst = fabric.hosts_on(parts[1].switches[-1])[0].name
-        sampler = RoleSampler({p.name: [prefix + s for s in p.switches] for p in parts})
-        sampler.start()
+        with fabric_up(fabric, cfg.plan, [a, b], prefix=prefix, seed=11, ready=both_ready, report=report,
+                       progress=log) as up:
+            etcd_scenarios(up, cluster, prefix, pings, report, log)
+    finally:
+        cluster.close()
+
+
+def etcd_scenarios(up: Up, cluster: EtcdCluster, prefix: str, pings: int, report: Report, log: Log) -> None:
+    """The three scenarios of the module docstring under a steady ping, the role sampler running throughout."""
+    f = report.summary
+    a, b = up.controllers
+    ports = [a.port, b.port]
+    net, fabric = up.net, up.net.hf_fabric
+    parts = partition_fabric(fabric, 2)
+    part_of = {sw: p.name for p in parts for sw in p.switches}
+    log(f"fabric up: {len(fabric.switches)} switches in 2 partitions ({parts[0].label}; {parts[1].label}); "
+        f"A masters {mastered(a)}, B masters {mastered(b)}")
+    base = all_pairs_ping(net, fabric)
+    f["etcd_baseline_lost"] = base["lost"]
+    src = fabric.hosts_on(parts[0].switches[0])[0].name
+    dst = fabric.hosts_on(parts[1].switches[-1])[0].name
+    sampler = RoleSampler({p.name: [prefix + s for s in p.switches] for p in parts})
+    sampler.start()
+    try:
         port_of = {id(a): ports[0], id(b): ports[1]}
 
         # 1. kill -9 of the master of src's partition
@@ -287,7 +279,4 @@ def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log
             if f.get(key):
                 report.fail(f"etcd: {key} = {f[key]}")
     finally:
-        if sampler is not None:
-            sampler.stop()
-        stop_bed(net, ctls, report, "net.stop (etcd)")
-        cluster.close()
+        sampler.stop()

@@ -1,8 +1,9 @@
 """What runs, and the wait-for-rules step: fabric, address plan and the flows every switch must hold.
 
-* Config copies for the controller: :func:`read_conf` / :func:`write_conf` (ConfigParser as the
-  controller reads it), :func:`write_config` (``run_fabric.py``'s: ``--config`` plus the command-line
-  overrides, absolute topology path, our status file and listen port).
+* The runners' one config writer, :func:`write_conf`: a controller config (a shipped one, or none) with
+  the runner's settings over it, the topology path absolute, our status file and listen port;
+  :func:`read_conf` reads one as the controller does. :func:`write_config` is ``run_fabric.py``'s
+  settings (``--config`` plus the command-line overrides).
 * :class:`Setup`: :func:`setup_from_config` computes it exactly as the controller does from that
   copy; :func:`setup_from_topology` compiles it from a topology (static mode without a config).
 * :func:`rules_in_place`: the controller (or ``ovs-ofctl --bundle``, static mode) installs the rules;
@@ -17,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ovs_flows import flow_counts, install_static_flows  # mininet/ovs_flows.py
 from runkit import StepResult, UsageError
@@ -53,7 +54,7 @@ def abs_path(path: str, base: Path | None = None) -> str:
     return os.path.normpath(str(p))
 
 
-def read_conf(path: Path | None = None) -> configparser.ConfigParser:
+def read_conf(path: Path | str | None = None) -> configparser.ConfigParser:
     """A controller config as the controller parses it (case kept, no interpolation); empty without ``path``."""
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"), default_section="\0none")
     parser.optionxform = str  # type: ignore[assignment,method-assign]
@@ -62,32 +63,42 @@ def read_conf(path: Path | None = None) -> configparser.ConfigParser:
     return parser
 
 
-def write_conf(parser: configparser.ConfigParser, path: Path) -> Path:
-    with open(path, "w", encoding="utf-8") as f:
+def write_conf(out: Path, settings: Mapping[str, Mapping[str, Any]], base: Path | str | None = None, *,
+               port: int | None = None, status: Path | None = None) -> Path:
+    """Write the controller's config ``out``: ``base`` (a controller config; its ``topology`` made absolute
+    from the config's folder) with ``settings`` (``{section: {key: value}}``) over it, ``status`` as its
+    ``status_file`` and ``port`` as its listen port on 127.0.0.1. Replaced atomically (a running
+    controller may read it). Returns ``out``."""
+    parser = read_conf(base)
+    hf = parser["hpcfabric"] if "hpcfabric" in parser else None
+    if base is not None and hf is not None and hf.get("topology", "").strip():
+        hf["topology"] = abs_path(hf["topology"].strip(), Path(base).resolve().parent)
+    extra: dict[str, dict[str, Any]] = {"hpcfabric": {"status_file": status}} if status is not None else {}
+    if port is not None:
+        extra["openflow"] = {"listen_host": "127.0.0.1", "listen_port": port}
+    for section, values in [*settings.items(), *extra.items()]:
+        if section not in parser:
+            parser[section] = {}
+        parser[section].update({k: str(v) for k, v in values.items()})
+    tmp = out.with_name(out.name + ".new")
+    with open(tmp, "w", encoding="utf-8") as f:
         parser.write(f)
-    return path
+    os.replace(tmp, out)
+    return out
 
 
 def write_config(args: argparse.Namespace, tmp: Path, listen_port: int, status_file: Path) -> Path:
-    """The controller's config: a copy of ``--config`` (if any) with the command-line overrides,
-    absolute paths, our status file and listen port."""
-    parser = read_conf()
-    base = Path.cwd()
-    if args.config:
-        src = Path(args.config)
-        if not src.is_file():
-            raise UsageError(f"config file {args.config} does not exist")
-        parser.read(src, encoding="utf-8")
-        base = src.resolve().parent
-    for section in ("hpcfabric", "openflow"):
-        if section not in parser:
-            parser[section] = {}
-    hf = parser["hpcfabric"]
+    """``run_fabric.py``'s config: ``--config`` (if any) with the command-line overrides (``--topology``,
+    ``--addressing``, ``--routing``, ``--link-speed-gbps``; conditional routing by default where the
+    fabric supports it), our status file and listen port."""
+    if args.config and not Path(args.config).is_file():
+        raise UsageError(f"config file {args.config} does not exist")
+    conf = read_conf(args.config)
+    given = dict(conf["hpcfabric"]) if "hpcfabric" in conf else {}
+    hf: dict[str, str] = {}
     if args.topology:
         hf["topology"] = abs_path(args.topology)
-    elif hf.get("topology", "").strip():
-        hf["topology"] = abs_path(hf["topology"].strip(), base)
-    else:
+    elif not given.get("topology", "").strip():
         raise UsageError("no topology: give --topology or a --config with [hpcfabric] topology")
     if args.addressing:
         hf["addressing"] = args.addressing
@@ -95,16 +106,14 @@ def write_config(args: argparse.Namespace, tmp: Path, listen_port: int, status_f
             hf["widths"] = ""
     if args.routing:
         hf["routing"] = args.routing
-    elif not hf.get("routing", "").strip():  # our default where the fabric supports it
-        fabric = load_topology(hf["topology"])
-        mode = hf.get("addressing", "").strip() or (fabric.params.get("addressing") or {}).get("mode") or "compact"
+    elif not given.get("routing", "").strip():  # our default where the fabric supports it
+        fabric = load_topology(hf.get("topology") or abs_path(given["topology"].strip(), Path(args.config).resolve().parent))
+        mode = hf.get("addressing") or given.get("addressing", "").strip() or \
+            (fabric.params.get("addressing") or {}).get("mode") or "compact"
         hf["routing"] = "conditional" if conditional_ok(fabric, mode) else "minimal"
     if args.link_speed_gbps:
         hf["link_speed_gbps"] = repr(args.link_speed_gbps)
-    hf["status_file"] = str(status_file)
-    parser["openflow"]["listen_host"] = "127.0.0.1"
-    parser["openflow"]["listen_port"] = str(listen_port)
-    return write_conf(parser, tmp / "controller.conf")
+    return write_conf(tmp / "controller.conf", {"hpcfabric": hf}, args.config, port=listen_port, status=status_file)
 
 
 def setup_from_config(path: Path) -> Setup:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without an installed package
@@ -248,6 +248,14 @@ def build_net(
         net.stop()
         raise
     return net
+
+
+def set_controllers(fabric: Fabric, ports: Sequence[int], prefix: str = "", host: str = "127.0.0.1") -> None:
+    """Connect every bridge of ``fabric`` to the controllers at ``ports`` (one ovsdb transaction)."""
+    cmd = ["ovs-vsctl"]
+    for sw in fabric.switches:
+        cmd += ["--", "set-controller", prefix + sw.name, *(f"tcp:{host}:{p}" for p in ports)]
+    run_cmd(cmd, timeout=60)
 
 
 def node(net: Mininet, name: str) -> Any:

@@ -1,8 +1,8 @@
 """Job-switch steps: a running controller gets a new traffic matrix (``[hpcfabric] traffic``) under live traffic.
 
 * :func:`write_matrices`: the jobs' matrices as files (``hpcfabric.topology.traffic.pattern_traffic``);
-  :func:`write_job_config`: a copy of a shipped config with the routing, the first job's matrix, our
-  status file and port, SIGHUP-only reloads (``reload_poll = 0``, so one job switch is one reload).
+  :func:`job_settings`: what the config copy (``fabric_setup.write_conf``) sets: the routing, the job's
+  matrix, SIGHUP-only reloads (``reload_poll = 0``, so one job switch is one reload).
 * :func:`expected_diff`: the entries that differ between the two jobs' tables, computed here from the
   configs exactly as the controller compiles them (``load_config``), per switch.
 * :class:`Generators`: ``traffic.py`` on every host (UDP with sequence numbers, Poisson, to every
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from controller_proc import Controller  # mininet/controller_proc.py
-from fabric_setup import read_conf, write_conf
+from fabric_setup import write_conf
 from fabric_topo import node
 from runkit import CheckFailed
 
@@ -52,23 +52,11 @@ def write_matrices(fabric: Any, jobs: list[str], tmp: Path) -> list[Path]:
     return out
 
 
-def write_job_config(base: Path, tmp: Path, routing: str, traffic: Path, port: int, status: Path) -> Path:
-    """A copy of ``base`` running ``routing`` with ``traffic`` = the job file the runner rewrites."""
-    parser = read_conf(base)
-    hf = parser["hpcfabric"]
-    hf["topology"] = str((base.parent / hf["topology"].strip()).resolve())
-    hf["routing"] = routing
-    hf["traffic"] = str(traffic)
-    hf["status_file"] = str(status)
-    hf["reload_poll"] = "0"  # SIGHUP only: one job switch = one reload
-    hf["log_level"] = "INFO"
-    if "openflow" not in parser:
-        parser["openflow"] = {}
-    parser["openflow"]["listen_host"] = "127.0.0.1"
-    parser["openflow"]["listen_port"] = str(port)
-    if "metrics" in parser:
-        parser["metrics"]["listen"] = ""
-    return write_conf(parser, tmp / f"{routing}.conf")
+def job_settings(routing: str, traffic: Path) -> dict[str, dict[str, str]]:
+    """What a job-switch run sets in the shipped config: ``routing``, ``traffic`` = the job file the runner
+    rewrites, SIGHUP-only reloads (one job switch = one reload), no metrics listener."""
+    return {"hpcfabric": {"routing": routing, "traffic": str(traffic), "reload_poll": "0", "log_level": "INFO"},
+            "metrics": {"listen": ""}}
 
 
 def expected_diff(conf_a: Path, conf_b: Path) -> tuple[dict[str, int], int]:
@@ -137,11 +125,7 @@ def switch_job(controller: Controller, traffic_file: Path, new_matrix: Path, tim
 
 def set_traffic_key(conf: Path, traffic: Path | None) -> None:
     """Rewrite ``[hpcfabric] traffic`` of the config copy ``conf`` (None: no matrix, the static intermediates)."""
-    parser = read_conf(conf)
-    parser["hpcfabric"]["traffic"] = str(traffic) if traffic is not None else ""
-    tmp = conf.with_suffix(".new")
-    write_conf(parser, tmp)
-    os.replace(tmp, conf)
+    write_conf(conf, {"hpcfabric": {"traffic": str(traffic) if traffic is not None else ""}}, conf)
 
 
 def reload_and_wait(controller: Controller, timeout: float = 60.0) -> dict[str, Any]:

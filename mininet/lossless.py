@@ -91,12 +91,6 @@ def fabric_directions(fabric: Any, prefix: str = "") -> list[ShapedLink]:
     return out
 
 
-def _tc(args: list[str]) -> None:
-    res = subprocess.run(["tc", *args], capture_output=True, text=True)
-    if res.returncode:
-        raise LosslessError(f"tc {' '.join(args)}: {res.stderr.strip() or res.returncode}")
-
-
 def shape_links(links: Iterable[ShapedLink], shape: LinkShape) -> int:
     """Install ``htb rate`` + ``bfifo limit`` on the egress of every link direction (idempotent: replaces).
 
@@ -120,13 +114,6 @@ def shape_links(links: Iterable[ShapedLink], shape: LinkShape) -> int:
     if res.returncode:
         raise LosslessError(f"tc -batch (shaping {n} interfaces) failed: {res.stderr.strip()[-400:]}")
     return n
-
-
-def unshape_links(links: Iterable[ShapedLink]) -> None:
-    """Remove the shapers again (best effort: the interfaces may be gone)."""
-    lines = [f"qdisc del dev {link.iface} root" for link in links]
-    if lines:
-        subprocess.run(["tc", "-force", "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
 
 
 # ---------------------------------------------------------------------------

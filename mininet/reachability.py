@@ -143,12 +143,6 @@ def ping_step(net: Any, fabric: Fabric, progress: Callable[[str], None], coverag
     return res
 
 
-def ping_pair(net: Any, src: str, dst: str, count: int = 3) -> bool:
-    """One pair, ``count`` pings: True if any came back."""
-    out = node(net, src).cmd(f"ping -n -q -c {count} -i 0.2 -W 1 {net.hf_ips[dst]}")
-    return "received" in out and " 0 received" not in out
-
-
 def reachable_all_pairs(net: Any, fabric: Fabric, attempts: int = 3) -> dict[str, Any]:
     """All-pairs ping, paced, a lost pair retried in up to ``attempts - 1`` slower passes (a busy 2-core box
     drops the odd echo); raises CheckFailed if a pair stays unreachable."""

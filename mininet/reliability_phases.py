@@ -9,7 +9,8 @@ as it measures them (a phase cut short by a timeout still reports what it measur
 * :func:`link_phase`: ``ip link set ... down`` on a fabric link carrying a ping -> reroute, all-pairs
   ping with the link down, link up, all-pairs ping again.
 
-The spoofing and fuzzing phase is :mod:`spoof_fuzz`'s.
+The spoofing and fuzzing phase is :mod:`spoof_fuzz`'s. :func:`ha_settings` / :func:`lease_settings`: what
+the controllers' config holds (the etcd phase's too).
 """
 
 from __future__ import annotations
@@ -21,25 +22,26 @@ from pathlib import Path
 from typing import Any, Callable
 
 from controller_proc import Controller, ready, status_changes  # mininet/controller_proc.py
-from fabric_topo import intf_name, run_cmd, stop_net
+from fabric_topo import intf_name, run_cmd, set_controllers
 from reachability import all_pairs_ping, steady_across
 from runkit import Report, wait_until
 
 Log = Callable[[str], None]
 
 
-def write_conf(tmp: Path, topology: Path, lease: Path, extra: str = "", fast_failover: bool = False) -> Path:
-    """The controllers' shared config: conditional routing, guards on, fast LLDP, HA by lease file."""
-    path = tmp / "reliability.conf"
-    path.write_text(
-        f"[hpcfabric]\ntopology = {topology}\nrouting = conditional\nlldp_interval = 0.5\nreload_poll = 0\n"
-        f"log_level = INFO\n{extra}\n"
-        "[guards]\nsource_check = on\npunt_meters = on\n"
-        "[metrics]\npoll_interval = 1\n"
-        f"[ha]\nrole = auto\nlease_file = {lease}\nlease_timeout = 1.0\n"
-        f"[failover]\nfast_failover = {'on' if fast_failover else 'off'}\n"
-    )
-    return path
+def ha_settings(topology: Path, ha: dict[str, Any], **hpcfabric: Any) -> dict[str, dict[str, Any]]:
+    """The reliability runs' controller config (``fabric_setup.write_conf`` writes it): conditional routing,
+    fast LLDP, SIGHUP-only reloads, INFO logs, metrics polled every second, ``[ha]`` = ``ha``."""
+    return {"hpcfabric": {"topology": topology, "routing": "conditional", "lldp_interval": 0.5, "reload_poll": 0,
+                          "log_level": "INFO", **hpcfabric},
+            "metrics": {"poll_interval": 1}, "ha": ha}
+
+
+def lease_settings(topology: Path, lease: Path, fast_failover: bool = False) -> dict[str, dict[str, Any]]:
+    """The lease-file phases' config: :func:`ha_settings` with HA by lease file, guards on."""
+    return {**ha_settings(topology, {"role": "auto", "lease_file": lease, "lease_timeout": 1.0}),
+            "guards": {"source_check": "on", "punt_meters": "on"},
+            "failover": {"fast_failover": "on" if fast_failover else "off"}}
 
 
 def pick_link(cfg: Any) -> Any:
@@ -123,9 +125,7 @@ def failover_phase(bed: Testbed, pings: int, report: Report, log: Log) -> None:
     no loss and no flow-mod. B is the testbed's master afterwards."""
     a, b, n = bed.a, bed.b, bed.n
     b.start()
-    for sw in bed.fabric.switches:
-        run_cmd(["ovs-vsctl", "set-controller", bed.prefix + sw.name, f"tcp:127.0.0.1:{bed.ports[0]}",
-                 f"tcp:127.0.0.1:{bed.ports[1]}"])
+    set_controllers(bed.fabric, bed.ports, bed.prefix)
     wait_until(lambda: (lambda st: st.get("pid") == b.pid and (st.get("ha") or {}).get("role") == "slave"
                         and st.get("switches_connected") == n)(status_of(b)), 60, "controller B slave on every switch")
     log(f"controller B (pid {b.pid}) is slave on every switch")
@@ -195,14 +195,3 @@ def link_phase(bed: Testbed, pings: int, interval: float, fast_failover: bool, r
         f"{after['lost']}, after restoration {again['lost']}")
     if after["lost"] or again["lost"] or linfo.get("ms") is None:
         report.fail(f"link failure: after {after['lost_pairs']} restored {again['lost_pairs']}")
-
-
-def stop_bed(net: Any, ctls: list[Controller], report: Report, what: str = "net.stop") -> None:
-    """Stop the Mininet net, then the controllers; on a failing run keep each controller's log tail."""
-    err = stop_net(net)
-    if err is not None:
-        report.fail(f"{what}: {err}")
-    for c in ctls:
-        if report.failures:
-            report.summary.setdefault("controller_logs", {})[c.log_path.name] = c.log_tail(8)
-        c.stop()

@@ -37,10 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,16 +50,13 @@ for _p in (str(HERE), str(ROOT)):
 
 import lossless  # noqa: E402  (mininet/lossless.py, by path)
 from controller_proc import Controller, free_port  # noqa: E402
-from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
 from exp_report import check_targets, plots, ratios, report_md, table  # noqa: E402
 from exp_traffic import SWITCH_MODE_MAX_IDLE_MS, Plan, check_send_buffer, measure, set_max_idle  # noqa: E402
 from exp_workload import PATTERN_NAMES, POLICIES, Job, bring_ups, pattern_dests  # noqa: E402
-from fabric_setup import read_conf, write_conf  # noqa: E402
-from fabric_topo import FabricNetError, build_net, ovs_running, stop_net  # noqa: E402
+from fabric_setup import write_conf  # noqa: E402
+from fabric_up import Run, fabric_up, run_main  # noqa: E402
 from reachability import reachable_all_pairs  # noqa: E402
-from runkit import (  # noqa: E402
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, UsageError, raise_on_signals,
-)  # fmt: skip
+from runkit import CheckFailed, Progress, UsageError  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
@@ -121,7 +115,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless df_adv_ratio >= 2, df_un_ratio >= 0.9 and fb_adv_ratio > 1 (when measured)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    try:
+        args.plan = make_plan(args)
+    except UsageError as err:
+        ap.error(str(err))
+    return args
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -170,33 +169,22 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 
 
-def write_config(base: Path, tmp: Path, policy: str, link_mbit: float, port: int, status: Path,
-                 pause_hold_ms: float | None = None, traffic: Path | None = None) -> Path:
-    """A copy of the shipped config with the policy, the emulated link speed, our status file and port
-    (and ``traffic``: the matrix file of a workload-aware policy; reloads on SIGHUP only)."""
-    parser = read_conf(base)
-    hf = parser["hpcfabric"]
-    hf["topology"] = str((base.parent / hf["topology"].strip()).resolve())
-    hf["routing"] = POLICIES[policy][0]
-    hf["reload_poll"] = "0"  # a job switch is one SIGHUP, never a second reload from the mtime poll
+def policy_settings(policy: str, link_mbit: float, pause_hold_ms: float | None = None,
+                    traffic: Path | None = None) -> dict[str, dict[str, str]]:
+    """What the runner sets in the shipped config for ``policy``: the routing, the emulated link speed, SIGHUP-only
+    reloads, ``traffic`` (the matrix file of a workload-aware policy), no metrics listener."""
+    routing, switch_local, _ = POLICIES[policy]
+    hf = {"routing": routing, "reload_poll": "0",  # a job switch is one SIGHUP, never a second reload from the poll
+          "link_speed_gbps": repr(link_mbit / 1000)}  # PAUSE quanta are 512 bit times at the emulated rate
     if traffic is not None:
         hf["traffic"] = str(traffic)
-    if POLICIES[policy][1]:
-        hf["pause_reaction"] = "switch"
-        if "failover" in parser:  # fast-failover groups and the switch-local reaction do not combine
-            parser["failover"]["fast_failover"] = "off"
-    hf["link_speed_gbps"] = repr(link_mbit / 1000)  # PAUSE quanta are 512 bit times at the emulated rate
-    hf["status_file"] = str(status)
     if pause_hold_ms is not None:
         hf["pause_hold_ms"] = f"{pause_hold_ms:g}"
-    if "openflow" not in parser:
-        parser["openflow"] = {}
-    parser["openflow"]["listen_host"] = "127.0.0.1"
-    parser["openflow"]["listen_port"] = str(port)
-    for section in ("metrics",):  # one run at a time must not fight over a metrics port
-        if section in parser:
-            parser[section]["listen"] = ""
-    return write_conf(parser, tmp / f"{policy}.conf")
+    settings = {"hpcfabric": hf, "metrics": {"listen": ""}}  # one run at a time must not fight over a metrics port
+    if switch_local:  # fast-failover groups and the switch-local reaction do not combine
+        hf["pause_reaction"] = "switch"
+        settings["failover"] = {"fast_failover": "off"}
+    return settings
 
 
 def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, progress: Progress,
@@ -216,133 +204,93 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
     if POLICIES[variants[0]][2]:  # start with the first pattern's matrix
         job.start(load_config(ROOT / cfg_file if label in FABRICS else cfg_file, compile=False).fabric,
                   plan.patterns[0])
-    conf = write_config(ROOT / cfg_file, tmp, policy, plan.link_mbit, port, status_file, plan.pause_hold_ms,
-                        job.current_file)
+    settings = policy_settings(policy, plan.link_mbit, plan.pause_hold_ms, job.current_file)
+    conf = write_conf(tmp / f"{policy}.conf", settings, ROOT / cfg_file, port=port, status=status_file)
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:
         raise UsageError(f"{policy} on {label}: {err}") from None
     fabric = cfg.fabric
     controller = Controller(conf, status_file, port, tmp / "controller.log")
-    net = None
     records: list[dict[str, Any]] = []
-    max_idle = None
+    max_idle = set_max_idle(SWITCH_MODE_MAX_IDLE_MS) if policy == "conditional-switch" else None
     try:
-        if policy == "conditional-switch":
-            max_idle = set_max_idle(SWITCH_MODE_MAX_IDLE_MS)
-        controller.start()
-        net = build_net(fabric, cfg.plan, controller_port=port, prefix=prefix)
-        status = controller.wait_ready(len(fabric.switches), 120, progress)
-        dmp = assign_planned_macs(net, cfg.plan)
-        if dmp.problem():
-            raise CheckFailed(f"DMP: {dmp.problem()}")
-        set_static_neighbours(net, cfg.plan)
-        ping = reachable_all_pairs(net, fabric)
-        progress(f"{label}/{policy}: {status['rules_installed']} rules, DMP {len(fabric.hosts)}/{len(fabric.hosts)}, "
-                 f"all-pairs ping: {ping['pairs']} pairs reachable")
-        links = lossless.fabric_directions(fabric, prefix)
-        check_send_buffer(plan, len(links))
-        lossless.shape_links(links, lossless.LinkShape(plan.link_mbit, plan.queue_bytes))
-        links_file = tmp / "links.json"
-        links_file.write_text(json.dumps([l.__dict__ for l in links]))
-        for pat, variant, rep in ((p, v, r) for p in plan.patterns for v in variants for r in range(plan.repeats)):
-            dests = pattern_dests(fabric, pat)
-            pps = plan.load[pat] * plan.link_mbit * 1e6 / (plan.size * 8)
-            moved = job.use(controller, conf, fabric, pat if POLICIES[variant][2] else None) if rep == 0 else {}
-            if moved.get("reload_flow_mods") is not None:
-                progress(f"  {label} {variant}: {moved['reload_job']}: reload sent {moved['reload_flow_mods']} flow-mods "
-                         f"(table diff {moved['reload_table_diff']} of {moved['reload_rules_total']}) in "
-                         f"{moved['reload_apply_s']} s")
-            seed = plan.seed + rep
-            what = {"fabric": label, "topology": fabric.name, "policy": variant, "pattern": pat, "repeat": rep,
-                    "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
-            rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / f"{pat}-{variant}", links_file,
-                          links)
-            rec.update(moved)
-            records.append(rec)
-            progress(f"  {label} {variant:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
-                     f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
-                     f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
-                     f"diverted {rec['alternative_frames']}")
+        with fabric_up(fabric, cfg.plan, [controller], prefix=prefix, progress=progress) as up:
+            net, status = up.net, up.status
+            ping = reachable_all_pairs(net, fabric)
+            progress(f"{label}/{policy}: {status['rules_installed']} rules, DMP {len(fabric.hosts)}/{len(fabric.hosts)}, "
+                     f"all-pairs ping: {ping['pairs']} pairs reachable")
+            links = lossless.fabric_directions(fabric, prefix)
+            check_send_buffer(plan, len(links))
+            lossless.shape_links(links, lossless.LinkShape(plan.link_mbit, plan.queue_bytes))
+            links_file = tmp / "links.json"
+            links_file.write_text(json.dumps([l.__dict__ for l in links]))
+            for pat, variant, rep in ((p, v, r) for p in plan.patterns for v in variants for r in range(plan.repeats)):
+                dests = pattern_dests(fabric, pat)
+                pps = plan.load[pat] * plan.link_mbit * 1e6 / (plan.size * 8)
+                moved = job.use(controller, conf, fabric, pat if POLICIES[variant][2] else None) if rep == 0 else {}
+                if moved.get("reload_flow_mods") is not None:
+                    progress(f"  {label} {variant}: {moved['reload_job']}: reload sent {moved['reload_flow_mods']} "
+                             f"flow-mods (table diff {moved['reload_table_diff']} of {moved['reload_rules_total']}) in "
+                             f"{moved['reload_apply_s']} s")
+                seed = plan.seed + rep
+                what = {"fabric": label, "topology": fabric.name, "policy": variant, "pattern": pat, "repeat": rep,
+                        "seed": seed, "load": plan.load[pat], "pps_per_host": round(pps, 3)}
+                rec = measure(net, fabric, controller, what, dests, pps, plan, seed, tmp / f"{pat}-{variant}",
+                              links_file, links)
+                rec.update(moved)
+                records.append(rec)
+                progress(f"  {label} {variant:18s} {pat:11s} #{rep}: {rec['throughput_mbps']:.2f} of "
+                         f"{rec['offered_mbps']:.2f} Mbit/s, loss {rec['loss']:.1%}, p50 {rec['latency_ms']['p50']} ms, "
+                         f"XOFF {rec['pause_xoff_frames']}, flips {rec['controller_flips']}, "
+                         f"diverted {rec['alternative_frames']}")
         return records
     finally:
-        err = stop_net(net)
-        if err is not None:
-            progress(f"net.stop failed: {err}")
-        controller.stop()
         if max_idle is not None:
             set_max_idle(max_idle or None)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    progress = Progress(False, PROG)
-    report = Report(PROG, passed=False)
+    return run_main(PROG, lambda run: experiment(args, run), needs_tc=True, errors=(lossless.LosslessError,),
+                    passed=False)
+
+
+def experiment(args: argparse.Namespace, run: Run) -> None:
+    """Every (fabric, policy) bring-up and its runs; results, plots and report.md in ``--out``."""
+    plan, progress, report = args.plan, run.progress, run.report
     summary = report.summary
-    code = EXIT_FAILED
-    work = Path(tempfile.mkdtemp(prefix="hfexp"))
-    raise_on_signals()
     records: list[dict[str, Any]] = []
     out = Path(args.out) if args.out else ROOT / "results" / time.strftime("experiment-%Y%m%d-%H%M%S")
-    try:
-        plan = make_plan(args)
-        if os.geteuid() != 0:
-            raise UsageError("must run as root (Mininet, Open vSwitch, tc, raw sockets)")
-        if not ovs_running():
-            raise UsageError("Open vSwitch is not running: run 'make setup' (scripts/bootstrap.sh)")
-        if shutil.which("tc") is None:
-            raise UsageError("tc (iproute2) is not installed")
-        from mininet.log import setLogLevel
-
-        setLogLevel("error")
-        out.mkdir(parents=True, exist_ok=True)
-        progress(f"plan: fabrics {','.join(plan.fabrics)}, policies {','.join(plan.policies)}, patterns "
-                 f"{','.join(plan.patterns)}, {plan.repeats} repeat(s) x {plan.measure:g} s; links {plan.link_mbit:g} Mbit/s; "
-                 f"results in {out}")
-        for label in plan.fabrics:
-            for policy, variants in bring_ups(plan.policies):
-                if policy == "conditional-switch" and label not in plan.switch_local_on:
-                    continue
-                for attempt in (1, 2):  # Mininet's shell plumbing fails now and then (e.g. a UTF-8 read split)
-                    try:
-                        records += run_policy(label, policy, plan, args.prefix, work, progress, variants)
-                        break
-                    except (UsageError, KeyboardInterrupt):
-                        raise
-                    except Exception as err:  # noqa: BLE001 - one retry from a fresh net, then report
-                        progress(f"{label}/{policy}: attempt {attempt} failed: {type(err).__name__}: {err}")
-                        if attempt == 2:
-                            report.fail(f"{label}/{policy}: {type(err).__name__}: {err}")
-        if not records:
-            raise CheckFailed("no run completed")
-        rows = table(records)
-        summary.update(ratios(rows))
-        (out / "results.json").write_text(json.dumps({"plan": plan.__dict__, "rows": rows, "runs": records}, indent=1))
-        files = [] if args.no_plots else plots(records, rows, out)
-        (out / "report.md").write_text(report_md(rows, summary, plan, files))
-        summary["results"] = str(out)
-        code = EXIT_FAILED if report.failures else EXIT_OK
-        if args.check:
-            for failure in check_targets(summary):
-                report.fail(failure)
-            if report.failures:
-                code = EXIT_FAILED
-    except UsageError as err:
-        report.fail(str(err))
-        code = EXIT_USAGE
-    except (CheckFailed, HpcfabricError, FabricNetError, lossless.LosslessError) as err:
-        report.fail(str(err))
-        code = EXIT_FAILED
-    except KeyboardInterrupt:
-        report.fail("interrupted")
-        code = EXIT_INTERRUPTED
-    finally:
-        if code == EXIT_OK:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            summary["logs"] = str(work)
-    report.emit(code == EXIT_OK, seconds=round(progress.elapsed(), 1))
-    return code
+    out.mkdir(parents=True, exist_ok=True)
+    progress(f"plan: fabrics {','.join(plan.fabrics)}, policies {','.join(plan.policies)}, patterns "
+             f"{','.join(plan.patterns)}, {plan.repeats} repeat(s) x {plan.measure:g} s; links {plan.link_mbit:g} Mbit/s; "
+             f"results in {out}")
+    for label in plan.fabrics:
+        for policy, variants in bring_ups(plan.policies):
+            if policy == "conditional-switch" and label not in plan.switch_local_on:
+                continue
+            for attempt in (1, 2):  # Mininet's shell plumbing fails now and then (e.g. a UTF-8 read split)
+                try:
+                    records += run_policy(label, policy, plan, args.prefix, run.work, progress, variants)
+                    break
+                except (UsageError, KeyboardInterrupt):
+                    raise
+                except Exception as err:  # noqa: BLE001 - one retry from a fresh net, then report
+                    progress(f"{label}/{policy}: attempt {attempt} failed: {type(err).__name__}: {err}")
+                    if attempt == 2:
+                        report.fail(f"{label}/{policy}: {type(err).__name__}: {err}")
+    if not records:
+        raise CheckFailed("no run completed")
+    rows = table(records)
+    summary.update(ratios(rows))
+    (out / "results.json").write_text(json.dumps({"plan": plan.__dict__, "rows": rows, "runs": records}, indent=1))
+    files = [] if args.no_plots else plots(records, rows, out)
+    (out / "report.md").write_text(report_md(rows, summary, plan, files))
+    summary["results"] = str(out)
+    if args.check:
+        for failure in check_targets(summary):
+            report.fail(failure)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,8 @@ Each step lives in a module next to this one (docs/mininet.md, "The step library
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,19 +41,14 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 from controller_proc import MANAGERS, Controller, free_port, manager_available  # noqa: E402  (mininet/, by path)
-from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
 from fabric_setup import describe, rules_in_place, setup_from_config, setup_from_topology, write_config  # noqa: E402
-from fabric_topo import FabricNetError, build_net, cleanup_all_mininet, ovs_running, stop_net  # noqa: E402
+from fabric_topo import cleanup_all_mininet  # noqa: E402
+from fabric_up import Run, Up, fabric_up, run_main  # noqa: E402
 from pause_check import choose_pause_target, pause_skip_reason, pause_step, pause_test  # noqa: E402
 from pause_inject import MAX_QUANTA, pause_plan  # noqa: E402
 from pcp_capture import capture_step, choose_capture  # noqa: E402
 from reachability import ping_step  # noqa: E402
-from runkit import (  # noqa: E402
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, StepResult, UsageError,
-    raise_on_signals, restore_signals, shield_signals,
-)  # fmt: skip
-
-from hpcfabric.errors import HpcfabricError  # noqa: E402
+from runkit import Progress, StepResult, UsageError  # noqa: E402
 
 PROG = "run_fabric"
 
@@ -108,74 +99,56 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    progress = Progress(args.json_only, PROG)
     if args.cleanup:
-        progress("mn -c: removing every Mininet bridge, interface and process on this machine")
+        Progress(args.json_only, PROG)("mn -c: removing every Mininet bridge, interface and process on this machine")
         return cleanup_all_mininet()
-    report = Report(PROG, mode="static" if args.static else "controller", passed=False)
+    return run_main(PROG, lambda run: fabric_run(args, run), quiet=args.json_only,
+                    log_level="error" if args.json_only else "warning", mode="static" if args.static else "controller",
+                    passed=False)
+
+
+def fabric_run(args: argparse.Namespace, run: Run) -> None:
+    """The steps of the module docstring, into ``run.report``."""
+    report, progress, tmp = run.report, run.progress, run.work
     summary = report.summary
-    tmp = Path(tempfile.mkdtemp(prefix="hfrun"))
-    controller: Controller | None = None
-    net = None
-    code = EXIT_FAILED
-    old_term = raise_on_signals()
-    try:
-        if os.geteuid() != 0:
-            raise UsageError("must run as root (Mininet, Open vSwitch, raw sockets)")
-        if not ovs_running():
-            raise UsageError("Open vSwitch is not running ('ovs-vsctl show' fails): run scripts/bootstrap.sh --ovs-only")
-        from mininet.log import setLogLevel
+    port = free_port()
+    config_path = None
+    missing = None if args.static else manager_available(args.manager)
+    if missing:
+        raise UsageError(f"cannot start the controller with --manager {args.manager}: {missing}")
+    if not args.static or args.config:
+        config_path = write_config(args, tmp, port, tmp / "status.json")
+        setup = setup_from_config(config_path)
+    else:
+        setup = setup_from_topology(args)
+    fabric, plan = setup.fabric, setup.plan
+    report.update(**describe(setup))
+    progress(
+        f"{fabric.name}: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, {len(fabric.links)} links; "
+        f"{plan.mode} addressing ({plan.layout.describe()}), {setup.routing} routing, {summary['mode']} mode"
+    )
+    pause_skip = pause_skip_reason(setup.routing, args.no_pause)
+    # resolved before anything starts: a bad --pause-port fails fast
+    target = None if pause_skip else choose_pause_target(fabric, plan, setup.desired, args.pause_port)
+    controller = None
+    if not args.static:
+        controller = Controller(config_path, tmp / "status.json", port, tmp / "controller.log", args.manager)
+        report.update(manager=args.manager)
 
-        setLogLevel("error" if args.json_only else "warning")
-        port = free_port()
-        config_path = None
-        missing = None if args.static else manager_available(args.manager)
-        if missing:
-            raise UsageError(f"cannot start the controller with --manager {args.manager}: {missing}")
-        if not args.static or args.config:
-            config_path = write_config(args, tmp, port, tmp / "status.json")
-            setup = setup_from_config(config_path)
-        else:
-            setup = setup_from_topology(args)
-        fabric, plan = setup.fabric, setup.plan
-        report.update(**describe(setup))
-        progress(
-            f"{fabric.name}: {len(fabric.switches)} switches, {len(fabric.hosts)} hosts, {len(fabric.links)} links; "
-            f"{plan.mode} addressing ({plan.layout.describe()}), {setup.routing} routing, {summary['mode']} mode"
-        )
-        pause_skip = pause_skip_reason(setup.routing, args.no_pause)
-        # resolved before anything starts: a bad --pause-port fails fast
-        target = None if pause_skip else choose_pause_target(fabric, plan, setup.desired, args.pause_port)
+    def ready(up: Up) -> None:  # rules in place; LLDP discovery complete (OVS settled before hundreds of hosts ask DMP)
+        if controller is not None:
+            report.update(controller_pid=controller.pid)
+        report.add(rules_in_place(up.net, setup, controller, args.ready_timeout, progress))
+        if controller is not None:
+            report.add(discovery_step(controller, up.t_net, args.discovery_timeout, progress))
 
-        if not args.static:  # 1. controller
-            controller = Controller(config_path, tmp / "status.json", port, tmp / "controller.log", args.manager)
-            took = controller.start()
-            summary["controller_pid"] = controller.pid
-            summary["manager"] = args.manager
-            progress(f"controller ({args.manager}) listening on 127.0.0.1:{port} after {took:.1f} s (pid {controller.pid}, log {controller.log_path})")
+    with fabric_up(fabric, plan, [controller] if controller else [], link_bw=args.link_bw, prefix=args.prefix,
+                   ready=ready, report=report, progress=progress) as up:
+        net = up.net
+        report.add(ping_step(net, fabric, progress, args.reach))  # paced reachability
+        report.add(capture_step(net, fabric, choose_capture(setup.compiled), progress))  # PCP on the wire
 
-        t = time.monotonic()  # 2. Mininet
-        net = build_net(fabric, plan, controller_port=controller.port if controller else None, link_bw=args.link_bw,
-                        prefix=args.prefix)
-        summary["bringup_s"] = round(time.monotonic() - t, 2)
-        progress(f"Mininet up in {summary['bringup_s']} s")
-
-        report.add(rules_in_place(net, setup, controller, args.ready_timeout, progress))  # 3. rules
-
-        if controller is not None:  # 3b. LLDP discovery complete (OVS settled before hundreds of hosts ask DMP)
-            report.add(discovery_step(controller, t, args.discovery_timeout, progress))
-        dmp = assign_planned_macs(net, plan)  # 4. DMP
-        report.update(**dmp.fields())
-        progress(f"DMP: {len(dmp.assigned)}/{len(fabric.hosts)} hosts hold their planned MAC ({summary['dmp_s']} s)")
-        if dmp.problem():
-            report.fail(dmp.problem())
-            raise CheckFailed("DMP failed")
-
-        set_static_neighbours(net, plan)  # 5. neighbours
-        report.add(ping_step(net, fabric, progress, args.reach))  # 6. paced reachability
-        report.add(capture_step(net, fabric, choose_capture(setup.compiled), progress))  # 6b. PCP on the wire
-
-        report.update(pause_flips=0, pause_reaction_ms=None, diverted=None, restored=None)  # 7. PAUSE
+        report.update(pause_flips=0, pause_reaction_ms=None, diverted=None, restored=None)  # PAUSE
         if target is None:
             summary["pause"] = pause_skip
         else:
@@ -200,32 +173,6 @@ def main(argv: list[str] | None = None) -> int:
 
             progress("--keep: Mininet CLI (exit to tear down)")
             CLI(net)
-        code = EXIT_FAILED if report.failures else EXIT_OK
-    except UsageError as err:
-        report.fail(str(err))
-        code = EXIT_USAGE
-    except (CheckFailed, HpcfabricError, FabricNetError) as err:
-        report.fail(str(err))
-        code = EXIT_USAGE if isinstance(err, HpcfabricError) and getattr(err, "exit_code", 1) == 2 else EXIT_FAILED
-    except KeyboardInterrupt:
-        report.fail("interrupted")
-        code = EXIT_INTERRUPTED
-    except Exception as err:  # noqa: BLE001 - report, tear down, exit 1
-        import traceback
-
-        traceback.print_exc()
-        report.fail(f"internal error: {type(err).__name__}: {err}")
-        code = EXIT_FAILED
-    finally:  # 8. teardown
-        shield_signals()
-        teardown(net, controller, report, progress, code)
-        if code in (EXIT_OK,) or not (tmp / "controller.log").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            summary["logs"] = str(tmp)
-        restore_signals(old_term)
-    report.emit(code == EXIT_OK and not report.failures, seconds=round(progress.elapsed(), 2), echo=not args.json_only)
-    return code if report.failures else EXIT_OK
 
 
 def discovery_step(controller: Controller, t_net: float, timeout: float, progress: Progress) -> StepResult:
@@ -244,24 +191,6 @@ def discovery_step(controller: Controller, t_net: float, timeout: float, progres
     if exp is None or got is None or got < exp:
         res.failures.append(f"LLDP discovery: {got}/{exp} links after {timeout:g} s")
     return res
-
-
-def teardown(net: Any, controller: Controller | None, report: Report, progress: Progress, code: int) -> None:
-    """Stop the net, then the controller (by PID); ``teardown_s``, and the controller's log tail if it failed."""
-    t = time.monotonic()
-    if net is not None:
-        progress("stopping Mininet")
-        err = stop_net(net)
-        if err is not None:
-            report.fail(f"net.stop failed: {err}")
-    if controller is not None:
-        if controller.alive():
-            progress(f"stopping controller (pid {controller.pid})")
-        rc = controller.stop()
-        if code == EXIT_FAILED or rc not in (0, None, -signal.SIGTERM):
-            report.summary["controller_log"] = controller.log_tail(20)
-    report.summary["teardown_s"] = round(time.monotonic() - t, 2)
-    report.summary["teardown_parts"] = getattr(net, "hf_teardown", None)  # bridges_s, links_s, shells_s
 
 
 if __name__ == "__main__":

@@ -25,10 +25,8 @@ The steps are in ``job_switch.py``; bring-up from ``controller_proc``, ``fabric_
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,13 +37,11 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 from controller_proc import Controller, free_port  # noqa: E402  (mininet/, by path)
-from dmp_hosts import assign_planned_macs, set_static_neighbours  # noqa: E402
-from fabric_topo import FabricNetError, build_net, ovs_running, stop_net  # noqa: E402
-from job_switch import Generators, expected_diff, switch_job, write_job_config, write_matrices  # noqa: E402
+from fabric_setup import write_conf  # noqa: E402
+from fabric_up import Run, fabric_up, run_main  # noqa: E402
+from job_switch import Generators, expected_diff, job_settings, switch_job, write_matrices  # noqa: E402
 from reachability import SteadyPing  # noqa: E402
-from runkit import (  # noqa: E402
-    EXIT_FAILED, EXIT_OK, EXIT_USAGE, CheckFailed, Progress, Report, UsageError,
-)  # fmt: skip
+from runkit import Progress, Report, UsageError  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
@@ -90,26 +86,20 @@ def run_fabric(label: str, args: argparse.Namespace, work: Path, report: Report,
     traffic = tmp / "traffic.csv"
     shutil.copyfile(jobs[0], traffic)
     port, status = free_port(), tmp / "status.json"
-    conf = write_job_config(base, tmp, args.routing, traffic, port, status)
+    conf = write_conf(tmp / f"{args.routing}.conf", job_settings(args.routing, traffic), base, port=port, status=status)
     # the same config per job, for the expected table differences
     confs = []
     for i, job in enumerate(jobs):
         (tmp / f"j{i}").mkdir()
-        confs.append(write_job_config(base, tmp / f"j{i}", args.routing, job, port, status))
+        confs.append(write_conf(tmp / f"j{i}" / f"{args.routing}.conf", job_settings(args.routing, job), base,
+                                port=port, status=status))
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:
         raise UsageError(f"{name}: {err}") from None
-    ctl = Controller(conf, status, port, tmp / "controller.log")
-    net = None
-    try:
-        ctl.start()
-        net = build_net(cfg.fabric, cfg.plan, controller_port=port, prefix=args.prefix)
-        st = ctl.wait_ready(len(cfg.fabric.switches), 120, log)
-        dmp = assign_planned_macs(net, cfg.plan)
-        if dmp.problem():
-            raise CheckFailed(f"{name}: DMP: {dmp.problem()}")
-        set_static_neighbours(net, cfg.plan)
+    with fabric_up(cfg.fabric, cfg.plan, [Controller(conf, status, port, tmp / "controller.log")], prefix=args.prefix,
+                   progress=log) as up:
+        net, ctl, st = up.net, up.controllers[0], up.status
         log(f"{name}: {args.routing}, job {args.job_list[0]}: {st['rules_installed']} rules on "
             f"{len(cfg.fabric.switches)} switches")
         hosts = [h.name for h in cfg.fabric.hosts]
@@ -152,44 +142,16 @@ def run_fabric(label: str, args: argparse.Namespace, work: Path, report: Report,
                         f"{pinged['lost']} pings")
         if frames["sent"] == 0:
             report.fail(f"{name}: no traffic was sent")
-    finally:
-        err = stop_net(net)
-        if err is not None:
-            log(f"net.stop failed: {err}")
-        ctl.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    log = Progress(False, PROG)
-    report = Report(PROG, routing=args.routing, jobs=args.job_list)
-    work = Path(tempfile.mkdtemp(prefix="hfjob"))
-    code = EXIT_FAILED
-    try:
-        if os.geteuid() != 0:
-            raise UsageError("must run as root (Mininet, Open vSwitch)")
-        if not ovs_running():
-            raise UsageError("Open vSwitch is not running: run 'make setup' (scripts/bootstrap.sh)")
-        from mininet.log import setLogLevel
 
-        setLogLevel("error")
+    def body(run: Run) -> None:
         for label in args.fabric_list:
-            run_fabric(label, args, work, report, log)
-        code = EXIT_FAILED if report.failures else EXIT_OK
-    except UsageError as err:
-        report.fail(str(err))
-        code = EXIT_USAGE
-    except (CheckFailed, FabricNetError, HpcfabricError) as err:
-        report.fail(str(err))
-    except KeyboardInterrupt:
-        report.fail("interrupted")
-    finally:
-        if code == EXIT_OK:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            report.update(logs=str(work))
-    report.emit(code == EXIT_OK, seconds=round(log.elapsed(), 1))
-    return code
+            run_fabric(label, args, run.work, run.report, run.progress)
+
+    return run_main(PROG, body, routing=args.routing, jobs=args.job_list)
 
 
 if __name__ == "__main__":

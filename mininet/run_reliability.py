@@ -26,18 +26,16 @@ names prefixed so it can run next to another Mininet) with guards on:
    of a master, kill of the etcd leader, all etcd stopped and restarted, under steady pings
    (``etcd_*_lost``, ``etcd_kill_takeover_s``; the switches' roles sampled: ``etcd_double_master_samples``).
 
-The last stdout line is one JSON object; exit 0 if every check passed.
-Only processes this script started are stopped (by PID); never ``mn -c``.
+The last stdout line is one JSON object; exit 0 if every check passed (1 a check failed, 2 bad
+arguments or environment, 130 interrupted). Only processes this script started are stopped (by PID);
+never ``mn -c``.
 The phases live in ``reliability_phases.py`` and ``spoof_fuzz.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,15 +45,15 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 from controller_proc import Controller, free_port  # noqa: E402  (mininet/, by path)
-from dmp_hosts import run_dmp, set_static_neighbours  # noqa: E402
-from fabric_topo import FabricNetError, build_net, ovs_running  # noqa: E402
+from etcd_phases import etcd_phase  # noqa: E402
+from fabric_setup import write_conf  # noqa: E402
+from fabric_up import Run, fabric_up, run_main  # noqa: E402
 from reachability import all_pairs_ping  # noqa: E402
 from reliability_phases import (  # noqa: E402
-    Testbed, failover_phase, is_master_ready, link_phase, pick_link, restart_phase, status_of, stop_bed, write_conf,
+    Testbed, failover_phase, is_master_ready, lease_settings, link_phase, pick_link, restart_phase, status_of,
 )  # fmt: skip
-from runkit import CheckFailed, Progress, Report, wait_until  # noqa: E402
+from runkit import wait_until  # noqa: E402
 from spoof_fuzz import fuzz_phase  # noqa: E402
-from etcd_phases import etcd_phase  # noqa: E402
 
 from hpcfabric.config import load_config  # noqa: E402
 
@@ -92,44 +90,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    phases = args.phase_list
-    if os.geteuid() != 0:
-        print("run_reliability: must run as root", file=sys.stderr)
-        return 2
-    if not ovs_running():
-        print("run_reliability: Open vSwitch is not running (scripts/bootstrap.sh --ovs-only)", file=sys.stderr)
-        return 2
-    from mininet.log import setLogLevel
+    return run_main(PROG, lambda run: reliability(args, run), wall_clock=True, echo=False,
+                    topology=Path(args.topology).stem, passed=False)
 
-    setLogLevel("error")
-    log = Progress(prog=PROG, wall_clock=True)
-    tmp = Path(tempfile.mkdtemp(prefix="hfrel"))
-    report = Report(PROG, topology=Path(args.topology).stem, passed=False)
-    ctls: list[Controller] = []
-    net = None
-    try:
-        if [p for p in phases if p != "etcd"]:  # the lease-file phases share one fabric
-            conf = write_conf(tmp, Path(args.topology).resolve(), tmp / "ha.lease", fast_failover=args.fast_failover)
-            cfg = load_config(conf)
-            fabric, plan = cfg.fabric, cfg.plan
-            n = len(fabric.switches)
-            ports = [free_port(), free_port()]
-            a = Controller(conf, tmp / "a.json", ports[0], tmp / "a.log")
-            b = Controller(conf, tmp / "b.json", ports[1], tmp / "b.log")
-            ctls += [a, b]
-            a.start()
-            net = build_net(fabric, plan, controller_port=ports[0], prefix=args.prefix, seed=11)
-            wait_until(lambda: is_master_ready(a, n), 90, "controller A master with every switch confirmed")
+
+def reliability(args: argparse.Namespace, run: Run) -> None:
+    phases, report, log, tmp = args.phase_list, run.report, run.progress, run.work
+    if [p for p in phases if p != "etcd"]:  # the lease-file phases share one fabric
+        topology = Path(args.topology).resolve()
+        conf = write_conf(tmp / "reliability.conf", lease_settings(topology, tmp / "ha.lease", args.fast_failover))
+        cfg = load_config(conf)
+        fabric, plan = cfg.fabric, cfg.plan
+        n = len(fabric.switches)
+        ports = [free_port(), free_port()]
+        a = Controller(conf, tmp / "a.json", ports[0], tmp / "a.log")
+        b = Controller(conf, tmp / "b.json", ports[1], tmp / "b.log")
+        with fabric_up(fabric, plan, [a], prefix=args.prefix, seed=11, report=report, progress=log,
+                       ready=lambda up: wait_until(lambda: is_master_ready(a, n), 90,
+                                                   "controller A master with every switch confirmed")) as up:
+            up.controllers.append(b)  # started by the failover phase, stopped with A
             log(f"fabric up: {n} switches, controller A master (pid {a.pid})")
-            run_dmp(net)
-            set_static_neighbours(net, plan)
-            base = all_pairs_ping(net, fabric)
+            base = all_pairs_ping(up.net, fabric)
             report.update(baseline_lost=base["lost"])
             if base["lost"]:
                 report.fail(f"baseline all-pairs ping lost {base['lost']}")
             link = pick_link(cfg)
             src, dst = fabric.hosts_on(link.a)[0].name, fabric.hosts_on(link.b)[0].name
-            bed = Testbed(net, cfg, args.prefix, a, b, ports, src, dst, link, master=a, st0=status_of(a))
+            bed = Testbed(up.net, cfg, args.prefix, a, b, ports, src, dst, link, master=a, st0=status_of(a))
             if "restart" in phases:  # 1. kill -9 + restart
                 restart_phase(bed, args.pings, report, log)
             if "failover" in phases:  # 2. HA failover
@@ -138,27 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                 fuzz_phase(bed, args.spoof, args.fuzz, report, log, rate=args.fuzz_rate)
             if "link" in phases:  # 4. link failure
                 link_phase(bed, args.pings, args.link_interval, args.fast_failover, report, log)
-        if "etcd" in phases:  # 5. controllers on etcd: own fabric, own cluster (etcd_phases.py)
-            stop_bed(net, ctls, report)
-            net = None
-            etcd_phase(Path(args.topology).resolve(), args.prefix + "e", args.pings, report, log, tmp)
-    except (CheckFailed, FabricNetError) as err:
-        report.fail(str(err))
-    except KeyboardInterrupt:
-        report.fail("interrupted")
-    except Exception as err:  # noqa: BLE001
-        import traceback
-
-        traceback.print_exc()
-        report.fail(f"internal error: {type(err).__name__}: {err}")
-    finally:
-        stop_bed(net, ctls, report)
-        if report.failures:
-            report.summary["logs"] = str(tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    report.emit(not report.failures, echo=False)
-    return 0 if not report.failures else 1
+    if "etcd" in phases:  # 5. controllers on etcd: own fabric, own cluster (etcd_phases.py)
+        etcd_phase(Path(args.topology).resolve(), args.prefix + "e", args.pings, report, log, tmp)
 
 
 if __name__ == "__main__":

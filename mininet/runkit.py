@@ -87,27 +87,24 @@ class Report:
         print(json.dumps(self.summary, sort_keys=True, default=str), flush=True)
 
 
-def raise_on_signals() -> Any:
-    """SIGTERM and SIGINT raise KeyboardInterrupt (also when started with SIGINT ignored, e.g. a background
-    job), so the runner's teardown runs. Returns the previous SIGTERM handler for :func:`restore_signals`."""
+def raise_on_signals() -> tuple[Any, Any]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt (also when started with SIGINT ignored, e.g. a background
+    job), so the teardowns run. Returns the previous handlers for :func:`restore_signals`."""
 
     def on_signal(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    old_term = signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return old_term
+    return signal.signal(signal.SIGINT, on_signal), signal.signal(signal.SIGTERM, on_signal)
 
 
-def shield_signals() -> None:
-    """Ignore SIGINT and SIGTERM: a second Ctrl-C must not abort a teardown."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def shield_signals() -> tuple[Any, Any]:
+    """Ignore SIGINT and SIGTERM (a second Ctrl-C must not abort a teardown); the previous handlers."""
+    return signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def restore_signals(old_term: Any) -> None:
-    signal.signal(signal.SIGTERM, old_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+def restore_signals(old: tuple[Any, Any]) -> None:
+    signal.signal(signal.SIGINT, old[0])
+    signal.signal(signal.SIGTERM, old[1])
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:

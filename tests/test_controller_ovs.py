@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from hpcfabric.config import load_config
 from hpcfabric.protocols.pause import build_pause
 
 ROOT = Path(__file__).resolve().parent.parent
-HPCFABRIC = ROOT / ".venv" / "bin" / "hpcfabric"
+HPCFABRIC = [sys.executable, "-m", "hpcfabric.cli"]  # the interpreter running the tests, whichever venv it is
 TOPOLOGY = ROOT / "topologies" / "dragonfly-a2-p1-h1.yaml"
 
 pytestmark = [
@@ -115,7 +116,7 @@ class Lab:
         if self.status_path.exists():
             self.status_path.unlink()
         self.proc = subprocess.Popen(
-            [str(HPCFABRIC), "controller", "--config", str(self.config_path)],
+            [*HPCFABRIC, "controller", "--config", str(self.config_path)],
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
         self.wait(lambda s: s.get("running"), 30, "controller up")

@@ -1,11 +1,13 @@
 """The Mininet step library without a net (no root, no Open vSwitch): the Fabric -> Mininet Topo adapter
-(model dpids and port numbers, node classes), the JSON report, the PAUSE-target choice and the DMP check.
+(model dpids and port numbers, node classes), the JSON report, the PAUSE-target choice, the DMP check and
+the runners' one config writer.
 
 The steps that need a net are exercised by tests/test_mininet.py and the runners' tests.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
@@ -21,7 +23,7 @@ if str(ROOT / "mininet") not in sys.path:
 pytest.importorskip("mininet.topo", reason="Debian's Mininet is not installed")
 
 from dmp_hosts import DmpOutcome  # noqa: E402  (mininet/dmp_hosts.py)
-from fabric_setup import setup_from_topology  # noqa: E402
+from fabric_setup import read_conf, setup_from_topology, write_conf, write_config  # noqa: E402
 from fabric_topo import FabricHost, FabricTopo  # noqa: E402
 from mininet.link import Link, TCLink  # noqa: E402
 from mininet.node import OVSSwitch  # noqa: E402
@@ -94,3 +96,65 @@ def test_dmp_outcome_names_the_hosts_without_their_planned_mac():
     assert bad.assigned == ["a"] and bad.wrong == ["b"]
     assert bad.problem() == ("1 host(s) without their planned MAC, e.g. b: has 00:11:22:33:44:55, "
                              "plan 02:00:00:00:00:02 (timeout)")
+
+
+def test_config_writer_lays_settings_over_a_shipped_config(tmp_path):
+    shipped = ROOT / "configs" / "dragonfly-a2-p1-h1.conf"
+    assert not read_conf(shipped)["hpcfabric"]["topology"].strip().startswith("/")  # relative in the shipped file
+    out = write_conf(tmp_path / "c.conf", {"hpcfabric": {"routing": "valiant", "reload_poll": 0},
+                                          "metrics": {"listen": ""}}, shipped, port=6999, status=tmp_path / "s.json")
+    got, base = read_conf(out), read_conf(shipped)
+    assert got["hpcfabric"]["topology"] == str(ROOT / "topologies" / "dragonfly-a2-p1-h1.yaml")  # absolute now
+    assert (got["hpcfabric"]["routing"], got["hpcfabric"]["reload_poll"]) == ("valiant", "0")
+    assert got["hpcfabric"]["status_file"] == str(tmp_path / "s.json") and got["metrics"]["listen"] == ""
+    assert (got["openflow"]["listen_host"], got["openflow"]["listen_port"]) == ("127.0.0.1", "6999")
+    assert dict(got["guards"]) == dict(base["guards"])  # the rest as shipped
+    write_conf(out, {"hpcfabric": {"traffic": "/x.csv"}}, out)  # rewritten in place, atomically
+    assert read_conf(out)["hpcfabric"]["traffic"] == "/x.csv" and read_conf(out)["hpcfabric"]["routing"] == "valiant"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.conf"]
+
+
+def test_run_fabric_config_overrides_and_bad_arguments(tmp_path):
+    def args(**kw):
+        return argparse.Namespace(**{"config": None, "topology": None, "addressing": None, "routing": None,
+                                     "link_speed_gbps": None, **kw})
+
+    path = write_config(args(topology=str(ROOT / "topologies" / "fb-2d-3x3.yaml"), addressing="per-switch"), tmp_path,
+                        7000, tmp_path / "s.json")
+    hf = read_conf(path)["hpcfabric"]
+    # per-switch addressing on a Flattened Butterfly: no conditional routing, so minimal by default
+    assert (hf["addressing"], hf["widths"], hf["routing"]) == ("per-switch", "", "minimal")
+    with pytest.raises(UsageError, match="does not exist"):
+        write_config(args(config=str(tmp_path / "nope.conf")), tmp_path, 1, tmp_path / "s.json")
+    with pytest.raises(UsageError, match="no topology"):
+        write_config(args(), tmp_path, 1, tmp_path / "s.json")
+
+
+@pytest.mark.skipif(sys.platform != "linux" or __import__("os").geteuid() != 0, reason="the preamble checks root first")
+def test_runner_preamble_exit_codes_and_json_line(capsys):
+    from fabric_topo import ovs_running
+    from fabric_up import run_main
+    from runkit import CheckFailed
+
+    from hpcfabric.errors import ConfigError
+
+    if not ovs_running():
+        pytest.skip("Open vSwitch is not running")
+
+    def raising(err):
+        def body(run):
+            (run.work / "log").write_text("kept")  # a failed run keeps its work directory
+            raise err
+        return body
+
+    # body, exit code; an empty work directory goes whatever the outcome, one with files stays when the run failed
+    cases = [(lambda run: None, 0), (lambda run: run.report.fail("a check"), 1), (raising(CheckFailed("x")), 1),
+             (raising(UsageError("x")), 2), (raising(ConfigError("bad", field="f")), 2), (raising(KeyboardInterrupt()), 130),
+             (raising(RuntimeError("boom")), 1)]
+    for i, (body, code) in enumerate(cases):
+        assert run_main("t", body, quiet=True, echo=False, passed=False) == code
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert summary["passed"] is (code == 0) and ("logs" in summary) is (i >= 2), summary
+        if i >= 2:
+            assert Path(summary["logs"], "log").read_text() == "kept"
+            __import__("shutil").rmtree(summary["logs"])

@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -102,7 +103,7 @@ def test_scrape_the_running_controller(tmp_path):
     conf.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\nstatus_file = {status}\n"
                     f"[openflow]\nlisten_port = {of_port}\n[metrics]\nlisten = 127.0.0.1:{http_port}\n")
     log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "hpcfabric"), "controller", "--config", str(conf)],
+    proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         text = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -212,9 +213,9 @@ def test_controller_process_reloads_on_sighup_and_file_change(tmp_path):
     good = (f"[hpcfabric]\ntopology = {TOPO / 'dragonfly-a2-p1-h1.yaml'}\nstatus_file = {status}\nreload_poll = 0.2\n"
             f"[openflow]\nlisten_port = {port}\n")
     conf.write_text(good)
-    exe = ROOT / ".venv" / "bin" / "hpcfabric"
     log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([str(exe), "controller", "--config", str(conf)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)], stdout=log,
+                            stderr=subprocess.STDOUT)
     try:
         _wait(status, lambda s: s.get("running"))
         proc.send_signal(signal.SIGHUP)

@@ -49,7 +49,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hpcfabric.compat import forwarder
 from hpcfabric.errors import ConfigError
 from hpcfabric.topology.model import Fabric
 
@@ -466,8 +465,3 @@ def run(
         paths.append(outdir / "fig11-power.png")
         plot_fig11(results, paths[2])
     return results, split, paths
-
-
-# OnOffModel and onoff_fabric moved to hpcfabric.analysis.onoff; the old path finds them on use
-__getattr__ = forwarder("analysis.power")
-del forwarder

@@ -10,7 +10,8 @@ state machine (bytes in, bytes out), ``wire`` the messages it sends, ``process``
 one asyncio process owning a slice of the fabric (``python -m hpcfabric.emu``).
 
 It is a harness, not part of the product: nothing in ``controller/`` imports it.
-It imports ``topology/`` and ``protocols/`` only. ``tests/test_emu.py``
+It imports ``topology/`` and ``protocols/`` only. Beside it, ``etcd_cluster``: a real etcd cluster
+on loopback ports for the HA tests, bench/ and ``mininet/run_reliability.py``. ``tests/test_emu.py``
 cross-checks it against Open vSwitch (same tables after bring-up, read with
 ``ovs-ofctl`` from both).
 """

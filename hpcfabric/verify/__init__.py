@@ -19,9 +19,3 @@ Modules, bottom up (each imports only those above it):
   (``engine.flat``, ``engine.batch``); ``unions`` — the union walk over both choices; ``proof`` —
   :func:`prove`: delivery and deadlock freedom under any set of paused ports.
 """
-
-from hpcfabric.compat import forwarder
-
-# the names of the old hpcfabric.verify module (verify, Report, apply_down, ...), found on use
-__getattr__ = forwarder("verify")
-del forwarder

@@ -1,5 +1,5 @@
-"""The command line's traffic-matrix side (docs/workload.md): ``--traffic FILE`` for ``rules``, ``verify``,
-``sweep`` and ``prove``, and ``hpcfabric traffic generate|check``.
+"""``hpcfabric traffic generate|check``, and ``--traffic FILE`` for ``rules``, ``verify``, ``sweep`` and ``prove``
+(docs/workload.md).
 
 ``--traffic FILE`` compiles the tables with the intermediates chosen for that matrix
 (:mod:`hpcfabric.rules.policies.workload`), so ``verify``/``sweep``/``prove`` prove exactly the tables a
@@ -107,7 +107,7 @@ def _describe(matrix: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in _summary(matrix).items()) or "loaded"
 
 
-def add_traffic_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """``hpcfabric traffic generate|check`` (docs/workload.md)."""
     p = sub.add_parser("traffic", help="traffic matrices for workload-aware routing: generate one for a pattern, "
                        "check one", description="traffic matrices (docs/workload.md): generate the matrix of a "

@@ -1,11 +1,10 @@
-"""A real 3-member etcd cluster on loopback ports, for the HA tests (and mininet/run_reliability.py).
+"""A real etcd cluster on loopback ports, for the HA tests, bench/ and ``mininet/run_reliability.py``.
 
 :class:`EtcdCluster` starts Debian's ``etcd`` (3.4) members with temporary data dirs, knows each member's
 PID, kills / restarts single members or all of them, finds the raft leader, and cleans everything up
-(processes killed by PID, data dirs removed). The pytest fixture ``etcd_cluster`` (module scope) skips when
-``etcd`` is not installed (``scripts/bootstrap.sh --etcd`` installs it)::
-
-    from etcd_cluster import etcd_cluster  # noqa: F401  (the fixture)
+(processes killed by PID, data dirs removed). :func:`missing` says why it cannot run here
+(``scripts/bootstrap.sh --etcd`` installs etcd and etcd3gw). Standard library only; the tests' fixture
+``etcd_cluster`` is in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -145,26 +144,3 @@ class EtcdCluster:
         except OSError:
             return False
 
-
-def _fixture():
-    import pytest
-
-    @pytest.fixture(scope="module")
-    def etcd_cluster():
-        why = missing()
-        if why:
-            pytest.skip(why)
-        cluster = EtcdCluster(3)
-        try:
-            cluster.start()
-            yield cluster
-        finally:
-            cluster.close()
-
-    return etcd_cluster
-
-
-try:
-    etcd_cluster = _fixture()
-except ImportError:  # used outside pytest (mininet/run_reliability.py)
-    pass
