@@ -43,9 +43,9 @@ from hpcfabric.rules.flows import PAUSE_REACTIONS
 from hpcfabric.topology.model import Fabric
 
 
-def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> ControllerConfig:
-    """Read, validate and (with ``compile``) compile the controller config at ``path``, then prove
-    its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
+def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock: bool = True) -> ControllerConfig:
+    """Read, validate and (with ``compile``) compile the controller config at ``path``, then (``deadlock``)
+    prove its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
     with ``pfc``, tables the proof does not show acyclic are refused).
 
     Raises
@@ -283,7 +283,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
 
         return load_artifact(cfg, compiled_dir)
     cfg = build_tables(cfg)
-    return replace(cfg, deadlock=deadlock_verdict(cfg))
+    return replace(cfg, deadlock=deadlock_verdict(cfg)) if deadlock else cfg
 
 
 def _hosts_section(
