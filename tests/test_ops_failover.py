@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle, wait_reroute
+from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle, wait_planner, wait_reroute
 
 from hpcfabric.config import load_config
 from hpcfabric.failover.repair import Repairer
@@ -103,6 +103,7 @@ def test_controller_repairs_on_port_down_and_restores(tmp_path):
         sws[st.name] = FakeSwitch(app, st.dpid, list(range(1, 8)))
         sws[st.name].connect()
     settle()
+    wait_planner(app)
     compiled = {n: {canonical(f) for f in app.config.desired[n]} for n in sws}
     link = next(l for l in app.fabric.links if l.kind == "global")
     mods = {n: sw.flow_mods() for n, sw in sws.items()}
@@ -145,6 +146,7 @@ def test_a_flapping_port_is_damped(tmp_path):
     for sw in sws.values():
         sw.connect()
     settle()
+    wait_planner(app)
     link = next(l for l in app.fabric.links if l.kind == "local")
     for i in range(10):
         down = i % 2 == 0
@@ -174,6 +176,7 @@ def test_switch_gone_is_routed_around(tmp_path):
         sws[st.name] = FakeSwitch(app, st.dpid, [1, 2, 3])
         sws[st.name].connect()
     settle()
+    wait_planner(app)
     gone = sws["g1s0"]
     gone.alive = False
     app.sessions.disconnected(gone)
@@ -217,6 +220,7 @@ def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
         sws[st.name] = FakeSwitch(app, st.dpid, list(range(1, 8)))
         sws[st.name].connect()
     settle()
+    wait_planner(app)
     for n, sw in sws.items():
         assert app.switches[n].confirmed, (n, app.switches[n].error)
         want = {g.group_id: [b.watch_port for b in g.buckets] for g in cfg.groups[n]}

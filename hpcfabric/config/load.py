@@ -177,6 +177,12 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
                            "`hpcfabric compile` writes")
     fast_failover = on_off("failover", "fast_failover")
     recompute = on_off("failover", "recompute")
+    failures_text = get_value(parser, "failover", "failures_dir")
+    failures_dir = resolve_path(base, failures_text) if failures_text else (
+        f"{ha_lease_file}.failures" if ha_lease_file and (ha_switches or ha_partitions > 1) else None)
+    if failures_dir and os.path.exists(failures_dir) and not os.path.isdir(failures_dir):
+        raise config_error(source, "failover.failures_dir", f"{failures_dir} is a file; expected a directory the "
+                           "partitions' controllers share (it is created if missing)")
     if fast_failover and not recompute:
         raise config_error(source, "failover.fast_failover", "on needs recompute = on: the groups only bridge the time "
                            "until recomputation replaces the tables (they are proved for one failed link at a time)")
@@ -264,6 +270,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         ha_prefix=ha_prefix,
         fast_failover=fast_failover,
         recompute=recompute,
+        failures_dir=failures_dir,
         pause_reaction=pause_reaction,
         switch_hold_s=switch_hold_s,
         cnm=cnm_on,

@@ -178,6 +178,7 @@ class HpcfabricController(App):
         if self._restore_sighup is not None:
             self._restore_sighup()
         self.metrics.stop()
+        self.failover.stop()
         self.heap.close()
         self.ha.release()
         brick = service_brick("ofp_event")

@@ -4,9 +4,10 @@
 flap: :class:`hpcfabric.failover.damping.FlapDamper`), the failures other controllers report
 (:meth:`remote`, through the HA backend's failures prefix), and which switches stayed disconnected
 longer than ``lldp_timeout``. On any change it schedules one repair (events in a burst share it): the
-pure :class:`hpcfabric.failover.repair.Repairer` compiles the surviving fabric on the switches the
-failures can affect and proves the new tables -- and every mix of old and new ones during the update --
-before anything is sent (under ``flow_control = pfc``). A proven plan is installed in its waves, only the
+repair planner (:mod:`hpcfabric.controller.planner`: :class:`hpcfabric.failover.repair.Repairer` in a process
+of its own) compiles the surviving fabric on the switches the failures can affect and proves the new
+tables -- and every mix of old and new ones during the update -- before anything is sent (under
+``flow_control = pfc``). A proven plan is installed in its waves, only the
 entries that differ, one bundle per switch; each wave is confirmed (barriers) before the next starts. A
 plan that is not proven is not installed: the tables in force stay, the log says why (the cycle, as
 channels), the status and the metrics show it. Only with ``[failover] recompute = on``; fast-failover
@@ -21,10 +22,11 @@ from typing import Any, Iterable
 
 from hpcfabric.config import ControllerConfig
 from hpcfabric.controller.channel import Disconnected, SyncError
-from hpcfabric.controller.framework import hub, run_native
+from hpcfabric.controller.board import make_board
+from hpcfabric.controller.framework import hub
+from hpcfabric.controller.planner import Planner
 from hpcfabric.failover.damping import FlapDamper
-from hpcfabric.failover.repair import Repairer
-from hpcfabric.topology.failures import Failures
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -36,12 +38,6 @@ def dead_switches(switches: Iterable[Any], now: float, grace: float) -> set[str]
     """Switches that were connected, lost their connection and stayed away longer than ``grace`` seconds."""
     return {s.name for s in switches
             if not s.connected and s.disconnected_at is not None and now - s.disconnected_at > grace}
-
-
-def proves(config: ControllerConfig) -> bool:
-    """Does ``config``'s flow control ask for proven repairs? (``pfc``: refused if not proven; ``pause``: proven
-    and reported, as at load; ``none``, ``deadlock_check = off``: no proof.)"""
-    return config.flow_control in ("pfc", "pause") and bool(config.deadlock_check)
 
 
 class Failover:
@@ -64,29 +60,33 @@ class Failover:
         self.running = False
         self.again = False
         self.t0 = 0.0
-        self.repairer: Repairer | None = None
-        self.base_ready = False
+        self.planner: Planner | None = None
+        self.board: Any = None  # the failures board of a partitioned fabric (None: one controller)
+        self.in_force: Failures = NO_FAILURES  # the failures the installed tables route around
         self._applied_ports: set[tuple[str, int]] = set()
 
-    # ------------------------------------------------------------ the proof base
+    # ------------------------------------------------------------ the planner
     def prepare(self) -> None:
-        """Build the repair's proof base (a full union walk) off the hub, so the first failure finds it ready."""
-        config = self.app.config
-        if not config.recompute or self.repairer is not None:
+        """Start the repair planner (its own process builds the proof base while the switches come up) and, for a
+        partitioned fabric, the failures board (:mod:`hpcfabric.controller.board`)."""
+        app = self.app
+        config = app.config
+        if not config.recompute or self.planner is not None:
             return
-        self.repairer = Repairer(config, prove=proves(config))
-        if self.repairer.prove:
-            hub.spawn(self._build_base, self.repairer)
+        self.planner = Planner(config)
+        hub.spawn(self.planner.start)
+        if self.board is None:
+            self.board = make_board(config, app.ha)
+            if self.board is not None:
+                board = self.board
+                hub.spawn(board.watch, self.remote, lambda: app.is_active and self.board is board)
 
-    def _build_base(self, repairer: Repairer) -> None:
-        t0 = time.monotonic()
-        try:
-            run_native(repairer.base)
-            self.base_ready = repairer is self.repairer
-            LOG.info("failover: proof base ready in %.1f s (%d dependencies)", time.monotonic() - t0,
-                     len(repairer.state.graph.edges) if repairer.state is not None else 0)
-        except Exception:  # pragma: no cover - the first repair builds it then
-            LOG.exception("failover: building the proof base failed")
+    def stop(self) -> None:
+        if self.planner is not None:
+            self.planner.stop()
+        if self.board is not None:
+            self.board.close()
+            self.board = None
 
     # ------------------------------------------------------------ events
     def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
@@ -99,6 +99,21 @@ class Failover:
         o = dp.ofproto
         is_down = bool(deleted or desc.state & o.OFPPS_LINK_DOWN or desc.config & o.OFPPC_PORT_DOWN)
         self.observe(sw.name, desc.port_no, is_down, time.monotonic())
+
+    def connected(self, sw: Any, dp: Any) -> None:
+        """A managed switch (re)connected: its fabric ports as its port descriptions say (a port that went down or
+        came back while it had no controller is seen now)."""
+        if not self.app.config.recompute:
+            return
+        o = dp.ofproto
+        now = time.monotonic()
+        for port in self.app.fabric.fabric_ports(sw.name):
+            desc = (dp.ports or {}).get(port)
+            if desc is None:  # not described: nothing to tell
+                continue
+            down = bool(desc.state & o.OFPPS_LINK_DOWN or desc.config & o.OFPPC_PORT_DOWN)
+            if down or self.damper.is_down((sw.name, port), now):
+                self.observe(sw.name, port, down, now)
 
     def observe(self, switch: str, port: int, is_down: bool, now: float) -> None:
         """A port of ours reported ``is_down`` at ``now``."""
@@ -160,15 +175,15 @@ class Failover:
         return Failures.of(app.fabric, self.ports_down(now) | self.remote_ports, dead)
 
     def publish(self) -> None:
-        """Tell the other controllers what our switches see (HA backends with a failures channel)."""
-        ha = self.app.ha
-        if hasattr(ha, "publish_failures"):
-            now = time.monotonic()
-            mine = dead_switches(self.app.switches.values(), now, self.app.config.lldp_timeout)
-            try:
-                ha.publish_failures(self.ports_down(now), mine)
-            except Exception as err:  # pragma: no cover - the next change publishes again
-                LOG.warning("failover: could not publish failures: %s", err)
+        """Tell the other controllers what our switches see (the failures board of a partitioned fabric)."""
+        if self.board is None:
+            return
+        now = time.monotonic()
+        mine = dead_switches(self.app.switches.values(), now, self.app.config.lldp_timeout)
+        try:
+            self.board.publish(self.ports_down(now), mine)
+        except Exception as err:  # pragma: no cover - the next change publishes again
+            LOG.warning("failover: could not publish failures: %s", err)
 
     # ------------------------------------------------------------ repairs
     def schedule(self, delay: float = COALESCE_S) -> None:
@@ -191,33 +206,31 @@ class Failover:
             now = time.monotonic()
             failures = self.failures(now)
             config = app.config
-            if self.repairer is None:
+            if self.planner is None:
                 self.prepare()
-            repairer = self.repairer
-            assert repairer is not None
-            if failures == repairer.failures:
+            planner = self.planner
+            assert planner is not None
+            if failures == self.in_force:
                 return
-            plan = run_native(repairer.plan, failures)
-            if app.config is not config or repairer is not self.repairer:  # reloaded meanwhile
-                repairer.discard(plan)
+            plan = planner.plan(failures)
+            if app.config is not config or planner is not self.planner:  # reloaded meanwhile
+                planner.decide(False)
                 return
             self._applied_ports = set(self.ports_down(now))
-            record = {"at": time.time(), **plan.as_dict()}
-            if not plan.proven and config.flow_control == "pfc":
-                repairer.discard(plan)
+            verdict = plan["verdict"]
+            record = {"at": time.time(), **plan["summary"]}
+            if not plan["proven"] and config.flow_control == "pfc":
+                planner.decide(False)
                 self.refused += 1
-                self.unproven = {"failures": failures.as_dict(), "verdict": plan.verdict.get("verdict"),
-                                 "explanation": plan.verdict.get("explanation"), "cycle": plan.verdict.get("cycle")}
+                self.unproven = {"failures": failures.as_dict(), "verdict": verdict.get("verdict"),
+                                 "explanation": verdict.get("explanation"), "cycle": verdict.get("cycle")}
                 LOG.error("failover: %s: %s; the last proven tables stay in force (%s)", ", ".join(failures.describe())
-                          or "no failures", plan.verdict.get("verdict"), plan.verdict.get("explanation"))
+                          or "no failures", verdict.get("verdict"), verdict.get("explanation"))
                 self.last = {**record, "installed": False}
                 return
             self.unproven = None
-            repairer.apply(plan)
-            if not plan.proven and repairer.prove:  # flow_control = pause: installed as at load, said; the proof
-                repairer.state = None  # base no longer matches the tables: built again, off the hub
-                self.base_ready = False
-                hub.spawn(self._build_base, repairer)
+            planner.decide(True)
+            self.in_force = failures
             self.dead = set(failures.switches)
             sent = self.install(plan)
             self.repairs += 1
@@ -226,9 +239,9 @@ class Failover:
             self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms}
             LOG.warning("failover: %s -> %s repair (%s), %d switch(es) changed in %d wave(s), %d flow-mod(s), "
                         "confirmed %.1f ms after the event (plan %.1f ms)",
-                        ", ".join(failures.describe()) or "everything back", plan.verdict.get("verdict"),
-                        "redirected detours" if plan.verdict.get("redirect_detours") else "bypasses",
-                        len(plan.changed), len(plan.waves), sent, self.last_ms, plan.seconds * 1000.0)
+                        ", ".join(failures.describe()) or "everything back", verdict.get("verdict"),
+                        "redirected detours" if verdict.get("redirect_detours") else "bypasses",
+                        len(plan["changed"]), len(plan["waves"]), sent, self.last_ms, plan["seconds"] * 1000.0)
         except Exception:  # pragma: no cover - never kill the loop
             LOG.exception("repair failed")
         finally:
@@ -243,17 +256,17 @@ class Failover:
         barrier); a wave is confirmed before the next starts. Returns the flow-mods sent."""
         app = self.app
         tables = app.tables
-        old = {name: app.desired(name) for name in plan.desired}
-        tables.repaired.update(plan.desired)
-        if plan.groups or tables.groups:
+        old = {name: app.desired(name) for name in plan["desired"]}
+        tables.repaired.update(plan["desired"])
+        if plan["groups"] or tables.groups:
             from hpcfabric.controller.tables import group_buckets
 
-            tables.groups = group_buckets(plan.groups)
+            tables.groups = group_buckets(plan["groups"])
         for name in list(tables.repaired):  # back to the compiled table: nothing to keep apart
             if tables.repaired[name] == app.config.desired.get(name):
                 del tables.repaired[name]
         sent = 0
-        for wave in plan.waves:
+        for wave in plan["waves"]:
             threads = []
             for name in wave:
                 st = app.switches.get(name)
@@ -281,8 +294,9 @@ class Failover:
         """After a reload: forget ports of switches no longer managed; repair the new tables around what is out."""
         app = self.app
         self.damper.forget(lambda k: k[0] in app.switches)
-        self.repairer = None
-        self.base_ready = False
+        self.stop()
+        self.planner = None
+        self.in_force = NO_FAILURES
         app.tables.repaired = {}
         self.prepare()
         if self.ports_down(time.monotonic()) or self.dead or self.remote_ports or self.remote_switches:
@@ -293,9 +307,10 @@ class Failover:
         """The status file's ``failover`` entry."""
         config = self.app.config
         now = time.monotonic()
-        repairer = self.repairer
+        planner = self.planner
         return {"fast_failover": config.fast_failover, "recompute": config.recompute,
-                "proof": "on" if repairer is not None and repairer.prove else "off", "proof_base_ready": self.base_ready,
+                "proof": "on" if planner is not None and planner.prove else "off",
+                "planner": planner.as_dict() if planner is not None else None,
                 "ports_down": [f"{s}:{p}" for s, p in sorted(self.ports_down(now))],
                 "damped": [f"{s}:{p}" for s, p in sorted(self.damper.damped(now))],
                 "remote": [f"{s}:{p}" for s, p in sorted(self.remote_ports)] + sorted(self.remote_switches),

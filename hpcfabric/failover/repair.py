@@ -36,7 +36,13 @@ from hpcfabric.rules.compiler import affected_switches
 from hpcfabric.rules.flows import FlowSpec
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 
-__all__ = ["RepairPlan", "Repairer", "surviving_tables", "entries_changed"]
+__all__ = ["RepairPlan", "Repairer", "surviving_tables", "entries_changed", "proves"]
+
+
+def proves(config: Any) -> bool:
+    """Does ``config``'s flow control ask for proven repairs? (``pfc``: refused if not proven; ``pause``: proven
+    and reported, installed as at load; ``none``, ``deadlock_check = off``: no proof.)"""
+    return config.flow_control in ("pfc", "pause") and bool(config.deadlock_check)
 
 
 @dataclass(frozen=True)
