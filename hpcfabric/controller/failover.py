@@ -246,6 +246,7 @@ class Failover:
             LOG.exception("repair failed")
         finally:
             self.running = False
+            app.reporter.milestone = True  # operators and benches wait for a repair: no status gap
             app.mark()
         if self.again:
             self.again = False

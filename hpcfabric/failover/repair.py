@@ -55,7 +55,7 @@ class RepairPlan:
     desired: Mapping[str, tuple[FlowSpec, ...]]  # to install, on the changed switches (adapted as at load)
     groups: Mapping[str, tuple[Any, ...]]  # fast-failover groups of every switch (empty without them)
     waves: tuple[tuple[str, ...], ...]  # update order: each wave confirmed before the next
-    entries: int  # entries that differ from the tables in force (flow-mods, at most)
+    entries: int  # entries of this controller's switches that differ from the tables in force (an upper bound)
     verdict: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
@@ -167,8 +167,7 @@ class Repairer:
 
         mine = [s for s in changed if config.manages(s)]
         desired, groups = adapt_switches(config, compiled, mine)
-        current = config.desired
-        entries = sum(entries_changed(tuple(current.get(s, ())), desired[s]) for s in mine)
+        entries = sum(entries_changed(self.compiled.tables[s].flows, compiled.tables[s].flows) for s in mine)
         timings["adapt"] = time.perf_counter() - t1
         verdict = {**verdict, "redirect_detours": redirect}
         return RepairPlan(failures, compiled, changed, desired, groups, waves, entries, verdict,
