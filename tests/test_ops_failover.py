@@ -199,7 +199,7 @@ def test_switch_gone_is_routed_around(tmp_path):
 
 def test_controller_installs_fast_failover_groups_before_flows(tmp_path):
     """fast_failover = on: every switch gets its groups (before the flows that use them, once), its table
-    uses them; PAUSE flips keep the group in the unpaused entry; a port down is rerouted (plain outputs,
+    uses them; PAUSE flips keep the group in the unpaused entry; a port down gets its proven repair (the
     groups stay), port up restores the grouped tables."""
     import time
 
