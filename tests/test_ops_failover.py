@@ -1,6 +1,6 @@
 """Link and switch failures: proven repairs (pure) and the controller's reaction (fake switches).
 
-* :class:`hpcfabric.failover.repair.Repairer` for every link of the small shipped fabrics (and a dead switch):
+* :class:`hpcfabric.repair.plan.Repairer` for every link of the small shipped fabrics (and a dead switch):
   the repair is proven (the whole-fabric union proof on the surviving fabric agrees), only the switches
   the failure can affect change, and recovery gives back the compiled tables;
 * the controller: port-status down on a fabric port -> the proven repair installed (only the differing
@@ -16,7 +16,7 @@ import pytest
 from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle, wait_planner, wait_reroute
 
 from hpcfabric.config import load_config
-from hpcfabric.failover.repair import Repairer
+from hpcfabric.repair.plan import Repairer
 from hpcfabric.openflow.reconcile import canonical, diff
 from hpcfabric.rules.compiler import affected_switches
 from hpcfabric.topology.failures import Failures

@@ -23,7 +23,7 @@ import pytest
 
 from hpcfabric.config import load_config
 from hpcfabric.failover.damping import FlapDamper
-from hpcfabric.failover.repair import Repairer
+from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import Failures, parse_failures
 from hpcfabric.verify.delta import ProofState
 from hpcfabric.verify.proof import prove

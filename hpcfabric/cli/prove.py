@@ -1,7 +1,7 @@
 """``hpcfabric prove FILE``: delivery and deadlock freedom under any set of paused ports
 (:func:`hpcfabric.verify.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
 | SWITCH ...]``: the tables the controller installs -- with those links and switches out, the repair it would
-install (:class:`hpcfabric.failover.repair.Repairer`: compiled for the surviving fabric, proven with its
+install (:class:`hpcfabric.repair.plan.Repairer`: compiled for the surviving fabric, proven with its
 update order; docs/routing.md "Failures") -- or why none can be proven.
 
 :func:`add_parser` holds the options, :func:`run` compiles (:func:`~hpcfabric.cli.common.compiled_from_args`)
@@ -78,7 +78,7 @@ def run_config(args: argparse.Namespace) -> int:
     import time
 
     from hpcfabric.config import load_config
-    from hpcfabric.failover.repair import Repairer
+    from hpcfabric.repair.plan import Repairer
     from hpcfabric.topology.failures import parse_failures
 
     if not args.config:

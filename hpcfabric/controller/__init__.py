@@ -25,7 +25,7 @@ reloadable object itself, so a reload is seen by all at once. The decisions
 live in pure modules below the controller (:mod:`hpcfabric.openflow.reconcile`,
 :mod:`hpcfabric.protocols.pause`, :mod:`~hpcfabric.protocols.cnm`,
 :mod:`~hpcfabric.protocols.lldp`, :mod:`hpcfabric.controller.discovery`,
-:mod:`hpcfabric.failover.repair`, :mod:`hpcfabric.config`), with time passed in
+:mod:`hpcfabric.repair.plan`, :mod:`hpcfabric.config`), with time passed in
 as ``now``. Collaborators (module: class as app attribute -- what it owns):
 
 * ``framework``: the seam to os-ken or Ryu, the only module that imports them (app

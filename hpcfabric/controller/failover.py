@@ -4,7 +4,7 @@
 flap: :class:`hpcfabric.failover.damping.FlapDamper`), the failures other controllers report
 (:meth:`remote`, through the HA backend's failures prefix), and which switches stayed disconnected
 longer than ``lldp_timeout``. On any change it schedules one repair (events in a burst share it): the
-repair planner (:mod:`hpcfabric.controller.planner`: :class:`hpcfabric.failover.repair.Repairer` in a process
+repair planner (:mod:`hpcfabric.controller.planner`: :class:`hpcfabric.repair.plan.Repairer` in a process
 of its own) compiles the surviving fabric on the switches the failures can affect and proves the new
 tables -- and every mix of old and new ones during the update -- before anything is sent (under
 ``flow_control = pfc``). A proven plan is installed in its waves, only the

@@ -1,11 +1,11 @@
-"""The repair planner the controller asks: a process of its own (:mod:`hpcfabric.failover.service`), else inline.
+"""The repair planner the controller asks: a process of its own (:mod:`hpcfabric.repair.service`), else inline.
 
 Compiling and proving a repair is seconds of CPU at Table III, and building the proof base a minute: in
 the controller's process that would hold the interpreter lock against the hub, and every PAUSE reaction
-would wait. :class:`Planner` starts ``python -m hpcfabric.failover.service CONFIG`` beside the controller
+would wait. :class:`Planner` starts ``python -m hpcfabric.repair.service CONFIG`` beside the controller
 (it loads the same config and builds the proof base while the switches come up) and talks to it over a
 pipe; reads block a native thread, never the hub. If the process cannot start or dies, the planner runs
-in a native thread of the controller instead (:class:`hpcfabric.failover.repair.Repairer`), and the log
+in a native thread of the controller instead (:class:`hpcfabric.repair.plan.Repairer`), and the log
 says so.
 """
 
@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from hpcfabric.controller.framework import hub, run_native
-from hpcfabric.failover.repair import Repairer, proves
-from hpcfabric.failover.service import read_message, slim, write_message
+from hpcfabric.repair.plan import Repairer, proves
+from hpcfabric.repair.service import read_message, slim, write_message
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -45,7 +45,7 @@ class Planner:
         if self.mode == "process":
             try:
                 env = dict(os.environ, PYTHONUNBUFFERED="1")
-                self.proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.failover.service", self.config.path],
+                self.proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.repair.service", self.config.path],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
             except OSError as err:
                 LOG.error("failover: the repair planner process did not start (%s): planning inline", err)
@@ -66,7 +66,7 @@ class Planner:
                  got.get("dependencies"))
 
     def plan(self, failures: Any) -> dict[str, Any] | None:
-        """The plan for ``failures`` (:func:`hpcfabric.failover.service.slim`): waits until the planner is ready."""
+        """The plan for ``failures`` (:func:`hpcfabric.repair.service.slim`): waits until the planner is ready."""
         while not self.ready and self.mode == "process" and self.proc is not None:
             hub.sleep(0.05)
         if self.mode == "process":

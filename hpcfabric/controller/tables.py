@@ -2,7 +2,7 @@
 
 :class:`Tables` is the target of every reconciliation. It holds the config's
 compiled tables, the fast-failover groups, and the tables a proven repair
-put in force (``repaired``, :mod:`hpcfabric.failover.repair`); :meth:`Tables.desired`
+put in force (``repaired``, :mod:`hpcfabric.repair.plan`); :meth:`Tables.desired`
 lays the paused ports' PORT_STATE entries over them. Pure: no switch, no clock.
 """
 

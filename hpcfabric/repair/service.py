@@ -1,8 +1,8 @@
-"""The repair planner as a process of its own: a :class:`~hpcfabric.failover.repair.Repairer` behind a pipe.
+"""The repair planner as a process of its own: a :class:`~hpcfabric.repair.plan.Repairer` behind a pipe.
 
 The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
 Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
-``python -m hpcfabric.failover.service CONFIG`` loads the same config, builds the proof base, says
+``python -m hpcfabric.repair.service CONFIG`` loads the same config, builds the proof base, says
 ``ready``, then answers requests read from stdin, one at a time, each a length-prefixed pickle:
 
 * ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs
@@ -50,7 +50,7 @@ def read_message(inp: BinaryIO) -> Any:
 
 
 def slim(plan: Any) -> dict[str, Any]:
-    """What the controller needs of a :class:`~hpcfabric.failover.repair.RepairPlan`."""
+    """What the controller needs of a :class:`~hpcfabric.repair.plan.RepairPlan`."""
     return {"failures": plan.failures, "changed": plan.changed, "desired": dict(plan.desired),
             "groups": dict(plan.groups), "waves": plan.waves, "entries": plan.entries, "verdict": dict(plan.verdict),
             "seconds": plan.seconds, "timings": dict(plan.timings), "proven": plan.proven, "summary": plan.as_dict()}
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s repair planner: %(message)s")
     from hpcfabric.config import load_config
-    from hpcfabric.failover.repair import Repairer, proves
+    from hpcfabric.repair.plan import Repairer, proves
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
