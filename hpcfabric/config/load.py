@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcfabric.config.build import address_plan, build_tables
-from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict
+from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict, failures_promise
 from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
@@ -335,8 +335,10 @@ def _hosts_section(
 
 
 def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load and compile ``path`` completely; return its summary (raises ConfigError)."""
-    return load_config(path).summary()
+    """Load and compile ``path`` completely; return its summary (raises ConfigError), with what is proven
+    about the repairs after failures."""
+    cfg = load_config(path)
+    return {**cfg.summary(), "failures": failures_promise(cfg)}
 
 
 def _etcd_keys(source: str, parser: Any, backend: str, role: str) -> tuple[tuple[str, ...], int, int, str]:

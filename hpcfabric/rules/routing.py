@@ -189,7 +189,8 @@ class UpDownRouter(Router):
                 return port
         return None
 
-    def down(self, src: Switch, port: int) -> int | None:
+    def down_port(self, src: Switch, port: int) -> int | None:
+        """``port`` (a downlink) if it is live, else None (the destinations below it are dropped here)."""
         return port if self.live(src.name, port) else None
 
 
@@ -200,14 +201,14 @@ class FatTreeRouter(UpDownRouter):
 
     def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         if src.role == "core":
-            return self.down(src, 1 + dst.group)
+            return self.down_port(src, 1 + dst.group)
         if src.role == "aggregation" and dst.group == src.group:
-            return self.down(src, 1 + dst.index)
+            return self.down_port(src, 1 + dst.index)
         return self.up(spread, src)
 
     def to_group(self, src: Switch, group: int, spread: int = 0) -> int | None:
         if src.role == "core":
-            return self.down(src, 1 + group)
+            return self.down_port(src, 1 + group)
         return self.up(spread, src)
 
 
@@ -330,7 +331,7 @@ class FoldedClosRouter(UpDownRouter):
     def to_switch(self, src: Switch, dst: Switch, spread: int = 0) -> int | None:
         level = src.coords[0]
         if level == 2 and dst.group == src.group:
-            return self.down(src, 1 + dst.index)
+            return self.down_port(src, 1 + dst.index)
         if level == 1 and dst.group == src.group:
             return self.up(spread, src)
         return self.to_group(src, dst.group, spread)
