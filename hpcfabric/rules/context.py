@@ -4,6 +4,7 @@ longest-prefix tables, ORTC-compacted on request (:func:`lpm_flows`)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.errors import CompileError
@@ -47,16 +48,34 @@ class Context:
         #: :mod:`hpcfabric.rules.policies.workload`); empty: the static choice
         self.intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = {}
         self.router = router_for(fabric, failures)
-        self.cache = FlowCache(plan.layout)
         #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)
         self.shared: dict[Any, Any] = {}
+        #: what depends on the plan only (interned entries, members, prefixes): made once per plan, shared by
+        #: every compile of it (a repair compiles often)
+        prefixes = _PER_PLAN.get(plan)
+        if prefixes is None:
+            prefixes = _PER_PLAN[plan] = _PlanPrefixes(fabric, plan)
+        self.cache = prefixes.cache
+        self.members = prefixes.members
+        self.groups = prefixes.groups
+        self.host_prefix = prefixes.host_prefix
+        self.switch_prefix = prefixes.switch_prefix
+        self.group_prefix = prefixes.group_prefix
+
+
+class _PlanPrefixes:
+    """Members per group, the prefix of every host, access switch and group, and interned entries of a plan."""
+
+    def __init__(self, fabric: Fabric, plan: AddressPlan) -> None:
+        layout = plan.layout
+        self.cache = FlowCache(layout)
         self.members: dict[int, list[Switch]] = {}
         for sw in fabric.access_switches:
             self.members.setdefault(sw.group, []).append(sw)
         self.groups = sorted(self.members)
-        names = self.layout.names
+        names = layout.names
         self.host_prefix = {
-            h.name: field_prefix(self.layout, [(n, plan.host_fields[h.name][n]) for n in names]) for h in fabric.hosts
+            h.name: field_prefix(layout, [(n, plan.host_fields[h.name][n]) for n in names]) for h in fabric.hosts
         }
         self.switch_prefix: dict[str, tuple[int, int]] = {}
         self.group_prefix: dict[int, tuple[int, int]] = {}
@@ -64,9 +83,12 @@ class Context:
             for sw in fabric.access_switches:
                 fv = plan.switch_fields(sw)
                 lead = [(n, fv[n]) for n in names if n != "host"]
-                self.switch_prefix[sw.name] = field_prefix(self.layout, lead)
+                self.switch_prefix[sw.name] = field_prefix(layout, lead)
         if "group" in names:
-            self.group_prefix = {g: field_prefix(self.layout, [("group", g)]) for g in self.groups}
+            self.group_prefix = {g: field_prefix(layout, [("group", g)]) for g in self.groups}
+
+
+_PER_PLAN: "weakref.WeakKeyDictionary[AddressPlan, _PlanPrefixes]" = weakref.WeakKeyDictionary()
 
 
 def field_prefix(layout: Layout, fields: Iterable[tuple[str, int]]) -> tuple[int, int]:

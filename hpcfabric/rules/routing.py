@@ -34,6 +34,7 @@ deadlock-free under the fabric's classes of service is not assumed: it is proven
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from functools import lru_cache
 
@@ -73,17 +74,9 @@ class DragonflyRouter(DragonflyBypasses, Router):
         super().__init__(fabric, failures)
         prm = fabric.params
         self.a, self.p, self.h = prm["a"], prm["p"], prm["h"]
-        self.globals: dict[int, dict[int, list[tuple[int, int]]]] = {}
-        self.at: dict[tuple[int, int], Switch] = {}
-        for sw in fabric.switches:
-            self.at[(sw.group, sw.index)] = sw
-            for port, peer in fabric.ports(sw.name).items():
-                if peer.kind == "global":
-                    j = fabric.switch(peer.node).group
-                    self.globals.setdefault(sw.group, {}).setdefault(j, []).append((sw.index, port))
-        for per_group in self.globals.values():
-            for links in per_group.values():
-                links.sort()
+        #: group -> group -> its (switch index, port) global links there; (group, index) -> switch (shared by
+        #: every router of the fabric: a repair builds routers often and these never change)
+        self.globals, self.at = _dragonfly_maps(fabric)
         #: groups with a failed link or switch: only their switches route differently
         self.touched = frozenset(fabric.switch(s).group for s in (*self.dead, *failures.switches))
         self._missing: dict[int, frozenset[int]] = {}
@@ -92,14 +85,13 @@ class DragonflyRouter(DragonflyBypasses, Router):
         """The touched groups' switches, and (``redirect``) every switch with a global port into a group that lost
         its link to some other group (its hosts' Valiant detours through that port are redirected)."""
         lost = {k for k in self.touched if self.missing_from(k)} if redirect else set()
-        out = set()
-        for sw in self.fabric.switches:
-            if sw.group in self.touched:
-                out.add(sw.name)
-            elif lost and self.fabric.hosts_on(sw.name) and any(
-                    peer.kind == "global" and self.fabric.switch(peer.node).group in lost
-                    for peer in self.fabric.fabric_ports(sw.name).values()):
-                out.add(sw.name)
+        out = {sw.name for (g, _), sw in self.at.items() if g in self.touched}
+        for j, per_group in self.globals.items():  # switches with a global port into a group that lost a link
+            for k in lost & per_group.keys():
+                for index, _ in per_group[k]:
+                    sw = self.at[(j, index)]
+                    if self.fabric.hosts_on(sw.name):
+                        out.add(sw.name)
         return frozenset(out)
 
     def local_port(self, s: int, t: int) -> int:
@@ -335,6 +327,28 @@ class FoldedClosRouter(UpDownRouter):
         if level == 1 and dst.group == src.group:
             return self.up(spread, src)
         return self.to_group(src, dst.group, spread)
+
+
+_DRAGONFLY_MAPS: "weakref.WeakKeyDictionary[Fabric, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
+
+
+def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int, int]]]], dict[tuple[int, int], Switch]]:
+    """(group -> group -> sorted (switch index, port) global links, (group, index) -> switch), once per fabric."""
+    got = _DRAGONFLY_MAPS.get(fabric)
+    if got is None:
+        globals_: dict[int, dict[int, list[tuple[int, int]]]] = {}
+        at: dict[tuple[int, int], Switch] = {}
+        group_of = {sw.name: sw.group for sw in fabric.switches}
+        for sw in fabric.switches:
+            at[(sw.group, sw.index)] = sw
+            for port, peer in fabric.ports(sw.name).items():
+                if peer.kind == "global":
+                    globals_.setdefault(sw.group, {}).setdefault(group_of[peer.node], []).append((sw.index, port))
+        for per_group in globals_.values():
+            for links in per_group.values():
+                links.sort()
+        got = _DRAGONFLY_MAPS[fabric] = (globals_, at)
+    return got
 
 
 ROUTERS = {

@@ -79,33 +79,35 @@ class DragonflyBypasses:
                     return port
         return self.bypass(src, group)
 
-    def qualifying(self, sw: Switch, group: int) -> list[int]:
-        """``sw``'s live global ports to groups (other than ``group``) with a live link to ``group``."""
+    def qualifying(self, sw: Switch, group: int, clean: bool = False) -> list[int]:
+        """``sw``'s live global ports to groups (other than ``group``) with a live link to ``group``; ``clean``:
+        only into groups that miss no link themselves (such a relay is never a bypass's source: what it relays
+        goes on into ``group`` and no further, so relayed hops in the saturated class never chain into a
+        circle)."""
         out = []
         for port, peer in sorted(self.fabric.fabric_ports(sw.name).items()):
             if peer.kind == "global" and self.live(sw.name, port):
                 k = self.fabric.switch(peer.node).group
-                if k != group and self.group_reaches(k, group):
+                if k != group and self.group_reaches(k, group) and not (clean and self.missing_from(k)):
                     out.append(port)
         return out
 
     def bypass(self, src: Switch, group: int) -> int | None:
         """``src``'s route to ``group`` through an intermediate group with a live link to it: an own global port
         (chosen by the group number), else a local port towards a group member with one; None: no way out.
-        Valiant and conditional detours never lead to an intermediate group without a live link to their
-        destination group (:meth:`missing_from`, the policies' overrides), so no frame that already crossed a
-        global link arrives here for ``group``: every path keeps at most two global hops."""
-        own = self.qualifying(src, group)
-        if own:
-            return own[group % len(own)]
+        Relays that miss no link themselves first (:meth:`qualifying`), wherever they are in the group."""
         members = [self.at[(src.group, c)] for c in range(self.a) if c != src.index and (src.group, c) in self.at]
         if members:
             members = members[group % len(members):] + members[:group % len(members)]
-        for sw in members:
-            if sw.name not in self.failures.switches and self.qualifying(sw, group):
-                port = self.within(src, sw.index)
-                if port is not None:
-                    return port
+        for clean in (True, False):
+            own = self.qualifying(src, group, clean)
+            if own:
+                return own[group % len(own)]
+            for sw in members:
+                if sw.name not in self.failures.switches and self.qualifying(sw, group, clean):
+                    port = self.within(src, sw.index)
+                    if port is not None:
+                        return port
         return None
 
     def bypass_overrides(self, src: Switch) -> list[tuple[int, int, int]]:
@@ -122,16 +124,19 @@ class DragonflyBypasses:
             peer = self.fabric.peer(src.name, port) if port is not None else None
             if peer is None or peer.kind != "global":
                 continue
-            others = [p for p in self.qualifying(src, g) if p != port]
-            alt = others[g % len(others)] if others else None
-            if alt is None:
-                for c in range(self.a):
+            alt = None
+            for clean in (True, False):
+                others = [p for p in self.qualifying(src, g, clean) if p != port]
+                alt = others[g % len(others)] if others else None
+                for c in range(self.a) if alt is None else ():
                     sw = self.at.get((src.group, c))
                     if sw is not None and c != src.index and sw.name not in self.failures.switches \
-                            and self.qualifying(sw, g):
+                            and self.qualifying(sw, g, clean):
                         alt = self.within(src, c)
                         if alt is not None:
                             break
+                if alt is not None:
+                    break
             if alt is not None:
                 out.append((g, port, alt))
         return out
