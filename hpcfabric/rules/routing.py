@@ -37,6 +37,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from functools import lru_cache
+from typing import Any
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.surviving import DragonflyBypasses, RowBypasses
@@ -76,10 +77,11 @@ class DragonflyRouter(DragonflyBypasses, Router):
         self.a, self.p, self.h = prm["a"], prm["p"], prm["h"]
         #: group -> group -> its (switch index, port) global links there; (group, index) -> switch (shared by
         #: every router of the fabric: a repair builds routers often and these never change)
-        self.globals, self.at = _dragonfly_maps(fabric)
+        self.globals, self.at, self.gports = _dragonfly_maps(fabric)
         #: groups with a failed link or switch: only their switches route differently
         self.touched = frozenset(fabric.switch(s).group for s in (*self.dead, *failures.switches))
         self._missing: dict[int, frozenset[int]] = {}
+        self._memo: dict[tuple, Any] = {}
 
     def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """The touched groups' switches, and (``redirect``) every switch with a global port into a group that lost
@@ -329,11 +331,13 @@ class FoldedClosRouter(UpDownRouter):
         return self.to_group(src, dst.group, spread)
 
 
-_DRAGONFLY_MAPS: "weakref.WeakKeyDictionary[Fabric, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
+_DRAGONFLY_MAPS: "weakref.WeakKeyDictionary[Fabric, tuple[dict, dict, dict]]" = weakref.WeakKeyDictionary()
 
 
-def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int, int]]]], dict[tuple[int, int], Switch]]:
-    """(group -> group -> sorted (switch index, port) global links, (group, index) -> switch), once per fabric."""
+def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int, int]]]], dict[tuple[int, int], Switch],
+                                             dict[tuple[int, int], list[tuple[int, int]]]]:
+    """(group -> group -> sorted (switch index, port) global links, (group, index) -> switch, (group, index) ->
+    sorted (global port, far group)), once per fabric."""
     got = _DRAGONFLY_MAPS.get(fabric)
     if got is None:
         globals_: dict[int, dict[int, list[tuple[int, int]]]] = {}
@@ -344,10 +348,15 @@ def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int,
             for port, peer in fabric.ports(sw.name).items():
                 if peer.kind == "global":
                     globals_.setdefault(sw.group, {}).setdefault(group_of[peer.node], []).append((sw.index, port))
-        for per_group in globals_.values():
-            for links in per_group.values():
+        gports: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for g, per_group in globals_.items():
+            for j, links in per_group.items():
                 links.sort()
-        got = _DRAGONFLY_MAPS[fabric] = (globals_, at)
+                for index, port in links:
+                    gports.setdefault((g, index), []).append((port, j))
+        for ports in gports.values():
+            ports.sort()
+        got = _DRAGONFLY_MAPS[fabric] = (globals_, at, gports)
     return got
 
 

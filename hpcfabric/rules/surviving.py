@@ -29,7 +29,9 @@ class DragonflyBypasses:
     at: dict[tuple[int, int], Switch]
     globals: dict[int, dict[int, list[tuple[int, int]]]]
     touched: frozenset[int]
+    gports: dict[tuple[int, int], list[tuple[int, int]]]  # (group, index) -> its (global port, far group), by port
     _missing: dict[int, frozenset[int]]
+    _memo: dict[tuple, Any]  # answers that depend on the failures only (one router, one failure set)
 
     def within(self, src: Switch, t: int) -> int | None:
         """The port from ``src`` towards switch ``t`` of its group: direct, else through the group's hub."""
@@ -47,6 +49,12 @@ class DragonflyBypasses:
     def hub(self, src: Switch, t: int) -> int | None:
         """The switch (index) a bypass from ``src`` to ``t`` inside their group goes through: the lowest-numbered
         switch whose local links are all up (else the lowest with both links needed up); None if there is none."""
+        key = ("hub", src.group, src.index, t)
+        if key not in self._memo:
+            self._memo[key] = self._hub(src, t)
+        return self._memo[key]
+
+    def _hub(self, src: Switch, t: int) -> int | None:
         clean, usable = None, None
         for c in range(self.a):
             if c in (src.index, t):
@@ -84,13 +92,13 @@ class DragonflyBypasses:
         only into groups that miss no link themselves (such a relay is never a bypass's source: what it relays
         goes on into ``group`` and no further, so relayed hops in the saturated class never chain into a
         circle)."""
-        out = []
-        for port, peer in sorted(self.fabric.fabric_ports(sw.name).items()):
-            if peer.kind == "global" and self.live(sw.name, port):
-                k = self.fabric.switch(peer.node).group
-                if k != group and self.group_reaches(k, group) and not (clean and self.missing_from(k)):
-                    out.append(port)
-        return out
+        key = ("qualifying", sw.name, group, clean)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = [port for port, k in self.gports.get((sw.group, sw.index), ())
+                                     if k != group and self.live(sw.name, port) and self.group_reaches(k, group)
+                                     and not (clean and self.missing_from(k))]
+        return got
 
     def bypass(self, src: Switch, group: int) -> int | None:
         """``src``'s route to ``group`` through an intermediate group with a live link to it: an own global port
@@ -156,7 +164,12 @@ class DragonflyBypasses:
 
     def group_reaches(self, k: int, group: int) -> bool:
         """Does group ``k`` have a live global link to ``group``?"""
-        return any(self.live(self.at[(k, s)].name, port) for s, port in self.globals.get(k, {}).get(group, ()))
+        key = ("reaches", k, group)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = any(self.live(self.at[(k, s)].name, port)
+                                        for s, port in self.globals.get(k, {}).get(group, ()))
+        return got
 
 
 class RowBypasses:
