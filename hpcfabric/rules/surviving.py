@@ -4,8 +4,9 @@ and switches (mixins: they read the router's ``fabric``, ``failures``, ``dead`` 
 * :class:`DragonflyBypasses`: inside a group, a failed link is bypassed through the group's *hub* (the
   lowest-numbered switch whose local links are all up: every bypass runs into the hub and out of it, so
   bypasses cannot wait on each other in a circle); a group without a live global link to another group
-  reaches it through an intermediate group that has one -- over an own global port, else through a group
-  member with one (two global hops, as a Valiant path). With ``redirect`` the Valiant and conditional
+  reaches it through an intermediate group (a relay) that has one -- over an own global port, else through a
+  group member with one (two global hops, as a Valiant path); relays that miss no link themselves first, so
+  relayed hops in the saturated class never chain. With ``redirect`` the Valiant and conditional
   detours that lead into such a group are sent elsewhere at the source
   (:func:`hpcfabric.rules.policies.valiant.redirected_detours`), so no path has a third global hop.
 * :class:`RowBypasses`: a Flattened Butterfly dimension ``d`` link is bypassed through the row's hub.
