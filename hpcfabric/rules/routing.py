@@ -136,6 +136,7 @@ class FlattenedButterflyRouter(RowBypasses, Router):
             self.bases.append(port)
             port += k - 1
         self.at = {tuple(sw.coords): sw for sw in fabric.switches}
+        self._pairs = {}
 
     def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """Switches sharing a row (any dimension) with a switch that lost a link: only their entries can move."""

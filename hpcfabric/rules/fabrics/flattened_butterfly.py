@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.addressing import USABLE_BITS, AddressPlan, mask_to_mac, to_mac
-from hpcfabric.rules.context import Context
+from hpcfabric.rules.context import Context, route_entry
 from hpcfabric.rules.destinations import host_routes
-from hpcfabric.rules.flows import FlowSpec, RuleClass
-from hpcfabric.rules.tables import METADATA_DIMS_SHIFT
+from hpcfabric.rules.flows import FlowSpec, Match, RuleClass
+from hpcfabric.rules.tables import METADATA_DIMS_SHIFT, PRIO_BYPASS, PRIO_FB_PAIR
 from hpcfabric.topology.model import Fabric, Switch
 
 
@@ -35,6 +35,48 @@ def fb_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> lis
         port = fb_out(ctx, sw, d, v, port)
         metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional and port is not None else None
         flows.append(ctx.cache.dimension(d, v, port, metadata))
+    if ctx.failures and conditional:
+        flows += fb_surviving_flows(ctx, sw)
+    return flows
+
+
+def fb_surviving_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
+    """A surviving FB's ROUTE entries beyond the one per port (adaptive policies): for destinations that differ
+    in a dimension ``d`` and a lower ``e`` where a minimal first hop is out, the route of
+    :meth:`~hpcfabric.rules.routing.FlattenedButterflyRouter.pair_route` (``dim_d = v`` and ``dim_e = x``, the
+    dimensions above ``d`` the switch's own; priority by ``e``); and the hubs' and relays' ``in_port`` overrides
+    (:meth:`~hpcfabric.rules.routing.FlattenedButterflyRouter.relay_overrides`). Default rules: a paused port's
+    frames take the alternatives ``dims`` allows, else wait."""
+    router, layout, coords = ctx.router, ctx.layout, sw.coords
+    dims = ctx.fabric.params["dims"]
+    flows = []
+    for d in range(1, len(dims)):
+        above = {f"dim{a}": coords[a] for a in range(d + 1, len(dims))}
+        for v in range(dims[d]):
+            if v == coords[d]:
+                continue
+            for e in range(d):
+                for x in range(dims[e]):
+                    got = router.pair_route(sw, d, v, e, x)  # type: ignore[attr-defined]
+                    if got is None:
+                        continue
+                    port, allowed = got
+                    match = Match(eth_dst=layout.match({**above, f"dim{d}": v, f"dim{e}": x}))
+                    metadata = None if port is None else port | allowed << METADATA_DIMS_SHIFT
+                    flows.append(route_entry(PRIO_FB_PAIR + e, match, port, RuleClass.ROUTE, metadata))
+    for e, k in enumerate(dims):  # destinations along e that e's row cannot reach: across a higher dimension
+        for x in range(k):
+            got = None if x == coords[e] else router.cross_route(sw, e, x)  # type: ignore[attr-defined]
+            if got is not None:
+                port = router.dim_port(sw, *got)  # type: ignore[attr-defined]
+                values = {f"dim{a}": (x if a == e else c) for a, c in enumerate(coords)}
+                flows.append(route_entry(PRIO_FB_PAIR + e, Match(eth_dst=layout.match(values)), port, RuleClass.ROUTE,
+                                         port))
+    for fixed, in_port, out in router.relay_overrides(sw):  # type: ignore[attr-defined]
+        top = max(fixed)
+        values = {f"dim{a}": coords[a] for a in range(top + 1, len(dims))} | {f"dim{a}": c for a, c in fixed.items()}
+        match = Match(in_port=in_port, eth_dst=layout.match(values))
+        flows.append(route_entry(PRIO_BYPASS, match, out, RuleClass.ROUTE, out))
     return flows
 
 
