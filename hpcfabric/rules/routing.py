@@ -24,8 +24,10 @@ failed link or switch (so a repair changes only the entries whose paths did). Wh
 broken route, per kind: a failed link inside a Dragonfly group or a Flattened Butterfly row is
 bypassed through a *hub* of that group or row (the lowest-numbered switch whose links there are
 all up: every bypass dependency runs into the hub and out of it, so bypasses cannot wait on each
-other in a circle); a Dragonfly group without a live global link to another group reaches it
-through an intermediate group (a Valiant-like path, two global hops); fat-tree and folded-Clos
+other in a circle); a Flattened Butterfly destination that differs in a lower dimension too fixes that
+one first, and the compact tables get the entries that keep the saturated class of service in
+dimension order (:mod:`hpcfabric.rules.rows`); a Dragonfly group without a live global link to another group
+reaches it through an intermediate group (a Valiant-like path, two global hops); fat-tree and folded-Clos
 uplinks move to the next live uplink; explicit fabrics take shortest paths over the live links.
 A destination with no surviving route gets ``None`` (dropped, never looped). Whether the result is
 deadlock-free under the fabric's classes of service is not assumed: it is proven on the tables
@@ -40,7 +42,8 @@ from functools import lru_cache
 from typing import Any
 
 from hpcfabric.errors import CompileError
-from hpcfabric.rules.surviving import DragonflyBypasses, RowBypasses
+from hpcfabric.rules.rows import RowBypasses
+from hpcfabric.rules.surviving import DragonflyBypasses
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.topology.model import Fabric, Switch
 
@@ -130,6 +133,9 @@ class FlattenedButterflyRouter(RowBypasses, Router):
             self.bases.append(port)
             port += k - 1
         self.at = {tuple(sw.coords): sw for sw in fabric.switches}
+        self._pairs = {}
+        self._hubs = {}
+        self._near = None
 
     def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """Switches sharing a row (any dimension) with a switch that lost a link: only their entries can move."""

@@ -9,7 +9,7 @@ and switches (mixins: they read the router's ``fabric``, ``failures``, ``dead`` 
   relayed hops in the saturated class never chain. With ``redirect`` the Valiant and conditional
   detours that lead into such a group are sent elsewhere at the source
   (:func:`hpcfabric.rules.policies.valiant.redirected_detours`), so no path has a third global hop.
-* :class:`RowBypasses`: a Flattened Butterfly dimension ``d`` link is bypassed through the row's hub.
+* Flattened Butterfly rows: :class:`hpcfabric.rules.rows.RowBypasses`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from hpcfabric.topology.model import Switch
 
-__all__ = ["DragonflyBypasses", "RowBypasses"]
+__all__ = ["DragonflyBypasses"]
 
 
 class DragonflyBypasses:
@@ -172,48 +172,3 @@ class DragonflyBypasses:
                                         for s, port in self.globals.get(k, {}).get(group, ()))
         return got
 
-
-class RowBypasses:
-    """Flattened Butterfly routes on the surviving fabric (module docstring); the router gives ``live`` and
-    ``dim_port``."""
-
-    fabric: Any
-    failures: Any
-    dims: list[int]
-    at: dict[tuple[int, ...], Switch]
-
-    def dim_out(self, src: Switch, d: int, value: int) -> int | None:
-        """The port ``src`` uses to fix dimension ``d`` to ``value``: the direct link, else (link out) through the
-        row's hub, else (the row's switch at ``value`` failed) None."""
-        port = self.dim_port(src, d, value)
-        if not self.failures or self.live(src.name, port):
-            return port
-        target = self.at[self.row(src.coords, d, value)]
-        if target.name in self.failures.switches:
-            return None
-        hub = self.hub(src, d, value)
-        return None if hub is None else self.dim_port(src, d, hub)
-
-    def row(self, coords: tuple[int, ...], d: int, value: int) -> tuple[int, ...]:
-        c = list(coords)
-        c[d] = value
-        return tuple(c)
-
-    def hub(self, src: Switch, d: int, value: int) -> int | None:
-        """The coordinate (in dimension ``d``) of the hub of ``src``'s row that bypasses the failed link to
-        ``value``: lowest with all its row links up, else lowest with both links needed up."""
-        clean, usable = None, None
-        for c in range(self.dims[d]):
-            if c in (src.coords[d], value):
-                continue
-            sw = self.at[self.row(src.coords, d, c)]
-            if sw.name in self.failures.switches:
-                continue
-            if not (self.live(src.name, self.dim_port(src, d, c)) and self.live(sw.name, self.dim_port(sw, d, value))):
-                continue
-            if usable is None:
-                usable = c
-            if all(self.live(sw.name, self.dim_port(sw, d, u)) for u in range(self.dims[d]) if u != c):
-                clean = c
-                break
-        return clean if clean is not None else usable
