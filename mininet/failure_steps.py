@@ -19,7 +19,7 @@ from __future__ import annotations
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from controller_proc import Controller  # mininet/controller_proc.py
 from fabric_topo import FabricNetError, intf_name
@@ -125,15 +125,24 @@ def tables_step(net: Any, cfg: Any, groups: Mapping[str, list[str]], key: str) -
     return res
 
 
-def pause_target_in_force(cfg: Any, failures: Failures, redirect: bool, exclude: Iterable[str]) -> PauseTarget | None:
+def pause_target_in_force(cfg: Any, failures: Failures, redirect: bool, exclude: Iterable[str],
+                          busy: Collection[tuple[str, int]] = ()) -> PauseTarget | None:
     """A PAUSE-check target (:func:`pause_check.find_pause_targets`: a global port carrying a host's default
     route, with an alternative) in the tables in force with ``failures`` out -- the surviving fabric
     compiled as the controller's repair did (``redirect``: its ``redirect_detours``); no switch of ``exclude``
-    is the target or holds its hosts."""
+    is the target or holds its hosts, and the port is not in ``busy`` ((switch, port) carrying other traffic,
+    e.g. a ping stream: it would count in the check's counters)."""
     from hpcfabric.config.build import whole_fabric_rules
-    from hpcfabric.failover.repair import surviving_tables
+    from hpcfabric.repair.plan import surviving_tables
 
     compiled = surviving_tables(cfg, failures, whole_fabric_rules(cfg), redirect_detours=redirect)
-    targets = find_pause_targets(cfg.fabric, cfg.plan, {k: t.flows for k, t in compiled.tables.items()},
-                                 avoid=frozenset(exclude))
-    return targets[0] if targets else None
+    tables = {k: t.flows for k, t in compiled.tables.items()}
+    skip = set(exclude)
+    while True:
+        targets = find_pause_targets(cfg.fabric, cfg.plan, tables, avoid=frozenset(skip))
+        if not targets:
+            return None
+        free = [t for t in targets if (t.switch, t.port) not in busy]
+        if free:
+            return free[0]
+        skip.add(targets[0].switch)

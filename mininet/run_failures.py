@@ -17,7 +17,8 @@ while steady pings run; every repair must be proven and lose nothing outside its
    leaves the fabric connected; the switch hosts no stream's end. After each: wait until the controller's
    last repair is for everything out (status ``failover``), proven and installed (``repair_ms``: port
    status -> last wave confirmed; flow-mods, waves, entries, plan time), then ``--settle`` s.
-4. The PAUSE check (as ``run_fabric.py``'s) on a global port of the tables now in force: one flip, the
+4. The PAUSE check (as ``run_fabric.py``'s) on a global port of the tables now in force that carries no
+   stream (the streams would count in its counters): one flip, the
    traffic diverted, expiry restores.
 5. Recovery: every failed link up at once; the repair back to the compiled tables.
 6. The pings judged: every lost request must have been sent inside an event's window (``--inflight-ms``
@@ -229,10 +230,11 @@ class Failing:
     def pause_check(self, setup: Any) -> None:
         """Step 4: the PAUSE check on a global port of the tables in force."""
         redirect = bool(((self.before.get("last") or {}).get("verdict") or {}).get("redirect_detours"))
-        target = pause_target_in_force(setup.config, self.out(), redirect, [self.switch] if self.switch else [])
+        busy = {port for port, pps in link_rates(self.net).items() if pps >= self.min_pps}  # the streams' ports
+        target = pause_target_in_force(setup.config, self.out(), redirect, [self.switch] if self.switch else [], busy)
         if target is None:
-            self.report.fail("PAUSE check after the failures: no global port carries a host's default route with an "
-                             "alternative in the tables in force")
+            self.report.fail("PAUSE check after the failures: no global port without a stream carries a host's default "
+                             "route with an alternative in the tables in force")
             return
         self.report.add(prefixed(pause_run(self.net, setup, target, self.controller, self.log, self.args.pause_seconds),
                                  "", "PAUSE check after the failures"))
