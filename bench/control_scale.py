@@ -21,8 +21,10 @@ applied, LLDP delivered along the cabling). Measured:
   over the fabric while LLDP and polling run; reaction = packet-in written by
   the switch -> the flip's flow-mod read by that switch (p50/p99, ms), and
   flow-mods per PAUSE (a flip and its expiry: 2);
-* ``reroute_s``: a fabric link goes down (port status on both ends) -> the
-  last rerouted flow-mod arrives (quiet for 2 s);
+* ``failures``: links and switches out and back (bench/failure_scenarios.py): per scenario port status ->
+  every partition confirmed the proven repair, the flow-mods it took (and their share of the installed
+  entries), its proof time, whether a PAUSE still flips with one flow-mod; a link flapping ten times in a
+  second. ``--baseline DIR``: the same bench of an older checkout (its ``reroute`` figures) in the same run;
 * ``restart``: controller(s) restarted onto full tables -> all confirmed, and
   the flow-mods that needed (0);
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
@@ -47,6 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hpcfabric.emu.driver import Cluster  # noqa: E402
+
+import failure_scenarios  # noqa: E402  (bench/, beside this script)
 
 FABRICS = {
     "default": "dragonfly-a4-p2-h2.yaml",
@@ -132,31 +136,6 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000}
-
-
-def reroute(c: Cluster) -> dict:
-    a, ap, b, bp = next(iter(c.fabric.iter_port_pairs()))
-    t = time.monotonic()
-    c.emulator_of(a).send(op="port", switch=a, port=ap, up=False, peer=False)
-    c.emulator_of(b).send(op="port", switch=b, port=bp, up=False, peer=False)
-    before = emu_sum(c.emu_stats(), "flow_mods")
-    owner = c.owner[a]
-    done0 = c.status(owner).get("failover", {}).get("recomputes", 0)
-    deadline = time.monotonic() + 300  # large fabrics recompute for a while before the first flow-mod
-    while time.monotonic() < deadline and c.status(owner).get("failover", {}).get("recomputes", 0) <= done0:
-        time.sleep(0.2)
-    secs = quiet_since(c, t)
-    fms = emu_sum(c.emu_stats(), "flow_mods") - before
-    c.emulator_of(a).send(op="port", switch=a, port=ap, up=True, peer=False)
-    c.emulator_of(b).send(op="port", switch=b, port=bp, up=True, peer=False)
-    t = time.monotonic()
-    deadline = t + 300  # the link back: its recomputation too, so that a restart after it starts from settled tables
-    while time.monotonic() < deadline and c.status(owner).get("failover", {}).get("rerouted"):
-        time.sleep(0.2)
-    back = quiet_since(c, t)
-    return {"link": f"{a}:{ap}-{b}:{bp}", "reroute_s": round(secs, 3), "flow_mods_after_failure": fms,
-            "controller_recompute_ms": c.status(owner).get("failover", {}).get("last_ms"),
-            "restore_s": round(back, 3)}
 
 
 def wait_partitions(c: Cluster, timeout: float) -> tuple[list[float | None], float]:
@@ -272,8 +251,10 @@ def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
         }
         if args.pauses:
             out["pause"] = pauses(c, args.pauses, args.pause_gap, 0.05)
-        if args.reroute:
-            out["reroute"] = reroute(c)
+        if args.failures:
+            out["failures"] = failure_scenarios.scenarios(
+                c, quiet_since=quiet_since, emu_sum=emu_sum, installed=int(out["rules"]),
+                many=args.many_failures, flap=args.flap)
         if args.restart:
             before = emu_sum(c.emu_stats(), "flow_mods")
             for i in range(len(c.parts)):
@@ -314,7 +295,14 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=10.0, help="steady-state CPU window (s)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--workdir", default="", help="keep configs, status files and logs here")
-    ap.add_argument("--no-reroute", dest="reroute", action="store_false")
+    ap.add_argument("--no-failures", "--no-reroute", dest="failures", action="store_false",
+                    help="skip the failure scenarios (bench/failure_scenarios.py)")
+    ap.add_argument("--no-many-failures", dest="many_failures", action="store_false",
+                    help="failure scenarios: skip the switch-and-ten-links one")
+    ap.add_argument("--no-flap", dest="flap", action="store_false", help="failure scenarios: skip the flapping link")
+    ap.add_argument("--baseline", default="", metavar="DIR",
+                    help="also run DIR/bench/control_scale.py (an older checkout) on the same fabric with the same "
+                    "options, in this run: its failure figures beside these ('baseline')")
     ap.add_argument("--no-restart", dest="restart", action="store_false")
     ap.add_argument("--artifact", action="store_true",
                     help="compile once (hpcfabric compile) and let every controller load its partition from it")
@@ -329,11 +317,36 @@ def main() -> int:
         if args.workdir:
             d = Path(args.workdir) / name
             d.mkdir(parents=True, exist_ok=True)
-            print(json.dumps(run(name, args, d)), flush=True)
-            continue
-        with tempfile.TemporaryDirectory(prefix="hf-cscale-") as d:
-            print(json.dumps(run(name, args, Path(d))), flush=True)
+            out = run(name, args, d)
+        else:
+            with tempfile.TemporaryDirectory(prefix="hf-cscale-") as d:
+                out = run(name, args, Path(d))
+        if args.baseline:
+            out["baseline"] = baseline(args, name)
+        print(json.dumps(out), flush=True)
     return 0
+
+
+def baseline(args: argparse.Namespace, name: str) -> dict:
+    """The same bench of an older checkout (``--baseline DIR``) on fabric ``name``: its JSON line."""
+    import subprocess
+
+    root = Path(args.baseline).resolve()
+    cmd = [sys.executable, str(root / "bench" / "control_scale.py"), "--fabric", name,
+           "--controllers", str(args.controllers), "--emulators", str(args.emulators),
+           "--lldp-interval", str(args.lldp_interval), "--poll-interval", str(args.poll_interval),
+           "--pauses", "0", "--no-restart", "--window", "1", "--timeout", str(args.timeout)]
+    if args.artifact:
+        cmd.append("--artifact")
+    if not args.deadlock_check:
+        cmd.append("--no-deadlock-check")
+    got = subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=4 * args.timeout)
+    lines = [ln for ln in got.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"root": str(root), "error": (got.stderr or got.stdout)[-500:]}
+    old = json.loads(lines[-1])
+    return {"root": str(root), "connect_to_confirmed_s": old.get("connect_to_confirmed_s"),
+            "rules": old.get("rules"), "reroute": old.get("reroute")}
 
 
 if __name__ == "__main__":

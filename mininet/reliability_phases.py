@@ -158,14 +158,14 @@ def link_phase(bed: Testbed, pings: int, interval: float, fast_failover: bool, r
     net, fabric, link, master, n = bed.net, bed.fabric, bed.link, bed.master, bed.n
     ifname = intf_name(link.a, link.a_port, bed.prefix)
     linfo: dict[str, Any] = {}
-    before = (status_of(master).get("failover") or {}).get("recomputes", 0)
+    before = (status_of(master).get("failover") or {}).get("repairs", 0)
 
     def cut() -> dict[str, Any]:
         run_cmd(["ip", "link", "set", ifname, "down"])
         t = time.monotonic()
-        st = wait_until(lambda: (lambda s: s if (s.get("failover") or {}).get("recomputes", 0) > before
+        st = wait_until(lambda: (lambda s: s if (s.get("failover") or {}).get("repairs", 0) > before
                                  and (s.get("failover") or {}).get("last_ms") is not None
-                                 and s.get("switches_confirmed") == n else None)(status_of(master)), 30, "reroute")
+                                 and s.get("switches_confirmed") == n else None)(status_of(master)), 60, "repair")
         linfo["ms"] = st["failover"]["last_ms"]
         linfo["seen_s"] = round(time.monotonic() - t, 3)
         return linfo
@@ -185,8 +185,8 @@ def link_phase(bed: Testbed, pings: int, interval: float, fast_failover: bool, r
     after = all_pairs_ping(net, fabric)
     f["link_after_pairs_lost"] = after["lost"]
     run_cmd(["ip", "link", "set", ifname, "up"])
-    wait_until(lambda: (lambda s: s if not (s.get("failover") or {}).get("rerouted") and s.get("switches_confirmed") == n
-                        else None)(status_of(master)), 30, "restoration")
+    wait_until(lambda: (lambda s: s if not (s.get("failover") or {}).get("repaired") and s.get("switches_confirmed") == n
+                        else None)(status_of(master)), 60, "restoration")
     time.sleep(0.5)
     again = all_pairs_ping(net, fabric)
     f["link_restored_lost"] = again["lost"]

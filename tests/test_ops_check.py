@@ -155,10 +155,12 @@ def test_malformed_exits_2_with_one_clear_line(results, case):
 def test_shipped_configs_check_ok(name):
     proc = subprocess.run(cli() + ["check", str(CONFIGS / name)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    line, proof = proc.stdout.splitlines()
+    line, proof, failures = proc.stdout.splitlines()
     assert line.startswith(f"{CONFIGS / name}: ok: controller config for ") and " rules, " in line
     # every shipped config runs under PFC with tables the union proof shows deadlock-free
     assert "flow_control = pfc: deadlock proven: " in proof and "acyclic under any set of paused ports" in proof
+    # and says what is proven after a failure: every repair, before a flow-mod goes out
+    assert failures.strip().startswith("failures: every repair") and "prove --config" in failures
     assert proc.stderr == ""
 
 

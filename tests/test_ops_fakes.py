@@ -273,8 +273,21 @@ def settle(rounds: int = 50) -> None:
         hub.sleep(0)
 
 
+def wait_planner(app: Any, timeout: float = 120.0) -> None:
+    """Until the repair planner (its own process: config loaded, proof base built) is ready."""
+    import time
+
+    from os_ken.lib import hub
+
+    app.failover.prepare()
+    end = time.monotonic() + timeout
+    while not app.failover.planner.ready and time.monotonic() < end:
+        hub.sleep(0.05)
+    assert app.failover.planner.ready, "the repair planner did not get ready"
+
+
 def wait_reroute(app: Any, timeout: float = 60.0) -> None:
-    """Let a scheduled reroute finish (its recomputation runs in a native thread), then settle."""
+    """Let a scheduled repair finish (planned by the planner process, installed in waves), then settle."""
     import time
 
     from os_ken.lib import hub

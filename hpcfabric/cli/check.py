@@ -69,4 +69,5 @@ def check_config(args: argparse.Namespace) -> int:
     )
     print(f"  classes of service {s['cos']}, flow_control = {s['flow_control']}: deadlock {s['deadlock']}: "
           f"{s['deadlock_explanation']}")
+    print(f"  {s['failures']}")
     return 0

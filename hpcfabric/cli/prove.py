@@ -1,9 +1,12 @@
 """``hpcfabric prove FILE``: delivery and deadlock freedom under any set of paused ports
-(:func:`hpcfabric.verify.proof.prove`; docs/routing.md).
+(:func:`hpcfabric.verify.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
+| SWITCH ...]``: the tables the controller installs -- with those links and switches out, the repair it would
+install (:class:`hpcfabric.repair.plan.Repairer`: compiled for the surviving fabric, proven with its
+update order; docs/routing.md "Failures") -- or why none can be proven.
 
 :func:`add_parser` holds the options, :func:`run` compiles (:func:`~hpcfabric.cli.common.compiled_from_args`)
 and proves, :func:`print_verdict` writes the text form (``--json``: the report as JSON). Exit 0 when proven,
-1 when not.
+1 when not, 2 for a bad file or failure name.
 """
 
 from __future__ import annotations
@@ -12,11 +15,20 @@ import argparse
 from typing import Any
 
 from hpcfabric.cli.common import add_addressing_options, add_policy_options, command, compiled_from_args, emit
+from hpcfabric.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
     p = command(sub, "prove", run, "prove delivery and deadlock freedom under any set of paused ports "
-                "(per-destination decisions; docs/routing.md)")
+                "(per-destination decisions; docs/routing.md); with --config, the controller's tables and, "
+                "with --fail, the repair it would install")
+    p.set_defaults(file=None)
+    p._positionals.title = "positional arguments"  # noqa: SLF001 - argparse has no public way to rename it
+    p._actions[-1].nargs = "?"  # noqa: SLF001 - FILE is optional with --config
+    p.add_argument("--config", metavar="FILE", help="a controller config: prove what the controller installs "
+                   "(its flow control, guards off as at load; instead of a topology FILE)")
+    p.add_argument("--fail", action="append", default=[], metavar="SWITCH[:PORT]",
+                   help="with --config: a link out (SWITCH:PORT, by either end) or a switch out; repeatable")
     add_addressing_options(p)
     add_policy_options(p)
     p.add_argument("--fallback", choices=("sweep", "symmetric", "none"), default="sweep",
@@ -27,6 +39,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpcfabric.verify.proof import prove
 
+    if args.config or args.fail:
+        return run_config(args)
+    if args.file is None:
+        raise ConfigError("prove needs a topology FILE or --config FILE", source="hpcfabric prove")
     built = compiled_from_args(args)
     rep = prove(built.compiled, fallback=None if args.fallback == "none" else args.fallback)
     if args.json:
@@ -55,3 +71,85 @@ def print_verdict(path: str, rep: Any, compile_s: float) -> None:
                       + " -> ".join(f["walk"])))
     if rep.fallback is not None:
         print(f"  single paused ports ({rep.fallback['method']}): {rep.fallback['verdict']}")
+
+
+def run_config(args: argparse.Namespace) -> int:
+    """``prove --config FILE [--fail ...]``: the controller's tables, or its repair for the failures given."""
+    import time
+
+    from hpcfabric.config import load_config
+    from hpcfabric.repair.plan import Repairer
+    from hpcfabric.topology.failures import parse_failures
+
+    if not args.config:
+        raise ConfigError("--fail needs --config FILE (the controller's tables)", source="hpcfabric prove")
+    if args.file is not None:
+        raise ConfigError(f"give a topology FILE or --config FILE, not both ({args.file!r} and {args.config!r})",
+                          source="hpcfabric prove")
+    t0 = time.perf_counter()
+    cfg = load_config(args.config, deadlock=False)
+    failures = parse_failures(cfg.fabric, args.fail, source="--fail")
+    load_s = time.perf_counter() - t0
+    rep = Repairer(cfg, prove=True)
+    t1 = time.perf_counter()
+    base = rep.base().report
+    base_s = time.perf_counter() - t1
+    plan = rep.plan(failures)
+    out = {"config": args.config, "fabric": cfg.fabric.name, "flow_control": cfg.flow_control,
+           "failures": failures.as_dict(), "tables": {"proven": base["ok"], **base},
+           "repair": plan.as_dict(), "load_seconds": round(load_s, 3), "base_seconds": round(base_s, 3)}
+    ff = fast_failover_verdict(cfg, failures, rep) if cfg.fast_failover and failures else None
+    if ff is not None:
+        out["fast_failover"] = ff
+    ok = base["ok"] and (plan.proven or not failures) and (ff is None or ff["proven"])
+    if args.json:
+        emit({"ok": ok, **out})
+    else:
+        print_repair(args.config, cfg, failures, base, plan, ff)
+    return 0 if ok else 1
+
+
+def fast_failover_verdict(cfg: Any, failures: Any, rep: Any) -> dict[str, Any]:
+    """The fast-failover detours in force between the failure and the repair: the compiled tables with their
+    groups, every group taking its first live bucket, proven against the tables in force (incrementally)."""
+    from dataclasses import replace
+
+    from hpcfabric.failover.groups import fast_failover_groups
+    from hpcfabric.verify.scenarios import apply_down
+
+    compiled = rep.initial
+    ff = fast_failover_groups(compiled)
+    grouped = replace(compiled, tables={n: replace(t, flows=ff.flows[n]) for n, t in compiled.tables.items()})
+    down = [(s, p) for s, ports in failures.dead_ports(cfg.fabric).items() for p in ports]
+    resolved = replace(apply_down(grouped, ff.groups, down), failures=failures)
+    changed = [n for n, t in resolved.tables.items() if t.flows != compiled.tables[n].flows]
+    state = rep.base()
+    undo = state.snapshot()
+    try:
+        got = state.check(resolved, changed, mix=False)
+    finally:
+        state.restore(undo)
+    return {"proven": got.acyclic, "delivered": got.delivered, "switches": len(changed), **got.as_dict()}
+
+
+def print_repair(path: str, cfg: Any, failures: Any, base: dict[str, Any], plan: Any, ff: Any) -> None:
+    what = f"{cfg.fabric.name}, {cfg.routing} routing, flow_control = {cfg.flow_control}"
+    print(f"{path}: tables {'proven' if base['ok'] else 'NOT proven'}: {what}; {base['dependencies']} dependencies "
+          f"({base['seconds']:.2f} s)")
+    if not failures:
+        return
+    v = plan.verdict
+    items = ", ".join(failures.describe())
+    head = f"{path}: with {items} out: {v.get('verdict')}"
+    if plan.proven:
+        print(f"{head}: {len(plan.changed)} switch(es) change, {plan.entries} entries differ, update in "
+              f"{len(plan.waves)} wave(s){'; detours redirected at their source' if v.get('redirect_detours') else ''}"
+              f" (plan {plan.seconds:.2f} s)")
+    else:
+        print(f"{head}: nothing would be installed; the last proven tables stay")
+    if v.get("explanation") and v.get("verdict") != "proven":
+        print("  " + str(v["explanation"]))
+    if ff is not None:
+        print(f"  fast-failover detours under these failures: {'proven' if ff['proven'] else 'dependency cycle'}"
+              + ("" if ff["delivered"] else f", not delivered: {ff['undelivered']}")
+              + (f": {' -> '.join(ff['cycle'])}" if ff.get("cycle") else ""))

@@ -41,7 +41,8 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [guards]                    ; source_check, punt_meters (on|off), fabric_punt_pps, host_punt_pps, punt_burst
     [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
-    [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups)
+    [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups),
+                                ; failures_dir (partitions on one host share the failures they see)
 
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
 ignored here. Everything is checked at load time -- the topology is loaded,

@@ -9,7 +9,7 @@ from typing import Any
 
 from hpcfabric.config.ini import config_error
 from hpcfabric.config.model import ControllerConfig
-from hpcfabric.errors import AddressingError, CompileError
+from hpcfabric.errors import AddressingError, CompileError, ConfigError
 from hpcfabric.rules.addressing import AddressPlan, plan_addresses
 from hpcfabric.rules.mac_rewrite import rewrite_flows
 
@@ -35,11 +35,13 @@ def address_plan(cfg: ControllerConfig) -> AddressPlan:
         raise AddressingError(err.detail, source=cfg.path, field=widths_field) from None
 
 
-def compile_rules(cfg: ControllerConfig, only: Any = None, traffic: Any = None) -> Any:
+def compile_rules(cfg: ControllerConfig, only: Any = None, traffic: Any = None, failures: Any = None,
+                  redirect_detours: bool = True) -> Any:
     """Compile ``cfg``'s fabric (routing, CoS, pause reaction, CNM snooping); ``only``: the switches
     to compile (a partition's), default all; ``traffic``: a
     :class:`~hpcfabric.topology.traffic.TrafficMatrix` choosing the Valiant intermediates
-    (None: static). Compile errors name the config key they are about."""
+    (None: static); ``failures``: compile the surviving fabric (:mod:`hpcfabric.topology.failures`).
+    Compile errors name the config key they are about."""
     from hpcfabric.rules.compiler import compile_fabric
 
     cos_arg: bool | str | None = {"on": True, "off": False, None: None}.get(cfg.cos, cfg.cos)
@@ -48,7 +50,8 @@ def compile_rules(cfg: ControllerConfig, only: Any = None, traffic: Any = None) 
     try:
         return compile_fabric(cfg.fabric, cfg.plan, routing=cfg.routing, pause_reaction=cfg.pause_reaction,
                               switch_hold_s=cfg.switch_hold_s, cnm_snoop=cfg.cnm, cos=cos_arg,
-                              cos_levels=cfg.cos_levels, only=only, traffic=traffic)
+                              cos_levels=cfg.cos_levels, only=only, traffic=traffic, failures=failures,
+                              redirect_detours=redirect_detours)
     except CompileError as err:
         raise config_error(cfg.path, _compile_error_key(str(err), cfg.routing, cfg.cos_levels),
                            f"cannot compile rules for {cfg.fabric.name}: {err}") from None
@@ -71,6 +74,28 @@ def build_tables(cfg: ControllerConfig, traffic: Any = None) -> ControllerConfig
     compiled = compile_rules(cfg, only=cfg.manages if cfg.ha_switches and not cfg.fast_failover else None,
                              traffic=traffic)
     return adapt_tables(cfg, compiled)
+
+
+def adapt_switches(cfg: ControllerConfig, compiled: Any, names: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables the controller installs on the switches ``names`` for ``compiled`` (a repair's tables) and
+    the fast-failover groups of every switch (they need the whole fabric's tables; empty without them):
+    what :func:`adapt_tables` makes, for those switches only."""
+    if cfg.fast_failover:  # groups need the whole fabric's tables; a repair may leave no port a detour
+        try:
+            adapted = adapt_tables(cfg, compiled)
+        except ConfigError:
+            adapted = adapt_tables(replace(cfg, fast_failover=False), compiled)
+        return {n: adapted.desired[n] for n in names}, dict(adapted.groups)
+    fabric, plan, real_macs = cfg.fabric, cfg.plan, cfg.real_macs
+    tagged = compiled.cos is not None
+    tables = {n: compiled.tables[n].flows for n in names}
+    if cfg.host_mac == "rewrite":
+        tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
+    if cfg.source_check or cfg.punt_meters:
+        from hpcfabric.rules.guards import guard_flows
+
+        tables = guard_flows(fabric, plan, tables, source_check=cfg.source_check, punt_meters=cfg.punt_meters, cos=tagged)
+    return dict(tables), {}
 
 
 def adapt_tables(cfg: ControllerConfig, compiled: Any) -> ControllerConfig:

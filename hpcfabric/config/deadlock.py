@@ -28,7 +28,27 @@ import networkx as nx
 from hpcfabric.config.ini import config_error
 from hpcfabric.errors import VerificationError
 
-__all__ = ["FLOW_CONTROLS", "MERGED_CHECK_MAX_SWITCHES", "deadlock_verdict", "merged_cycle"]
+__all__ = ["FLOW_CONTROLS", "MERGED_CHECK_MAX_SWITCHES", "deadlock_verdict", "merged_cycle", "failures_promise"]
+
+
+def failures_promise(cfg: Any) -> str:
+    """What is proven about the tables the controller installs after a failure (``hpcfabric check``)."""
+    if not cfg.recompute:
+        return ("failures: not repaired ([failover] recompute = off): frames over a failed link are dropped "
+                "until it is back")
+    ahead = "`hpcfabric prove --config FILE --fail SWITCH:PORT ...` proves a failure set ahead"
+    ff = ("; fast-failover detours act before the repair (proven for a failure set by prove --fail)"
+          if cfg.fast_failover else "")
+    if not cfg.deadlock_check or cfg.flow_control == "none":
+        why = "deadlock_check = off" if not cfg.deadlock_check else "flow_control = none (lossy)"
+        return (f"failures: repaired (the surviving fabric compiled, the affected switches only); not proven "
+                f"({why}){ff}")
+    if cfg.flow_control == "pause":
+        return (f"failures: repaired; each repair proven per class and reported, installed either way "
+                f"(802.3x stops every class at once){ff}; {ahead}")
+    return (f"failures: every repair (the surviving fabric compiled for the affected switches, only the differing "
+            f"entries sent) is proven deadlock- and loop-free under any set of paused ports, with every mix of its "
+            f"update, before a flow-mod goes out; none proven: the last proven tables stay{ff}; {ahead}")
 
 FLOW_CONTROLS = ("pfc", "pause", "none")
 #: ``pause``: the class-merged check keeps every dependency edge (no symmetry reduction): up to this size

@@ -77,6 +77,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
     "failover": {
         "fast_failover": "off",
         "recompute": "on",
+        "failures_dir": "",
     },
 }
 HA_ROLES = ("equal", "auto", "master", "slave")

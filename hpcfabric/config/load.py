@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcfabric.config.build import address_plan, build_tables
-from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict
+from hpcfabric.config.deadlock import FLOW_CONTROLS, deadlock_verdict, failures_promise
 from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
@@ -43,9 +43,9 @@ from hpcfabric.rules.flows import PAUSE_REACTIONS
 from hpcfabric.topology.model import Fabric
 
 
-def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> ControllerConfig:
-    """Read, validate and (with ``compile``) compile the controller config at ``path``, then prove
-    its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
+def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock: bool = True) -> ControllerConfig:
+    """Read, validate and (with ``compile``) compile the controller config at ``path``, then (``deadlock``)
+    prove its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
     with ``pfc``, tables the proof does not show acyclic are refused).
 
     Raises
@@ -177,6 +177,12 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
                            "`hpcfabric compile` writes")
     fast_failover = on_off("failover", "fast_failover")
     recompute = on_off("failover", "recompute")
+    failures_text = get_value(parser, "failover", "failures_dir")
+    failures_dir = resolve_path(base, failures_text) if failures_text else (
+        f"{ha_lease_file}.failures" if ha_lease_file and (ha_switches or ha_partitions > 1) else None)
+    if failures_dir and os.path.exists(failures_dir) and not os.path.isdir(failures_dir):
+        raise config_error(source, "failover.failures_dir", f"{failures_dir} is a file; expected a directory the "
+                           "partitions' controllers share (it is created if missing)")
     if fast_failover and not recompute:
         raise config_error(source, "failover.fast_failover", "on needs recompute = on: the groups only bridge the time "
                            "until recomputation replaces the tables (they are proved for one failed link at a time)")
@@ -264,6 +270,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
         ha_prefix=ha_prefix,
         fast_failover=fast_failover,
         recompute=recompute,
+        failures_dir=failures_dir,
         pause_reaction=pause_reaction,
         switch_hold_s=switch_hold_s,
         cnm=cnm_on,
@@ -283,7 +290,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True) -> Contro
 
         return load_artifact(cfg, compiled_dir)
     cfg = build_tables(cfg)
-    return replace(cfg, deadlock=deadlock_verdict(cfg))
+    return replace(cfg, deadlock=deadlock_verdict(cfg)) if deadlock else cfg
 
 
 def _hosts_section(
@@ -328,8 +335,10 @@ def _hosts_section(
 
 
 def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load and compile ``path`` completely; return its summary (raises ConfigError)."""
-    return load_config(path).summary()
+    """Load and compile ``path`` completely; return its summary (raises ConfigError), with what is proven
+    about the repairs after failures."""
+    cfg = load_config(path)
+    return {**cfg.summary(), "failures": failures_promise(cfg)}
 
 
 def _etcd_keys(source: str, parser: Any, backend: str, role: str) -> tuple[tuple[str, ...], int, int, str]:

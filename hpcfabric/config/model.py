@@ -64,6 +64,8 @@ class ControllerConfig:
     ha_prefix: str = "/hpcfabric"
     fast_failover: bool = False
     recompute: bool = True
+    #: ``[failover] failures_dir``: where a partition's controller (file backend) shares the failures it sees
+    failures_dir: str | None = None
     pause_reaction: str = "controller"
     switch_hold_s: int = 1
     cnm: bool = False

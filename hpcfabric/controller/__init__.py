@@ -25,7 +25,7 @@ reloadable object itself, so a reload is seen by all at once. The decisions
 live in pure modules below the controller (:mod:`hpcfabric.openflow.reconcile`,
 :mod:`hpcfabric.protocols.pause`, :mod:`~hpcfabric.protocols.cnm`,
 :mod:`~hpcfabric.protocols.lldp`, :mod:`hpcfabric.controller.discovery`,
-:mod:`hpcfabric.failover.reroute`, :mod:`hpcfabric.config`), with time passed in
+:mod:`hpcfabric.repair.plan`, :mod:`hpcfabric.config`), with time passed in
 as ``now``. Collaborators (module: class as app attribute -- what it owns):
 
 * ``framework``: the seam to os-ken or Ryu, the only module that imports them (app
@@ -38,7 +38,7 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
 * ``switches``: ``SwitchState`` per managed switch (connection, generation,
   table counts, NO_FWD ports), built and carried over by ``build_switches``;
 * ``tables``: ``Tables`` as ``tables`` -- what each switch should hold:
-  compiled tables, the rerouted ones, fast-failover groups, the pause overlay;
+  compiled tables, the repaired ones, fast-failover groups, the pause overlay;
 * ``sessions``: ``Sessions`` as ``sessions`` -- connect and disconnect, the HA
   role claim, the sync loop (retry with backoff), resyncs;
 * ``install``: ``Installer`` as ``installer`` -- one reconciliation: meters
@@ -48,7 +48,7 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
 * ``wiring``: ``Wiring`` as ``wiring`` -- LLDP rounds and probes, LLDP
   packet-ins, quarantine (NO_FWD) enforcement, the discovery report;
 * ``failover``: ``Failover`` as ``failover`` -- fabric ports down, switches
-  gone, reroute scheduling and application;
+  gone, proven repairs (planned off the hub, installed in waves, diff only);
 * ``ha``: ``HaState`` as ``ha`` (the lease file, the role) and ``HaAgent`` as
   ``ha_agent`` (lease loop, role changes);
 * ``reload``: ``Reloader`` as ``reloader`` -- file stamps, the reload loop,
@@ -169,6 +169,7 @@ class HpcfabricController(App):
         thread = self.metrics.start()
         if thread is not None:
             self._threads.append(thread)
+        self.failover.prepare()  # the repair's proof base, off the hub: the first failure finds it ready
         self.reporter.write()
         return None
 
@@ -177,6 +178,7 @@ class HpcfabricController(App):
         if self._restore_sighup is not None:
             self._restore_sighup()
         self.metrics.stop()
+        self.failover.stop()
         self.heap.close()
         self.ha.release()
         brick = service_brick("ofp_event")

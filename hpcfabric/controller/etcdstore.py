@@ -122,6 +122,13 @@ class EtcdStore:
             body["lease"] = lease
         self.call("kv/put", body)
 
+    def delete(self, key: str) -> None:
+        self.call("kv/deleterange", {"key": b64(key)})
+
+    def watch_prefix(self, prefix: str) -> tuple[Any, Any]:
+        """etcd's watch on every key under ``prefix`` on the current endpoint: (events iterator, cancel)."""
+        return self.clients[self.current].watch_prefix(prefix)
+
     def txn(self, compare: list[tuple], success: list[tuple], failure: list[tuple] = ()) -> bool:
         """An etcd transaction; ``compare`` items are ``(key, target, value)`` with target ``create`` / ``mod`` /
         ``value`` (equality), ``success`` / ``failure`` items ``("put", key, value, lease)`` or ``("delete", key)``.

@@ -1,12 +1,17 @@
-"""The failover reaction: fabric ports down (port status), switches gone, and the reroute around them.
+"""The failover reaction: fabric ports down, switches gone, and the proven repair around them.
 
-:class:`Failover` keeps which fabric ports are down and which switches stayed
-disconnected longer than ``lldp_timeout`` (:func:`dead_switches`), and on any
-change schedules one reroute: the tables recomputed by the pure
-:func:`hpcfabric.failover.reroute.reroute` (or the compiled ones once
-everything is back) go to :attr:`Tables.rerouted <hpcfabric.controller.tables.Tables.rerouted>`
-and every switch whose desired table changed is reconciled. Only with
-``[failover] recompute = on``; fast-failover groups are the switches' own first line.
+:class:`Failover` keeps which fabric ports are down (port status of its own switches, damped when they
+flap: :class:`hpcfabric.failover.damping.FlapDamper`), the failures other controllers report
+(:meth:`remote`, through the HA backend's failures prefix), and which switches stayed disconnected
+longer than ``lldp_timeout``. On any change it schedules one repair (events in a burst share it): the
+repair planner (:mod:`hpcfabric.controller.planner`: :class:`hpcfabric.repair.plan.Repairer` in a process
+of its own) compiles the surviving fabric on the switches the failures can affect and proves the new
+tables -- and every mix of old and new ones during the update -- before anything is sent (under
+``flow_control = pfc``). A proven plan is installed in its waves, only the
+entries that differ, one bundle per switch; each wave is confirmed (barriers) before the next starts. A
+plan that is not proven is not installed: the tables in force stay, the log says why (the cycle, as
+channels), the status and the metrics show it. Only with ``[failover] recompute = on``; fast-failover
+groups are the switches' own first line.
 """
 
 from __future__ import annotations
@@ -16,10 +21,17 @@ import time
 from typing import Any, Iterable
 
 from hpcfabric.config import ControllerConfig
-from hpcfabric.controller.framework import hub, run_native
-from hpcfabric.failover.reroute import reroute
+from hpcfabric.controller.channel import Disconnected, SyncError
+from hpcfabric.controller.board import make_board
+from hpcfabric.controller.framework import hub
+from hpcfabric.controller.planner import Planner
+from hpcfabric.failover.damping import FlapDamper
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 
 LOG = logging.getLogger("hpcfabric.controller")
+
+#: events closer than this share one repair (both ends of a link report within microseconds)
+COALESCE_S = 0.01
 
 
 def dead_switches(switches: Iterable[Any], now: float, grace: float) -> set[str]:
@@ -29,39 +41,118 @@ def dead_switches(switches: Iterable[Any], now: float, grace: float) -> set[str]
 
 
 class Failover:
-    """Ports down, switches gone and reroutes for the app ``app`` (its ``switches``, ``tables``, ``sessions``)."""
+    """Ports down, switches gone and repairs for the app ``app`` (its ``switches``, ``tables``, ``installer``)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.down: set[tuple[str, int]] = set()
+        self.damper = FlapDamper()
+        self.remote_ports: set[tuple[str, int]] = set()  # reported by other controllers (their switches)
+        self.remote_switches: set[str] = set()
         self.dead: set[str] = set()
         self.events = 0
-        self.recomputes = 0
+        self.repairs = 0
+        self.refused = 0
+        self.flow_mods = 0
         self.last_ms: float | None = None
+        self.last: dict[str, Any] | None = None  # the last plan (as_dict) and how it went
+        self.unproven: dict[str, Any] | None = None  # the failures in force have no proven repair: why
         self.pending = False
-        self.running = False  # a recomputation is in its native thread
-        self.again = False  # something changed while it ran
+        self.running = False
+        self.again = False
         self.t0 = 0.0
+        self.planner: Planner | None = None
+        self.board: Any = None  # the failures board of a partitioned fabric (None: one controller)
+        self.in_force: Failures = NO_FAILURES  # the failures the installed tables route around
+        self._applied_ports: set[tuple[str, int]] = set()
 
+    # ------------------------------------------------------------ the planner
+    def prepare(self) -> None:
+        """Start the repair planner (its own process builds the proof base while the switches come up) and, for a
+        partitioned fabric, the failures board (:mod:`hpcfabric.controller.board`)."""
+        app = self.app
+        config = app.config
+        if not config.recompute or self.planner is not None:
+            return
+        self.planner = Planner(config)
+        hub.spawn(self.planner.start)
+        if self.board is None:
+            self.board = make_board(config, app.ha)
+            if self.board is not None:
+                board = self.board
+                hub.spawn(board.watch, self.remote, lambda: app.is_active and self.board is board)
+
+    def stop(self) -> None:
+        if self.planner is not None:
+            self.planner.stop()
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
+    # ------------------------------------------------------------ events
     def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
-        """A fabric port of a managed switch changed: reroute if it went down or came back."""
+        """A fabric port of a managed switch changed: repair if what counts as down changed."""
         app = self.app
         sw = app.by_dpid.get(dp.id)
         if sw is None or sw.dp is not dp or not app.config.recompute or desc.port_no not in app.fabric.fabric_ports(
                 sw.name):
             return
         o = dp.ofproto
-        key = (sw.name, desc.port_no)
         is_down = bool(deleted or desc.state & o.OFPPS_LINK_DOWN or desc.config & o.OFPPC_PORT_DOWN)
-        if is_down != (key in self.down):
-            if is_down:
-                self.down.add(key)
-                self.events += 1
-                LOG.warning("failover: %s port %d is down", sw.name, desc.port_no)
-            else:
-                self.down.discard(key)
-                LOG.info("failover: %s port %d is up again", sw.name, desc.port_no)
+        self.observe(sw.name, desc.port_no, is_down, time.monotonic())
+
+    def connected(self, sw: Any, dp: Any) -> None:
+        """A managed switch (re)connected: its fabric ports as its port descriptions say (a port that went down or
+        came back while it had no controller is seen now)."""
+        if not self.app.config.recompute:
+            return
+        o = dp.ofproto
+        now = time.monotonic()
+        for port in self.app.fabric.fabric_ports(sw.name):
+            desc = (dp.ports or {}).get(port)
+            if desc is None:  # not described: nothing to tell
+                continue
+            down = bool(desc.state & o.OFPPS_LINK_DOWN or desc.config & o.OFPPC_PORT_DOWN)
+            if down or self.damper.is_down((sw.name, port), now):
+                self.observe(sw.name, port, down, now)
+
+    def observe(self, switch: str, port: int, is_down: bool, now: float) -> None:
+        """A port of ours reported ``is_down`` at ``now``."""
+        key = (switch, port)
+        before = self.damper.is_down(key, now)
+        if not self.damper.report(key, is_down, now):
+            return
+        if is_down:
+            self.events += 1
+            LOG.warning("failover: %s port %d is down", switch, port)
+        else:
+            LOG.info("failover: %s port %d is up again%s", switch, port,
+                     " (flapping: held down)" if self.damper.is_down(key, now) else "")
+        if self.damper.is_down(key, now) != before:
+            self.t0 = now
+            self.publish()
             self.schedule()
+        self._hold_timer(now)
+
+    def _hold_timer(self, now: float) -> None:
+        nxt = self.damper.next_change(now)
+        if nxt is not None:
+            hub.spawn_after(max(0.0, nxt - now) + 0.01, self._hold_over)
+
+    def _hold_over(self) -> None:
+        now = time.monotonic()
+        if self.ports_down(now) != self._applied_ports:
+            self.t0 = now
+            self.publish()
+            self.schedule()
+        self._hold_timer(now)
+
+    def remote(self, ports: set[tuple[str, int]], switches: set[str]) -> None:
+        """The failures other controllers report now (their switches' ports, switches they saw go)."""
+        if ports == self.remote_ports and switches == self.remote_switches:
+            return
+        self.remote_ports, self.remote_switches = set(ports), set(switches)
+        self.t0 = time.monotonic()
+        self.schedule()
 
     def switch_lost(self) -> None:
         """A switch disconnected: if it stays away longer than ``lldp_timeout``, route around it."""
@@ -70,77 +161,160 @@ class Failover:
     def check_dead(self) -> None:
         app = self.app
         if dead_switches(app.switches.values(), time.monotonic(), app.config.lldp_timeout) != self.dead:
+            self.t0 = time.monotonic()
+            self.publish()
             self.schedule()
 
-    def schedule(self, delay: float = 0.02) -> None:
-        """One reroute soon (events in a burst share it); only the master reroutes."""
-        if self.pending or not self.app.ha.master:
+    def ports_down(self, now: float) -> set[tuple[str, int]]:
+        return self.damper.down(now)
+
+    def failures(self, now: float) -> Failures:
+        """Everything out now: our ports down (damped), other controllers' reports, switches gone."""
+        app = self.app
+        dead = dead_switches(app.switches.values(), now, app.config.lldp_timeout) | self.remote_switches
+        return Failures.of(app.fabric, self.ports_down(now) | self.remote_ports, dead)
+
+    def publish(self) -> None:
+        """Tell the other controllers what our switches see (the failures board of a partitioned fabric)."""
+        if self.board is None:
+            return
+        now = time.monotonic()
+        mine = dead_switches(self.app.switches.values(), now, self.app.config.lldp_timeout)
+        try:
+            self.board.publish(self.ports_down(now), mine)
+        except Exception as err:  # pragma: no cover - the next change publishes again
+            LOG.warning("failover: could not publish failures: %s", err)
+
+    # ------------------------------------------------------------ repairs
+    def schedule(self, delay: float = COALESCE_S) -> None:
+        """One repair soon (events in a burst share it); only a master repairs."""
+        if self.pending or not self.app.ha.master or not self.app.config.recompute:
             return
         self.pending = True
-        self.t0 = time.monotonic()
-        hub.spawn_after(delay, self.reroute)
+        hub.spawn_after(delay, self.repair)
 
-    def reroute(self) -> None:
-        """Recompute the tables around what is down (or back to the compiled ones) and reconcile the switches.
-
-        The recomputation runs in a native thread (:func:`run_native`): at Table III it is seconds of
-        work, and green threads are cooperative -- done here it would hold every PAUSE, LLDP and
-        barrier reply for that long. Events arriving meanwhile make one more pass afterwards."""
+    def repair(self) -> None:
+        """Plan the repair for what is out now (off the hub), install it if proven, in its waves."""
         app = self.app
         self.pending = False
         if self.running:
-            self.again = True  # this pass's result is stale: one more when it is done
+            self.again = True
             return
         self.running = True
         t0 = self.t0
         try:
-            dead = dead_switches(app.switches.values(), time.monotonic(), app.config.lldp_timeout)
-            down = set(self.down)
+            now = time.monotonic()
+            failures = self.failures(now)
             config = app.config
-            rerouted = run_native(reroute, config, down, dead) if down or dead else {}
-            if app.config is not config:  # reloaded meanwhile: the reload recomputed for the new config
+            if self.planner is None:
+                self.prepare()
+            planner = self.planner
+            assert planner is not None
+            if failures == self.in_force:
                 return
-            before = {name: app.desired(name) for name in app.switches}
-            app.tables.rerouted = rerouted
-            if rerouted:
-                self.dead = dead
-                self.recomputes += 1
-            else:
-                self.dead = set()
-            changed = []
-            for st in app.switches.values():
-                if app.desired(st.name) != before[st.name] and st.connected and st.dp is not None:
-                    app.sessions.resync(st)
-                    changed.append(st)
-            LOG.warning("failover: %s; %d switch(es) to reconcile",
-                        f"{len(down)} port(s) down, {len(dead)} switch(es) gone" if rerouted
-                        else "everything is back: compiled tables", len(changed))
-            end = time.monotonic() + 30.0
-            while changed and time.monotonic() < end and not all(s.confirmed or not s.connected for s in changed):
-                hub.sleep(0.002)
+            plan = planner.plan(failures)
+            if app.config is not config or planner is not self.planner:  # reloaded meanwhile
+                planner.decide(False)
+                return
+            self._applied_ports = set(self.ports_down(now))
+            verdict = plan["verdict"]
+            record = {"at": time.time(), **plan["summary"]}
+            if not plan["proven"] and config.flow_control == "pfc":
+                planner.decide(False)
+                self.refused += 1
+                self.unproven = {"failures": failures.as_dict(), "verdict": verdict.get("verdict"),
+                                 "explanation": verdict.get("explanation"), "cycle": verdict.get("cycle")}
+                LOG.error("failover: %s: %s; the last proven tables stay in force (%s)", ", ".join(failures.describe())
+                          or "no failures", verdict.get("verdict"), verdict.get("explanation"))
+                self.last = {**record, "installed": False}
+                return
+            self.unproven = None
+            planner.decide(True)
+            self.in_force = failures
+            self.dead = set(failures.switches)
+            sent = self.install(plan)
+            self.repairs += 1
+            self.flow_mods += sent
             self.last_ms = round((time.monotonic() - t0) * 1000.0, 3)
-            LOG.info("failover: reroute applied %.1f ms after the event", self.last_ms)
+            self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms, "confirmed_at": time.time()}
+            LOG.warning("failover: %s -> %s repair (%s), %d switch(es) changed in %d wave(s), %d flow-mod(s), "
+                        "confirmed %.1f ms after the event (plan %.1f ms)",
+                        ", ".join(failures.describe()) or "everything back", verdict.get("verdict"),
+                        "redirected detours" if verdict.get("redirect_detours") else "bypasses",
+                        len(plan["changed"]), len(plan["waves"]), sent, self.last_ms, plan["seconds"] * 1000.0)
         except Exception:  # pragma: no cover - never kill the loop
-            LOG.exception("reroute failed")
+            LOG.exception("repair failed")
         finally:
             self.running = False
-        app.mark()
+            app.reporter.milestone = True  # operators and benches wait for a repair: no status gap
+            app.mark()
         if self.again:
             self.again = False
             self.schedule()
 
-    def reconfigure(self, new: ControllerConfig) -> None:
-        """After a reload: forget ports of switches no longer managed, recompute around what is still down."""
+    def install(self, plan: Any) -> int:
+        """The plan's tables in force, wave by wave: each switch gets the entries that differ (one bundle and a
+        barrier); a wave is confirmed before the next starts. Returns the flow-mods sent."""
         app = self.app
-        self.down = {k for k in self.down if k[0] in app.switches}
-        if self.down or self.dead:
-            self.dead &= set(app.switches)
-            app.tables.rerouted = reroute(new, set(self.down), self.dead) if new.recompute else {}
+        tables = app.tables
+        old = {name: app.desired(name) for name in plan["desired"]}
+        tables.repaired.update(plan["desired"])
+        if plan["groups"] or tables.groups:
+            from hpcfabric.controller.tables import group_buckets
+
+            tables.groups = group_buckets(plan["groups"])
+        for name in list(tables.repaired):  # back to the compiled table: nothing to keep apart
+            if tables.repaired[name] == app.config.desired.get(name):
+                del tables.repaired[name]
+        sent = 0
+        for wave in plan["waves"]:
+            threads = []
+            for name in wave:
+                st = app.switches.get(name)
+                if st is None or name not in old:
+                    continue
+                if st.connected and st.dp is not None and st.confirmed and not st.syncing and app.ha.master_of(name):
+                    threads.append(hub.spawn(self._apply, st, st.dp, old[name], app.desired(name)))
+                elif st.connected and st.dp is not None:
+                    app.sessions.resync(st)  # not settled: a full reconciliation
+            for t in threads:
+                sent += t.wait() or 0
+        return sent
+
+    def _apply(self, st: Any, dp: Any, old: Any, new: Any) -> int:
+        try:
+            return self.app.installer.apply_change(st, dp, old, new)
+        except Disconnected:
+            return 0
+        except SyncError as err:
+            LOG.error("failover: switch %s: repair rejected (%s): reconciling it in full", st.name, err)
+            self.app.sessions.resync(st)
+            return 0
+
+    def reconfigure(self, new: ControllerConfig) -> None:
+        """After a reload: forget ports of switches no longer managed; repair the new tables around what is out."""
+        app = self.app
+        self.damper.forget(lambda k: k[0] in app.switches)
+        self.stop()
+        self.planner = None
+        self.in_force = NO_FAILURES
+        app.tables.repaired = {}
+        self.prepare()
+        if self.ports_down(time.monotonic()) or self.dead or self.remote_ports or self.remote_switches:
+            self.t0 = time.monotonic()
+            self.schedule()
 
     def as_dict(self) -> dict[str, Any]:
         """The status file's ``failover`` entry."""
         config = self.app.config
+        now = time.monotonic()
+        planner = self.planner
         return {"fast_failover": config.fast_failover, "recompute": config.recompute,
-                "ports_down": [f"{s}:{p}" for s, p in sorted(self.down)],
-                "switches_gone": sorted(self.dead), "rerouted": bool(self.app.tables.rerouted),
-                "events": self.events, "recomputes": self.recomputes, "last_ms": self.last_ms}
+                "proof": "on" if planner is not None and planner.prove else "off",
+                "planner": planner.as_dict() if planner is not None else None,
+                "ports_down": [f"{s}:{p}" for s, p in sorted(self.ports_down(now))],
+                "damped": [f"{s}:{p}" for s, p in sorted(self.damper.damped(now))],
+                "remote": [f"{s}:{p}" for s, p in sorted(self.remote_ports)] + sorted(self.remote_switches),
+                "switches_gone": sorted(self.dead), "repaired": bool(self.app.tables.repaired),
+                "events": self.events, "repairs": self.repairs, "refused": self.refused, "flow_mods": self.flow_mods,
+                "last_ms": self.last_ms, "last": self.last, "unproven": self.unproven}

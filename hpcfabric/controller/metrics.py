@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Any, Iterator
 
 from hpcfabric.controller.framework import serve_wsgi
@@ -66,8 +67,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_ha_generation": ("gauge", "OpenFlow role generation id of this instance"),
     "hpcfabric_ha_takeovers": ("counter", "Times this instance took the master lease over"),
     "hpcfabric_link_failures": ("counter", "Fabric port down events handled"),
-    "hpcfabric_reroutes": ("counter", "Route recomputations after link or switch failures"),
-    "hpcfabric_reroute_seconds": ("gauge", "Duration of the last reroute (port status to last barrier reply)"),
+    "hpcfabric_repairs": ("counter", "Proven repairs installed after link or switch failures (and recoveries)"),
+    "hpcfabric_repairs_refused": ("counter", "Repairs not installed: no proven tables (flow_control = pfc)"),
+    "hpcfabric_repair_unproven": ("gauge", "1 while the failures in force have no proven repair (last proven tables stay)"),
+    "hpcfabric_repair_seconds": ("gauge", "Duration of the last repair (port status to the last wave confirmed)"),
+    "hpcfabric_repair_proof_seconds": ("gauge", "Proof time of the last repair plan"),
+    "hpcfabric_repair_flow_mods": ("counter", "Flow-mods sent by repairs (only the entries that differ)"),
+    "hpcfabric_ports_damped": ("gauge", "Fabric ports up but held down because they flap"),
 }
 
 #: histogram buckets of the PAUSE reaction time, seconds
@@ -168,7 +174,7 @@ class FabricCollector:
         yield gauge("hpcfabric_links_missing", len(rep.get("missing_links", ())))
         yield gauge("hpcfabric_miswired_ports", len(rep.get("miswired", ())))
         yield gauge("hpcfabric_quarantined_ports", len(rep.get("quarantined", ())))
-        yield gauge("hpcfabric_ports_down", len(app.failover.down))
+        yield gauge("hpcfabric_ports_down", len(app.failover.ports_down(time.monotonic())))
 
         import time as _time
 
@@ -239,8 +245,14 @@ class FabricCollector:
         yield gauge("hpcfabric_ha_generation", app.ha.generation)
         yield counter("hpcfabric_ha_takeovers", app.ha.takeovers)
         yield counter("hpcfabric_link_failures", app.failover.events)
-        yield counter("hpcfabric_reroutes", app.failover.recomputes)
-        yield gauge("hpcfabric_reroute_seconds", (app.failover.last_ms or 0.0) / 1000.0)
+        fo = app.failover
+        yield counter("hpcfabric_repairs", fo.repairs)
+        yield counter("hpcfabric_repairs_refused", fo.refused)
+        yield gauge("hpcfabric_repair_unproven", 1 if fo.unproven else 0)
+        yield gauge("hpcfabric_repair_seconds", (fo.last_ms or 0.0) / 1000.0)
+        yield gauge("hpcfabric_repair_proof_seconds", ((fo.last or {}).get("timings") or {}).get("prove", 0.0))
+        yield counter("hpcfabric_repair_flow_mods", fo.flow_mods)
+        yield gauge("hpcfabric_ports_damped", len(fo.damper.damped(time.monotonic())))
 
 
 def make_registry(app: Any) -> Any:

@@ -67,6 +67,7 @@ class Sessions:
         sw.disconnected_at = None
         if was_dead:
             app.failover.schedule()
+        app.failover.connected(sw, dp)
         LOG.info("switch %s (dpid %016x) connected from %s", sw.name, sw.dpid, dp.address[0] if dp.address else "?")
         hub.spawn(self.session, sw, dp, sw.gen)
         app.mark(rediscover=True)

@@ -1,9 +1,9 @@
-"""What each switch should hold: the compiled table, rerouted around failures, with the pause state laid over.
+"""What each switch should hold: the compiled table, repaired around failures, with the pause state laid over.
 
 :class:`Tables` is the target of every reconciliation. It holds the config's
-compiled tables, the fast-failover groups, and the tables the failover
-reaction recomputed (``rerouted``); :meth:`Tables.desired` lays the paused
-ports' PORT_STATE entries over them. Pure: no switch, no clock.
+compiled tables, the fast-failover groups, and the tables a proven repair
+put in force (``repaired``, :mod:`hpcfabric.repair.plan`); :meth:`Tables.desired`
+lays the paused ports' PORT_STATE entries over them. Pure: no switch, no clock.
 """
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from typing import Any
 
 from hpcfabric.config import ControllerConfig
 from hpcfabric.failover.groups import group_id
-from hpcfabric.failover.reroute import failover_groups
 from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.rules.flows import TABLE_PORT_STATE, FlowSpec
 
 
-def group_buckets(config: ControllerConfig) -> dict[str, dict[int, Any]]:
-    """switch -> {group id: ((watch_port, actions), ...)}: the form the installer compares and encodes."""
+def group_buckets(groups_of: Any) -> dict[str, dict[int, Any]]:
+    """switch -> {group id: ((watch_port, actions), ...)} of a config (its ``groups``) or of a mapping switch ->
+    :class:`~hpcfabric.rules.flows.GroupSpec` s: the form the installer compares and encodes."""
     out: dict[str, dict[int, Any]] = {}
-    for sw, groups in failover_groups(config).items():
+    groups_of = getattr(groups_of, "groups", groups_of) or {}
+    for sw, groups in groups_of.items():
         if groups:
             out[sw] = {g.group_id: tuple((b.watch_port, tuple(b.actions)) for b in g.buckets) for g in groups}
     return out
@@ -32,8 +33,8 @@ class Tables:
     def __init__(self, config: ControllerConfig, groups: dict[str, dict[int, Any]]) -> None:
         self.config = config
         self.groups = groups
-        #: switch -> table recomputed around what is down (empty: the compiled tables apply)
-        self.rerouted: dict[str, tuple[FlowSpec, ...]] = {}
+        #: switch -> the table a proven repair put in force around what is out (empty: the compiled tables)
+        self.repaired: dict[str, tuple[FlowSpec, ...]] = {}
 
     def port_state_flow(self, switch: str, port: int, paused: bool) -> FlowSpec:
         """A port's PORT_STATE entry; unpaused through its fast-failover group where the switch has one."""
@@ -43,9 +44,7 @@ class Tables:
 
     def desired(self, name: str, paused: set[int]) -> tuple[FlowSpec, ...]:
         """The switch's desired table with the PORT_STATE entries of the ``paused`` ports paused."""
-        base = self.config.desired.get(name, ())
-        if self.rerouted and self.config.recompute:
-            base = self.rerouted.get(name, base)
+        base = self.repaired.get(name) or self.config.desired.get(name, ())
         if not paused:
             return base
         out = []

@@ -11,7 +11,7 @@
 The switch uses the first bucket whose watch port is live, so when the link
 behind ``p`` goes down its traffic takes the detour within the switch's own
 port-liveness reaction, before the controller has seen the port status;
-recomputation (:func:`hpcfabric.failover.reroute.reroute`) then replaces the tables
+the proven repair (:mod:`hpcfabric.repair.plan`) then replaces the tables
 and restores them when the link comes back (bucket 1 is live again at once).
 
 Which ports are protected is **not assumed per topology but proved with the

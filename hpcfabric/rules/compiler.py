@@ -56,6 +56,8 @@ from hpcfabric.rules.policies.valiant import valiant_flows
 from hpcfabric.rules.policies.workload import choose_intermediates
 from hpcfabric.rules.port_state import default_rule_flows, switch_pause_flows
 from hpcfabric.rules.tables import CompiledFabric, SwitchTable
+from hpcfabric.rules.routing import router_for
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.topology.model import Fabric, Switch, gc_paused
 from hpcfabric.topology.traffic import TrafficMatrix
 
@@ -121,6 +123,8 @@ def compile_fabric(
     only: Callable[[str], bool] | None = None,
     traffic: TrafficMatrix | None = None,
     intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None,
+    failures: Failures | None = None,
+    redirect_detours: bool = True,
 ) -> CompiledFabric:
     """Compile every switch of ``fabric`` for ``plan`` (its mode selects the table organisation).
 
@@ -163,6 +167,18 @@ def compile_fabric(
     intermediates : mapping, optional
         Already chosen Valiant ports (``switch -> host port -> ports``, e.g. a
         :class:`~hpcfabric.rules.policies.workload.WorkloadChoice`'s) instead of ``traffic``.
+    failures : Failures, optional
+        Links and switches out of service (:mod:`hpcfabric.topology.failures`): compile the
+        surviving fabric -- the same policy, PORT_STATE, alternatives and classes of service,
+        with routes around what is out (:mod:`hpcfabric.rules.routing`). Every entry whose path
+        does not cross a failure is the one compiled without failures; only the switches
+        :func:`affected_switches` names can differ. Destinations with no surviving route are
+        dropped. docs/routing.md, "Failures".
+    redirect_detours : bool
+        With ``failures``: Valiant and conditional detours of every host port that lead into a Dragonfly
+        group without a live link to the destination's group are sent elsewhere at the source, so no path
+        crosses more than two global links (more switches change); off: only the groups with a failure
+        change, and such a detour crosses a third global link (:mod:`hpcfabric.rules.surviving`).
 
     Raises
     ------
@@ -183,7 +199,8 @@ def compile_fabric(
     if plan.fabric is not fabric:
         raise CompileError("address plan was made for another fabric")
     with gc_paused():
-        ctx = Context(fabric, plan, routing)
+        ctx = Context(fabric, plan, routing, failures or NO_FAILURES)
+        ctx.redirect = redirect_detours
         ctx.cos, ctx.cos_levels, ctx.cnm_snoop = scheme, levels, cnm_snoop
         ctx.pause_reaction, ctx.switch_hold_s = pause_reaction, switch_hold_s
         if routing in ("valiant", "conditional") and fabric.kind in ("dragonfly", "flattened_butterfly"):
@@ -192,5 +209,11 @@ def compile_fabric(
             ctx.intermediates = intermediates or {}
         tables = {sw.name: compile_switch(ctx, sw, punts=punts) for sw in fabric.switches if only is None or only(sw.name)}
     return CompiledFabric(fabric, plan, routing, tables, scheme, levels, pause_reaction, switch_hold_s,
-                          ctx.intermediates)
+                          ctx.intermediates, failures or NO_FAILURES)
+
+
+def affected_switches(fabric: Fabric, failures: Failures, redirect_detours: bool = True) -> frozenset[str] | None:
+    """Switches whose compiled tables ``failures`` can change (None: any of them); the others compile exactly
+    as without failures, so a repair compiles only these (``compile_fabric(..., only=...)``)."""
+    return router_for(fabric, failures).affected(redirect_detours)
 

@@ -4,6 +4,7 @@ longest-prefix tables, ORTC-compacted on request (:func:`lpm_flows`)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.errors import CompileError
@@ -11,6 +12,7 @@ from hpcfabric.rules.addressing import AddressPlan, Layout
 from hpcfabric.rules.compaction import DROP, compact_prefixes
 from hpcfabric.rules.flows import TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.routing import router_for
+from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.rules.tables import (
     COND_HOP,
     DIMS_HOP_SHIFT,
@@ -26,8 +28,13 @@ class Context:
     """What every switch's compilation shares: the fabric, plan, router, the
     prefixes of every host, switch and group, and interned flow entries."""
 
-    def __init__(self, fabric: Fabric, plan: AddressPlan, routing: str = "minimal") -> None:
+    def __init__(self, fabric: Fabric, plan: AddressPlan, routing: str = "minimal",
+                 failures: Failures = NO_FAILURES) -> None:
         self.fabric = fabric
+        #: what is out of service: the router routes the surviving fabric (topology.failures)
+        self.failures = failures
+        #: with failures: redirect detours into groups without a live link at the source (compile_fabric)
+        self.redirect = True
         self.plan = plan
         self.layout = plan.layout
         self.routing = routing
@@ -40,17 +47,35 @@ class Context:
         #: per switch, per host port, its Valiant ports in preference order (traffic-chosen,
         #: :mod:`hpcfabric.rules.policies.workload`); empty: the static choice
         self.intermediates: Mapping[str, Mapping[int, tuple[int, ...]]] = {}
-        self.router = router_for(fabric)
-        self.cache = FlowCache(plan.layout)
+        self.router = router_for(fabric, failures)
         #: tables shared by several switches' compilations (e.g. a Dragonfly group's global links)
         self.shared: dict[Any, Any] = {}
+        #: what depends on the plan only (interned entries, members, prefixes): made once per plan, shared by
+        #: every compile of it (a repair compiles often)
+        prefixes = _PER_PLAN.get(plan)
+        if prefixes is None:
+            prefixes = _PER_PLAN[plan] = _PlanPrefixes(fabric, plan)
+        self.cache = prefixes.cache
+        self.members = prefixes.members
+        self.groups = prefixes.groups
+        self.host_prefix = prefixes.host_prefix
+        self.switch_prefix = prefixes.switch_prefix
+        self.group_prefix = prefixes.group_prefix
+
+
+class _PlanPrefixes:
+    """Members per group, the prefix of every host, access switch and group, and interned entries of a plan."""
+
+    def __init__(self, fabric: Fabric, plan: AddressPlan) -> None:
+        layout = plan.layout
+        self.cache = FlowCache(layout)
         self.members: dict[int, list[Switch]] = {}
         for sw in fabric.access_switches:
             self.members.setdefault(sw.group, []).append(sw)
         self.groups = sorted(self.members)
-        names = self.layout.names
+        names = layout.names
         self.host_prefix = {
-            h.name: field_prefix(self.layout, [(n, plan.host_fields[h.name][n]) for n in names]) for h in fabric.hosts
+            h.name: field_prefix(layout, [(n, plan.host_fields[h.name][n]) for n in names]) for h in fabric.hosts
         }
         self.switch_prefix: dict[str, tuple[int, int]] = {}
         self.group_prefix: dict[int, tuple[int, int]] = {}
@@ -58,9 +83,12 @@ class Context:
             for sw in fabric.access_switches:
                 fv = plan.switch_fields(sw)
                 lead = [(n, fv[n]) for n in names if n != "host"]
-                self.switch_prefix[sw.name] = field_prefix(self.layout, lead)
+                self.switch_prefix[sw.name] = field_prefix(layout, lead)
         if "group" in names:
-            self.group_prefix = {g: field_prefix(self.layout, [("group", g)]) for g in self.groups}
+            self.group_prefix = {g: field_prefix(layout, [("group", g)]) for g in self.groups}
+
+
+_PER_PLAN: "weakref.WeakKeyDictionary[AddressPlan, _PlanPrefixes]" = weakref.WeakKeyDictionary()
 
 
 def field_prefix(layout: Layout, fields: Iterable[tuple[str, int]]) -> tuple[int, int]:
@@ -97,8 +125,8 @@ class FlowCache:
             self.flows[key] = flow
         return flow
 
-    def dimension(self, d: int, v: int, port: int, metadata: int | None) -> FlowSpec:
-        """The FB entry matching only ``dim_d == v``."""
+    def dimension(self, d: int, v: int, port: int | None, metadata: int | None) -> FlowSpec:
+        """The FB entry matching only ``dim_d == v`` (drop for ``port=None``)."""
         key = ("dim", d, v, port, metadata)
         flow = self.flows.get(key)
         if flow is None:

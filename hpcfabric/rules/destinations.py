@@ -64,7 +64,7 @@ def per_group_routes(ctx: Context, sw: Switch) -> list[Route]:
         else:
             port = router.to_switch(sw, dst, spread=dst.index)
         routes.append(Route(*ctx.switch_prefix[dst.name], port, RuleClass.ROUTE))
-    if type(router) is DragonflyRouter:
+    if type(router) is DragonflyRouter and sw.group not in router.touched:
         routes += dragonfly_remote_routes(ctx, router, sw)
         return routes
     for g in ctx.groups:

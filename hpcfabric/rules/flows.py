@@ -161,7 +161,7 @@ def is_our_group(group_id: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """Apply OpenFlow group ``group_id`` (hpcfabric uses fast-failover groups, see :mod:`hpcfabric.failover.reroute`)."""
+    """Apply OpenFlow group ``group_id`` (hpcfabric uses fast-failover groups, see :mod:`hpcfabric.failover.groups`)."""
 
     group_id: int
 

@@ -67,6 +67,11 @@ class Choices:
         fabric = self.fabric = compiled.fabric
         self.targets = np.asarray(targets, dtype=np.uint64)
         self.hid = {h.name: i for i, h in enumerate(fabric.hosts)}
+        #: the surviving fabric (compiled.failures): ports whose link is out lead nowhere (DEAD), failed
+        #: switches inject nothing
+        failures = getattr(compiled, "failures", None)
+        self.dead_ports = failures.dead_ports(fabric) if failures else {}
+        self.failed_switches = failures.switches if failures else frozenset()
         names = self.names = [s.name for s in fabric.switches]
         self.sw_index = {s: i for i, s in enumerate(names)}
         S = len(names)
@@ -139,7 +144,8 @@ class Choices:
         line_pcp: list[int] = []
         base_parts: list[np.ndarray] = []
         alt_parts: list[np.ndarray] = []
-        todo = sorted({(i, self.port_class[i][p], UNTAGGED) for i, s in enumerate(names) for p in fabric.host_ports(s)})
+        todo = sorted({(i, self.port_class[i][p], UNTAGGED) for i, s in enumerate(names) if s not in self.failed_switches
+                       for p in fabric.host_ports(s)})
         rounds = 0
         for i, c, pcp in todo:
             known[i * self.key_width + c * PCP_SLOTS + pcp + 1] = True
@@ -234,8 +240,13 @@ class Choices:
         fabric = self.fabric
         codes = np.full(self.n_states, DEAD, dtype=np.int64)
         for s in self.names:
+            if s in self.failed_switches:
+                continue  # every port DEAD
+            dead = self.dead_ports.get(s, ())
             for p, peer in fabric.ports(s).items():
                 at = self.state(s, p, UNTAGGED)
+                if p in dead:
+                    continue
                 if peer.is_host:
                     codes[at:at + PCP_SLOTS] = TAGGED
                     codes[at] = DELIVER - self.hid[peer.node]

@@ -130,13 +130,15 @@ def decide_line(row: Row, dst: Destinations) -> tuple[np.ndarray, ...]:
 
 
 def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError, *,
-                       actions: bool = False) -> dict[str, list[Any]]:
+                       actions: bool = False, only: Any = None) -> dict[str, list[Any]]:
     """Per switch, the entries a data frame can meet (resubmits inlined); raises ``error``
     for what the per-switch checks do not model: an entry going back to an earlier
     table, source-dependent (``eth_src``) rules, and, with ``actions``, actions other than
-    outputs and VLAN push/pop/PCP (MAC rewrites, groups: resolve them first)."""
+    outputs and VLAN push/pop/PCP (MAC rewrites, groups: resolve them first). ``only``: those switches."""
     out: dict[str, list[Any]] = {}
     for sw in compiled.fabric.switches:
+        if only is not None and sw.name not in only:
+            continue
         try:
             flows = data_flows(compiled.tables[sw.name].flows)
         except Unsupported as why:

@@ -182,7 +182,7 @@ def _check(ch: Choices, cols: Any, a: Automorphism, starts: list[tuple[Any, ...]
 def _starts(ch: Choices, cols: Any, start_col: np.ndarray, start_state: np.ndarray) -> list[tuple[Any, ...]]:
     """The host columns' injections as (column, state, id per line of an injection or -1, table of
     (column, line id) pairs that are injections, shared). Columns of several hosts are all injected
-    into from the same states (``_Columns.starts`` in :mod:`hpcfabric.verify.proof`), so the first
+    into from the same states (``Columns.starts`` in :mod:`hpcfabric.verify.pairs`), so the first
     stands for them all (``shared``: one table row, the column is not mapped); per-host columns
     skip their own host's port and are listed each."""
     nh = cols.n_host_columns

@@ -46,15 +46,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcfabric.errors import VerificationError
-from hpcfabric.verify.choices import SLOT_BITS, Choices
-from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_label
-from hpcfabric.verify.columns import SELF, groups_of_hosts, structural_splits_of
-from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
+from hpcfabric.verify.choices import Choices
+from hpcfabric.verify.graphs import LOW32
 from hpcfabric.verify.orbits import Reduction, reduce_columns
+from hpcfabric.verify.pairs import Columns, cdg_verdict, checked_columns, edge_names, prepare
 from hpcfabric.verify.pipeline import overlap_summary
-from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import pausable_ports
 from hpcfabric.verify.unions import describe_walk, walk_union
 
@@ -99,6 +95,9 @@ class ProofReport:
     # the symmetry reduction (verify.orbits) and whether it was used: then nodes count the walked
     # columns' and channels / dependencies the quotient graph's (channels mapped to their orbits)
     symmetry: dict[str, Any] | None = None
+    # the surviving fabric (compiled.failures): (destination column, injection) pairs the failures disconnect,
+    # not walked (failed switches' hosts are neither destinations nor sources)
+    unreachable: int = 0
 
     @property
     def delivered(self) -> bool:
@@ -114,6 +113,7 @@ class ProofReport:
             "fabric", "routing", "cos", "cos_levels", "switches", "hosts", "pausable_ports", "columns",
             "split_groups", "probes", "lines", "destination_classes", "nodes", "paused_choices", "depth",
             "undelivered", "probe_failures", "failing_columns", "overlaps", "acyclic", "channels", "dependencies",
+            "unreachable",
         )}
         out = {"method": "union of per-destination choices (any set of paused ports)", "ok": self.ok,
                "delivered": self.delivered, **out}
@@ -158,26 +158,15 @@ def prove(
         raise ValueError(f"fallback must be None, 'sweep' or 'symmetric', not {fallback!r}")
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    fabric, plan = compiled.fabric, compiled.plan
-    relevant = forward_data_flows(compiled, "the union proof", VerificationError, actions=True)
+    fabric = compiled.fabric
     overlaps, examples = overlap_summary(compiled) if overlaps else (0, [])
-    hosts = fabric.hosts
-    host_macs = np.array([plan.host_mac[h.name] for h in hosts], dtype=np.uint64)
-    groups = groups_of_hosts(hosts)
-    split = structural_splits_of(relevant, host_macs, groups)
-    target_host = np.concatenate([ids if t in split else ids[:1] for t, ids in groups.items()]) if groups else \
-        np.zeros(0, dtype=np.int64)
-    probes = probe_addresses(plan)
-    targets = np.concatenate([host_macs[target_host], np.array([m for m, _ in probes], dtype=np.uint64)])
-    timings["entries"] = time.perf_counter() - t0
+    inputs = prepare(compiled, progress=progress)
+    ch, cols, hosts, probes = inputs.ch, inputs.cols, fabric.hosts, inputs.probes
+    if getattr(compiled, "failures", None):  # the surviving fabric: an automorphism need not map failed links
+        symmetry = False  # onto failed links
+    timings.update(inputs.timings)
     t1 = time.perf_counter()
-    ch = Choices(compiled, relevant, targets, progress=progress)
-    timings["decisions"] = time.perf_counter() - t1
-    timings.update({f"decisions.{k}": v for k, v in ch.timings.items()})
-    t1 = time.perf_counter()
-    cols = _Columns(ch, groups, split, target_host, len(probes))
-    cols.injections(ch, groups, fabric)
-    red = reduce_columns(ch, cols, *cols.starts(_checked_columns(cols), probes=False)) \
+    red = reduce_columns(ch, cols, *cols.starts(checked_columns(cols), probes=False)) \
         if symmetry and not keep else None
     timings["symmetry"] = time.perf_counter() - t1
     walk, cdg = _reduced(ch, cols, red, timings, max_failures) if red and red.kept else (None, None)
@@ -186,15 +175,15 @@ def prove(
         t1 = time.perf_counter()
         start_col, start_state = cols.starts()
         walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False,
-                          max_witnesses=max_failures)
+                          max_witnesses=max_failures, components=cols.components)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        cdg = _cdg(ch, walk.edges)
+        cdg = cdg_verdict(ch, walk.edges)
         timings["cdg"] = time.perf_counter() - t1
         if cdg["cycle"] is not None:  # a forwarding loop is a dependency cycle: look for loops now
             t1 = time.perf_counter()
             walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=True,
-                              max_witnesses=max_failures)
+                              max_witnesses=max_failures, components=cols.components)
             timings["loops"] = time.perf_counter() - t1
     undelivered, probe_fail = walk.bad, walk.bad_probe
     failures = [{"kind": k, **describe_walk(ch, w, cols.names)} for w, k in zip(walk.witnesses, walk.witness_kinds)]
@@ -209,8 +198,8 @@ def prove(
         failing_columns=walk.bad_columns, failures=tuple(failures[:max_failures]), overlaps=overlaps,
         overlap_examples=tuple(examples), acyclic=cdg["cycle"] is None, cycle=cdg["cycle"], per_cos=cdg["per_cos"],
         classes_used=cdg["classes"], channels=cdg["channels"], dependencies=len(walk.edges),
-        seconds=time.perf_counter() - t0, timings=timings, edges=_edge_names(ch, walk.edges) if keep else None,
-        symmetry=None if red is None else red.as_dict(used),
+        seconds=time.perf_counter() - t0, timings=timings, edges=edge_names(ch, walk.edges) if keep else None,
+        symmetry=None if red is None else red.as_dict(used), unreachable=cols.unreachable,
     )
     if report.ok or fallback is None:
         return report
@@ -232,94 +221,7 @@ def prove(
                    seconds=time.perf_counter() - t0, timings=timings)
 
 
-class _Columns:
-    """Destination columns: one per alike access switch, one per host otherwise, then the probes."""
-
-    def __init__(self, ch: Choices, groups: dict[str, np.ndarray], split: set[str], target_host: np.ndarray,
-                 n_probes: int) -> None:
-        fabric = ch.fabric
-        target_of = {int(h): i for i, h in enumerate(target_host.tolist())}
-        self.split = set(split) | {t for t, ids in groups.items() if t not in split and len(ids) > 1
-                                   and not _alike(ch, t)}
-        host: list[int] = []
-        target: list[int] = []
-        own: list[tuple[int, int, int]] = []  # (column, switch index, class there) for per-host columns
-        self.single: list[bool] = []
-        for t, ids in groups.items():
-            per_host = t in self.split or len(ids) == 1
-            own_ids, own_cls = ch.own_classes(t)
-            pos = {h: i for i, h in enumerate(own_ids)}
-            for h in (ids if per_host else ids[:1]):
-                h = int(h)
-                if per_host:
-                    own.append((len(host), ch.sw_index[t], int(own_cls[pos[h]])))
-                host.append(h)
-                target.append(target_of.get(h, target_of.get(int(ids[0]), -1)))
-                self.single.append(per_host)
-        self.n_host_columns = len(host)
-        nt = len(target_host)
-        target += list(range(nt, nt + n_probes))
-        target_ids = np.array(target, dtype=np.int64)
-        if not own and np.array_equal(target_ids, np.arange(ch.cls.shape[1])):
-            self.cls = ch.cls  # the targets in column order: no copy (switches x columns cells, 1.1 GB at 300k)
-        else:
-            self.cls = ch.cls[:, target_ids] if target else np.zeros((len(ch.names), 0), np.int32)
-        for c, s, k in own:
-            self.cls[s, c] = k
-        self.host = np.array(host, dtype=np.int64)
-        self.want = np.concatenate([DELIVER - self.host, np.full(n_probes, DROP, dtype=np.int64)])
-        self.probe = np.concatenate([np.zeros(len(host), dtype=bool), np.ones(n_probes, dtype=bool)])
-        self.single += [False] * n_probes
-        self.names = [fabric.hosts[h].name for h in host] + [f"probe {i}" for i in range(n_probes)]
-
-    def injections(self, ch: Choices, groups: dict[str, np.ndarray], fabric: Any) -> None:
-        """Where hosts inject (:meth:`starts`): per switch and host port class one port (another member
-        for the column of that port's own host: the self pair is no pair); probes from the first host
-        of every access switch."""
-        rep_state, rep_host, alt_state = [], [], []
-        for t in groups:
-            members: dict[int, list[int]] = {}
-            for p in sorted(fabric.host_ports(t)):
-                members.setdefault(ch.port_class[ch.sw_index[t]][p], []).append(p)
-            for ports in members.values():
-                rep_state.append(ch.state(t, ports[0], UNTAGGED))
-                rep_host.append(ch.hid[fabric.peer(t, ports[0]).node])
-                alt_state.append(ch.state(t, ports[1], UNTAGGED) if len(ports) > 1 else -1)
-        self._inject = tuple(np.array(x, dtype=np.int64) for x in (rep_state, rep_host, alt_state))
-        self._probe_from = np.array([ch.state(t, fabric.hosts[int(ids[0])].port, UNTAGGED)
-                                     for t, ids in groups.items()], dtype=np.int64)
-
-    def starts(self, which: np.ndarray | None = None, probes: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(column, state) of every host injection into the host columns ``which`` (all: None), then,
-        with ``probes``, of the probe columns (:meth:`injections` first). Built only for the columns
-        asked: all of them are columns x injection ports (300k Dragonfly: 16,668 x 300,024)."""
-        n_host_cols = self.n_host_columns
-        which = np.arange(n_host_cols, dtype=np.int64) if which is None else np.asarray(which, dtype=np.int64)
-        rs, rh, ra = self._inject
-        col = np.tile(which, len(rs))
-        st = np.repeat(rs, len(which))
-        single = np.array(self.single[:n_host_cols], dtype=bool)
-        same = np.repeat(rh, len(which)) == np.where(single, self.host, -1)[col]
-        st[same] = np.repeat(ra, len(which))[same]
-        keep = st >= 0
-        col, st = col[keep], st[keep]
-        n_probe = len(self.want) - n_host_cols
-        if n_probe and probes:
-            first = self._probe_from
-            col = np.concatenate([col, np.tile(np.arange(n_host_cols, n_host_cols + n_probe), len(first))])
-            st = np.concatenate([st, np.repeat(first, n_probe)])
-        return col, st
-
-
-def _checked_columns(cols: _Columns) -> np.ndarray:
-    """The host columns whose injections the symmetry check reads: the first column of several hosts
-    (they all share its injections) and every per-host column."""
-    single = np.array(cols.single[:cols.n_host_columns], dtype=bool)
-    many = np.flatnonzero(~single)
-    return np.concatenate([many[:1], np.flatnonzero(single)])
-
-
-def _reduced(ch: Choices, cols: _Columns, red: Reduction, timings: dict[str, float],
+def _reduced(ch: Choices, cols: Columns, red: Reduction, timings: dict[str, float],
              max_failures: int) -> tuple[Any, Any]:
     """The walk of one host column per orbit (and every probe) and the cycle check of its quotient
     dependency graph; (None, None) unless the quotient is acyclic. A walked column's failures stand
@@ -337,58 +239,9 @@ def _reduced(ch: Choices, cols: _Columns, red: Reduction, timings: dict[str, flo
     t1 = time.perf_counter()
     orbit = red.state_orbit
     walk.edges = np.unique(orbit[walk.edges >> 32] << 32 | orbit[walk.edges & LOW32])
-    cdg = _cdg(ch, walk.edges)
+    cdg = cdg_verdict(ch, walk.edges)
     timings["cdg"] = time.perf_counter() - t1
     if cdg["cycle"] is not None:
         return None, None
     walk.witnesses = [[(int(sel[c]), st, alt) for c, st, alt in w] for w in walk.witnesses]  # columns of cols
     return walk, cdg
-
-
-def _alike(ch: Choices, switch: str) -> bool:
-    """Do the hosts of ``switch`` get the same choices in every line there (delivery to oneself
-    normalised), unpaused and paused?"""
-    own, cls = ch.own_classes(switch)
-    fabric = ch.fabric
-    own_port = np.array([fabric.hosts[h].port for h in own], dtype=np.int64)
-    selfcode = own_port << SLOT_BITS  # one output to the host's own port, untagged (slot 0)
-    for line in ch.lines_at.get(switch, []):
-        off = ch.line_off[line]
-        for arr in (ch.base, ch.alt):
-            code = arr[off + cls].astype(np.int64)
-            code = np.where(code == selfcode, SELF, code)
-            if not (code == code[0]).all():
-                return False
-    return True
-
-
-def _channel(ch: Choices) -> Callable[[int], str]:
-    """State -> the name of the channel a frame waited in before arriving there (sender's egress)."""
-    def name(state: int) -> str:
-        sw, port, pcp = (int(x[0]) for x in ch.decode(np.array([state], dtype=np.int64)))
-        peer = ch.fabric.peer(ch.names[sw], port)
-        return channel_name((peer.node, peer.port, pcp))  # type: ignore[union-attr]
-
-    return name
-
-
-def _edge_names(ch: Choices, edges: np.ndarray) -> frozenset[tuple[str, str]]:
-    name = _channel(ch)
-    return frozenset((name(int(e) >> 32), name(int(e) & LOW32)) for e in edges.tolist())
-
-
-def _cdg(ch: Choices, edges: np.ndarray) -> dict[str, Any]:
-    """Cycle check of the dependency edges (states of fabric arrivals), whole graph and per class."""
-    src, dst = edges >> 32, edges & LOW32
-    _, _, pcp = ch.decode(np.arange(ch.n_states, dtype=np.int64))
-    name = _channel(ch)
-
-    cycle = find_cycle(core_graph(src, dst), name)
-    nodes = np.unique(np.concatenate([src, dst])) if len(edges) else np.zeros(0, dtype=np.int64)
-    classes = sorted(set(pcp[nodes].tolist()))
-    per_cos: dict[str, tuple[str, ...] | None] = {}
-    same = pcp[src] == pcp[dst]
-    for k in classes:
-        sel = same & (pcp[src] == k)
-        per_cos[cos_label(k)] = find_cycle(core_graph(src[sel], dst[sel]), name)
-    return {"cycle": cycle, "per_cos": per_cos, "classes": tuple(cos_label(k) for k in classes), "channels": len(nodes)}

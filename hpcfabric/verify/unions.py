@@ -53,6 +53,11 @@ class UnionWalk:
     edges: np.ndarray  # channel dependencies: state << 32 | state, fabric arrivals only, unique
     paused_hops: int = 0  # expansions whose paused decision differs from the unpaused one
     timings: dict[str, float] = field(default_factory=dict)
+    #: ``record=True``: per column (in the walk's order), the reached states as a bit set over the reachable
+    #: states (``np.packbits`` of a row of ``len(reach)`` flags; :func:`reach_index` numbers them)
+    reached: np.ndarray | None = None
+    #: ``record=True``: per edge, the (column, node) expansions that make it
+    counts: np.ndarray | None = None
 
 
 class _Tally:
@@ -92,18 +97,20 @@ def walk_union(
     max_witnesses: int = 5,
     block_cells: int = BLOCK_CELLS,
     weight: np.ndarray | None = None,
+    record: bool = False,
+    components: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> UnionWalk:
     """Walk every (column, start state) through both choices of every cell (module docstring).
 
     ``col_cls``: switch index x column -> destination class at that switch; ``want``: per column the
     correct final code (``DELIVER - host`` or ``DROP`` for a probe); ``probe``: per column, True for
     probes (a dead port counts as dropped for them); ``loops``: search host columns for loops too;
-    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1).
+    ``weight``: per column, how many columns its failures stand for (symmetry orbits; default 1);
+    ``record``: keep every column's reached states (:attr:`UnionWalk.reached`, the incremental proof's base);
+    ``components``: (per switch, per column) connected component of the surviving fabric -- a frame at a
+    switch cut off from its destination's is walked (its dependencies count) but not undelivered.
     """
-    ns = ch.n_states
-    reach = np.flatnonzero(ch.state_line >= 0)
-    rs_of = np.full(ns, -1, dtype=np.int64)
-    rs_of[reach] = np.arange(len(reach))
+    reach, rs_of = reach_index(ch)
     sw_of, port_of, _ = ch.decode(reach)
     fabric_arrival = np.zeros(len(reach), dtype=bool)
     for s in ch.names:
@@ -113,24 +120,64 @@ def walk_union(
             fabric_arrival[at[at >= 0]] = True
     cell_base = ch.line_off[ch.state_line[reach]]
     ctx = _Context(ch, reach, rs_of, sw_of, port_of, fabric_arrival, cell_base, col_cls, want, probe)
+    ctx.components = components
     tally = _Tally(max_witnesses, weight)
     order = np.argsort(start_col, kind="stable")
     start_col, start_state = start_col[order], start_state[order]
     width = max(1, block_cells // max(len(reach), 1))
     edge_parts: list[np.ndarray] = []
     nodes = depth = paused = 0
+    reached = np.zeros((len(want), (len(reach) + 7) // 8), dtype=np.uint8) if record else None
     for lo_col, hi_col, check in _blocks(probe, width, loops):
         a, b = np.searchsorted(start_col, [lo_col, hi_col])
-        got = ctx.block(lo_col, hi_col, start_col[a:b], start_state[a:b], check, tally)
+        got = ctx.block(lo_col, hi_col, start_col[a:b], start_state[a:b], check, tally, reached)
         nodes += got[0]
         depth = max(depth, got[1])
         paused += got[2]
         edge_parts.append(got[3])
-        if len(edge_parts) > 16:
+        if len(edge_parts) > 16 and not record:
             edge_parts = [np.unique(np.concatenate(edge_parts))]
-    edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
+    counts = None
+    if record:
+        total = Counter()
+        for e, w in zip(edge_parts, ctx.weights):
+            total.add(e, w)
+        edges, counts = total.total()
+    else:
+        edges = np.unique(np.concatenate(edge_parts)) if edge_parts else np.zeros(0, dtype=np.int64)
     return UnionWalk(nodes, depth, tally.bad, tally.bad_probe, tally.n_columns(), tally.witnesses, tally.kinds,
-                     edges, paused)
+                     edges, paused, reached=reached, counts=counts)
+
+
+class Counter:
+    """Keys with multiplicities, added in parts and summed (``total``)."""
+
+    def __init__(self) -> None:
+        self.keys: list[np.ndarray] = []
+        self.weights: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray, weights: np.ndarray | None = None) -> None:
+        self.keys.append(keys)
+        self.weights.append(np.ones(len(keys), dtype=np.int64) if weights is None else weights)
+        if len(self.keys) > 64:
+            k, w = self.total()
+            self.keys, self.weights = [k], [w]
+
+    def total(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct keys sorted, their summed weights)."""
+        if not self.keys:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        u, inv = np.unique(np.concatenate(self.keys), return_inverse=True)
+        return u, np.bincount(inv.reshape(-1), weights=np.concatenate(self.weights), minlength=len(u)).astype(np.int64)
+
+
+def reach_index(ch: Choices) -> tuple[np.ndarray, np.ndarray]:
+    """(the states with a decided line, in order; per state its position there or -1): the numbering of
+    :attr:`UnionWalk.reached`."""
+    reach = np.flatnonzero(ch.state_line >= 0)
+    rs_of = np.full(ch.n_states, -1, dtype=np.int64)
+    rs_of[reach] = np.arange(len(reach))
+    return reach, rs_of
 
 
 def _blocks(probe: np.ndarray, width: int, loops: bool) -> list[tuple[int, int, bool]]:
@@ -164,6 +211,8 @@ class _Context:
         self.back_ok = fabric_arrival & ~ch.in_port_out[sw_of]
         self.next_base, self.next_alt = (self._resolve(codes) for codes in (ch.base, ch.alt))
         self.has_alt = ch.alt != ch.base
+        self.weights: list[np.ndarray] = []  # record: per block, the counts of its edges
+        self.components: tuple[np.ndarray, np.ndarray] | None = None  # walk_union(components=)
 
     def _resolve(self, codes: np.ndarray) -> np.ndarray:
         """Per cell: the next reached-state index (>= 0), a final code, or NO_LINE (a state nobody decided);
@@ -183,7 +232,7 @@ class _Context:
         return out32
 
     def block(self, lo: int, hi: int, cols: np.ndarray, states: np.ndarray, check: bool,
-              tally: _Tally) -> tuple[int, int, int, np.ndarray]:
+              tally: _Tally, reached: np.ndarray | None = None) -> tuple[int, int, int, np.ndarray]:
         """Search columns ``lo`` .. ``hi`` from the starts given: (nodes, depth, paused expansions, edges)."""
         ch, nr = self.ch, len(self.reach)
         stamp = np.full((hi - lo) * nr, -1, dtype=np.int32)  # visited: >= 0; deduplicates a level by scatter
@@ -195,6 +244,7 @@ class _Context:
         base = 0  # index of the frontier's first node in the block's node list
         links: list[tuple[np.ndarray, np.ndarray]] = []  # node graph (node index -> key), for the loop search
         deps: list[np.ndarray] = []  # (arrival, egress port and PCP slot) of host traffic, as keys (sparse)
+        counter = Counter() if reached is not None else None
         paused = level = 0
         col, r = key // nr + lo, key % nr
         host_block = not self.probe[lo]
@@ -216,7 +266,8 @@ class _Context:
                     fi = np.flatnonzero(final)
                     if (res[fi] == NO_LINE).any():  # pragma: no cover - the work list decides what a frame reaches
                         raise AssertionError("a reachable state has no decided line")
-                    self._finals(fi if i is None else i[fi], res[fi], col, keys, parents, alts, base, which, tally)
+                    self._finals(fi if i is None else i[fi], res[fi], col, keys, parents, alts, base, which, tally,
+                                 sw)
                     go = np.flatnonzero(~final)
                     res, ri, code = res[go], ri[go], code[go]
                     gi = go if i is None else i[go]
@@ -224,8 +275,10 @@ class _Context:
                     gi = np.arange(len(key)) if i is None else i
                 if host_block:  # host traffic's dependencies (as the CDG check)
                     fab = self.fabric_arrival[ri]
-                    deps.append(np.unique(ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS
-                                          + (code[fab] & SLOT_MASK)))
+                    dep = ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS + (code[fab] & SLOT_MASK)
+                    if counter is not None:  # how many (column, node) make each dependency
+                        counter.add(dep)
+                    deps.append(np.unique(dep))
                     if len(deps) > 64:
                         deps = [np.unique(np.concatenate(deps))]
                 cand_col.append(col[gi])
@@ -245,19 +298,27 @@ class _Context:
             alts.append(np.concatenate(cand_alt)[first])
             level += 1 if len(key) else 0
         n_nodes = base
+        if reached is not None:
+            reached[lo:hi] = np.packbits((stamp >= 0).reshape(hi - lo, nr), axis=1)
         if check and links:
             self._loops(lo, links, keys, parents, alts, tally)
         at = np.unique(np.concatenate(deps)) if deps else np.zeros(0, dtype=np.int64)
+        if counter is not None:
+            at, weight = counter.total()
+            self.weights.append(weight)
         arrival, slot = self.reach[at // self.out_width], at % self.out_width
         nxt = ch.egress(self.sw_of[at // self.out_width], (slot // PCP_SLOTS) << SLOT_BITS | slot % PCP_SLOTS)
         return n_nodes, level + 1 if n_nodes else 0, paused, arrival << 32 | nxt
 
     def _finals(self, idx: np.ndarray, got: np.ndarray, col: np.ndarray, keys: list, parents: list, alts: list,
-                base: int, paused: bool, tally: _Tally) -> None:
+                base: int, paused: bool, tally: _Tally, sw: np.ndarray) -> None:
         """Compare final outcomes of frontier nodes ``idx`` with their columns' own; tally the wrong ones."""
         c = col[idx]
         got = np.where(self.probe[c] & (got == DEAD), DROP, got)
         wrong = got != self.want[c]
+        if self.components is not None:  # cut off from its destination: no pair to deliver
+            sw_comp, col_comp = self.components
+            wrong &= self.probe[c] | (sw_comp[sw[idx]] == col_comp[c])
         if not wrong.any():
             return
         wi = idx[wrong]

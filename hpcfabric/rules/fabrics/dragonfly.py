@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcfabric.errors import CompileError
-from hpcfabric.rules.flows import RuleClass
+from hpcfabric.rules.flows import TABLE_ROUTE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.routing import DragonflyRouter
-from hpcfabric.rules.tables import Route
+from hpcfabric.rules.tables import PRIO_BYPASS, Route
 from hpcfabric.topology.model import Fabric, Switch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,15 +39,41 @@ def dragonfly_remote_routes(ctx: Context, router: DragonflyRouter, sw: Switch) -
     interned = ctx.shared.setdefault("df-routes", {})
     s, base = sw.index, router.p + router.h + 1
     out = []
+    touched = router.touched
     for g, mine, holder in table:
-        port = mine.get(s)
-        if port is None:
-            port = base + (holder if holder < s else holder - 1)
+        if g in touched:  # a group with a failure: the surviving fabric's route (routing.DragonflyRouter)
+            port = router.to_group(sw, g, spread=g)
+        else:
+            port = mine.get(s)
+            if port is None:
+                port = base + (holder if holder < s else holder - 1)
         route = interned.get((g, port))
         if route is None:
             route = interned[(g, port)] = Route(*ctx.group_prefix[g], port, RuleClass.ROUTE, True)
         out.append(route)
     return out
+
+
+def group_prefixes(ctx: Context, g: int) -> list[tuple[int, int]]:
+    """(bits, length) prefixes covering every host of group ``g``: its group prefix, else (no group field) its
+    access switches' or hosts' prefixes."""
+    if g in ctx.group_prefix:
+        return [ctx.group_prefix[g]]
+    if "switch" in ctx.layout.names:
+        return [ctx.switch_prefix[m.name] for m in ctx.members.get(g, ())]
+    return [ctx.host_prefix[h.name] for m in ctx.members.get(g, ()) for h in ctx.fabric.hosts_on(m.name)]
+
+
+def dragonfly_bypass_flows(ctx: Context, router: DragonflyRouter, sw: Switch) -> list[FlowSpec]:
+    """The surviving fabric's bypass overrides of ``sw`` (:meth:`DragonflyRouter.bypass_overrides`): ROUTE
+    entries ``in_port + destination group`` above every prefix entry."""
+    flows = []
+    for g, in_port, out in router.bypass_overrides(sw):
+        for bits, length in group_prefixes(ctx, g):
+            flows.append(FlowSpec(TABLE_ROUTE, PRIO_BYPASS,
+                                  Match(in_port=in_port, eth_dst=ctx.layout.prefix_match(bits, length)),
+                                  (Output(out),), make_cookie(RuleClass.ROUTE, out)))
+    return flows
 
 
 def dragonfly_band(fabric: Fabric) -> tuple[int, int]:

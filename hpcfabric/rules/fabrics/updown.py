@@ -58,6 +58,9 @@ def fat_tree_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) 
         ups = [(1 + i, half + 1 + i % half) for i in range(half)]
     flows = lpm_flows(ctx.cache, down, compact=True)
     for in_port, out in ups:
+        out = live_uplink(ctx, sw, out)  # type: ignore[assignment]
+        if out is None:
+            continue
         cookie = make_cookie(RuleClass.ROUTE, out)
         if conditional:
             flows.append(
@@ -67,6 +70,13 @@ def fat_tree_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) 
         else:
             flows.append(FlowSpec(TABLE_ROUTE, PRIO_UP, Match(in_port=in_port), (Output(out),), cookie))
     return flows
+
+
+def live_uplink(ctx: Context, sw: Switch, out: int) -> int | None:
+    """``out``, or on the surviving fabric (its link out) the next live uplink (None: none is)."""
+    if not ctx.failures or ctx.router.live(sw.name, out):
+        return out
+    return ctx.router.up(out - ctx.router.half - 1, sw)  # type: ignore[attr-defined]
 
 
 def split_masks(n: int, free_bits: int) -> list[tuple[int, int, int]]:
@@ -130,7 +140,9 @@ def folded_clos_compact_flows(ctx: Context, sw: Switch, conditional: bool = Fals
                 flows.append(flow)
     if level < router.stages:
         for d in range(1, half + 1):
-            out = half + d
+            out = live_uplink(ctx, sw, half + d)  # type: ignore[assignment]
+            if out is None:
+                continue
             key = ("up", d, out, conditional)
             flow = cache.flows.get(key)
             if flow is None:

@@ -22,11 +22,13 @@ from hpcfabric.rules.context import Context
 from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, uplinks
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, FlowSpec, Match, Output, RuleClass, make_cookie
-from hpcfabric.rules.policies.valiant import detour_flow, detour_row_bit, host_intermediates, valiant_ports
+from hpcfabric.rules.policies.valiant import (
+    detour_flow, detour_row_bit, host_intermediates, live_rotation, redirect_flows, redirected_detours, valiant_ports,
+)
 from hpcfabric.rules.tables import (
     METADATA_DIMS_SHIFT, METADATA_PORT_MASK, PRIO_ALT_DIM, PRIO_ALT_UP, PRIO_BOUNCE, PRIO_VALIANT,
 )
-from hpcfabric.topology.model import Fabric, Switch
+from hpcfabric.topology.model import Switch
 
 
 def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
@@ -37,6 +39,12 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
         ups = uplinks(fabric, sw)
         for i, port in enumerate(ups if len(ups) > 1 else ()):
             nxt = ups[(i + 1) % len(ups)]
+            if ctx.failures:  # the next live uplink (the surviving fabric)
+                later = [ups[(i + j) % len(ups)] for j in range(1, len(ups))]
+                live = [q for q in later if ctx.router.live(sw.name, q)]
+                if not live:
+                    continue
+                nxt = live[0]
             flows.append(
                 FlowSpec(
                     TABLE_ALTERNATIVE,
@@ -50,8 +58,8 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     if fabric.kind == "flattened_butterfly":
         top = len(fabric.params["dims"]) - 1
         for d, v, port in fb_dim_ports(fabric, sw):
-            if d == top:
-                continue
+            if d == top or (ctx.failures and not ctx.router.link_up(sw, d, v)):  # type: ignore[attr-defined]
+                continue  # an alternative is minimal or nothing (surviving fabric: no bypass; pair routes)
             value, mask = fb_dim_match(fabric, plan, d, v)
             bit = 1 << (METADATA_DIMS_SHIFT + d)
             flows.append(
@@ -67,18 +75,23 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     row_bit = detour_row_bit(fabric)
     for host in fabric.hosts_on(sw.name) if valiant else ():
         prefs = host_intermediates(ctx, sw, host, valiant)
+        if not prefs:  # no live Valiant port (failures): transit-like, the fallbacks wait
+            continue
         out = prefs[0]
         flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT, host.port, (row_bit, row_bit) if row_bit else None, out))
-        if len(valiant) > 1:  # the host's intermediate is behind the paused port itself: take the next one
+        if len(valiant) > 1 and len(prefs) > 1:  # the host's intermediate is behind the paused port itself: the next
             second = prefs[1]
             flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT + 1, host.port,
                                      (out | row_bit, METADATA_PORT_MASK | row_bit), second))
+        flows += redirect_flows(ctx, sw, TABLE_ALTERNATIVE, PRIO_VALIANT + 2, host.port,
+                                (row_bit, row_bit) if row_bit else None,
+                                redirected_detours(ctx, sw, prefs, valiant), second=len(valiant) > 1)
     if fabric.kind == "dragonfly" and len(valiant) == 1:
-        flows += neighbour_detours(fabric, sw, valiant[0])
+        flows += neighbour_detours(ctx, sw, valiant[0])
     return flows
 
 
-def neighbour_detours(fabric: Fabric, sw: Switch, glob: int) -> list[FlowSpec]:
+def neighbour_detours(ctx: Context, sw: Switch, glob: int) -> list[FlowSpec]:
     """Dragonfly, one global port ``glob`` per switch: the detour while it is paused.
 
     * ALTERNATIVE, per own host: ``in_port=H, metadata=glob`` (the default port is the paused
@@ -91,11 +104,17 @@ def neighbour_detours(fabric: Fabric, sw: Switch, glob: int) -> list[FlowSpec]:
       port to a Valiant intermediate, minimal from there: l-g-l-g-l, at most two global hops as for
       Valiant (CoS top/3 holds; docs/routing.md). Above the per-port entries, so it holds paused or not.
     """
+    fabric = ctx.fabric
     ports = fabric.fabric_ports(sw.name)
     local = [p for p, peer in sorted(ports.items()) if peer.kind == "local"]
     flows = []
     for host in fabric.hosts_on(sw.name) if local else ():
         out = local[host.index % len(local)]
+        if ctx.failures:  # a local port whose link is out gives way to the next live one
+            prefs = live_rotation(ctx, sw, (out,), local)
+            if not prefs:
+                continue
+            out = prefs[0]
         flows.append(FlowSpec(TABLE_ALTERNATIVE, PRIO_VALIANT + 1,
                               Match(in_port=host.port, metadata=(glob, METADATA_PORT_MASK)), (Output(out),),
                               make_cookie(RuleClass.ALTERNATIVE, out)))

@@ -1,0 +1,175 @@
+"""Failure scenarios of bench/control_scale.py: links and switches out on the emulated fabric, and back.
+
+Per scenario (one JSON object each): the failures injected; ``confirmed_s`` (injection -> every partition's
+controller reports the repair installed and confirmed, from the status files: each controller writes at once
+after a repair), ``controller_ms`` (its own clock: port status -> last wave confirmed), ``last_flow_mod_s``
+(injection -> the last flow-mod a switch received, once quiet), ``flow_mods`` (received by the switches),
+``flow_mods_share`` (of the installed entries), ``verdict``, ``proof_s``, ``changed`` switches, ``waves``;
+then ``adaptive``: a PAUSE on a port of a repaired switch flips it with one flow-mod; then the recovery (the
+same figures) and whether every switch holds its compiled table again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable
+
+Link = tuple[str, int, str, int]
+
+
+def repairs(c: Any) -> list[int]:
+    return [(c.status(i).get("failover") or {}).get("repairs", 0) + (c.status(i).get("failover") or {}).get("refused", 0)
+            for i in range(len(c.parts))]
+
+
+def set_links(c: Any, links: list[Link], up: bool) -> None:
+    for a, ap, b, bp in links:  # both ends: each emulator process tells its own switch
+        c.emulator_of(a).send(op="port", switch=a, port=ap, up=up, peer=False)
+        c.emulator_of(b).send(op="port", switch=b, port=bp, up=up, peer=False)
+
+
+def link_names(links: list[Link]) -> list[str]:
+    """The links as the controllers' status names them (``a:pa-b:pb``, the smaller end first), sorted."""
+    return sorted("%s:%d-%s:%d" % (min((a, ap), (b, bp)) + max((a, ap), (b, bp))) for a, ap, b, bp in links)
+
+
+def wait_repaired(c: Any, before: list[int], t0: float, timeout: float, expect: list[str] | None = None) -> float | None:
+    """Seconds from ``t0`` until every controller's last repair (installed or refused) is for exactly the links
+    ``expect`` out (None: counts one more repair), or None. Port events of a burst may reach a controller in
+    several steps: the figure is the last one's."""
+    while time.monotonic() - t0 < timeout:
+        now = repairs(c)
+        if all(n > b for n, b in zip(now, before)) and (expect is None or all(
+                ((c.status(i).get("failover") or {}).get("last") or {}).get("failures", {}).get("links") == expect
+                for i in range(len(c.parts)))):
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    return None
+
+
+def wait_planners(c: Any, timeout: float) -> float | None:
+    """Seconds until every controller's repair planner is ready (its proof base built), or None."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if all((((c.status(i).get("failover") or {}).get("planner") or {}).get("ready")) for i in range(len(c.parts))):
+            return round(time.monotonic() - t0, 3)
+        time.sleep(0.2)
+    return None
+
+
+def one(c: Any, links: list[Link], *, installed: int, quiet_since: Callable, emu_sum: Callable,
+        timeout: float = 300.0) -> dict[str, Any]:
+    """Take ``links`` down (or, with ``up`` after, back); the figures of the repair that follows."""
+    before = repairs(c)
+    fm0 = emu_sum(c.emu_stats(), "flow_mods")
+    t0 = time.monotonic()
+    set_links(c, links, up=False)
+    confirmed = wait_repaired(c, before, t0, timeout, link_names(links))
+    last = quiet_since(c, t0, quiet=1.5)
+    fms = emu_sum(c.emu_stats(), "flow_mods") - fm0
+    return {**report(c, confirmed, last, fms, installed)}
+
+
+def report(c: Any, confirmed: float | None, last: float, fms: float, installed: int) -> dict[str, Any]:
+    lasts = [(c.status(i).get("failover") or {}).get("last") or {} for i in range(len(c.parts))]
+    main = max(lasts, key=lambda x: x.get("changed", 0))
+    verdict = main.get("verdict") or {}
+    return {"confirmed_s": None if confirmed is None else round(confirmed, 3),
+            "controller_ms": [x.get("ms") for x in lasts], "last_flow_mod_s": round(last, 3),
+            "flow_mods": int(fms), "flow_mods_share": round(fms / installed, 6) if installed else None,
+            "installed": main.get("installed"), "verdict": verdict.get("verdict"),
+            "redirect_detours": verdict.get("redirect_detours"),
+            "proof_s": (main.get("timings") or {}).get("prove"), "plan_s": main.get("seconds"),
+            "changed": main.get("changed"), "entries": main.get("entries"), "waves": main.get("waves")}
+
+
+def adaptive(c: Any, switch: str, emu_sum: Callable) -> dict[str, Any]:
+    """A PAUSE on a fabric port of ``switch`` (repaired): flipped, and flow-mods per flip (the flip and its
+    expiry are one each)."""
+    port = max(c.fabric.fabric_ports(switch))
+    owner = c.owner[switch]
+    p0 = c.status(owner).get("pause") or {}
+    fm0 = emu_sum(c.emu_stats(), "flow_mods")
+    e = c.emulator_of(switch)
+    e.send(op="pause", switch=switch, port=port, quanta=0xFFFF, id=990000)
+    t0 = time.monotonic()
+    got = None
+    while time.monotonic() - t0 < 5.0 and got is None:
+        while not e.events.empty():
+            ev = e.events.get()
+            if ev.get("ev") == "reaction" and ev.get("id") == 990000:
+                got = ev["us"] / 1000.0
+        time.sleep(0.01)
+    time.sleep(0.5)  # its expiry
+    p1 = c.status(owner).get("pause") or {}
+    flips = p1.get("flips", 0) - p0.get("flips", 0)
+    fms = p1.get("flow_mods", 0) - p0.get("flow_mods", 0)
+    return {"switch": switch, "port": port, "reaction_ms": got, "flipped": got is not None, "flips": flips,
+            "flow_mods": int(emu_sum(c.emu_stats(), "flow_mods") - fm0),
+            "flow_mods_per_flip": round(fms / flips, 3) if flips else None}
+
+
+def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: int, seed: int = 27,
+              flap: bool = True, many: bool = True, timeout: float = 300.0) -> dict[str, Any]:
+    """One global link, one local link, (``many``) a switch's links and ten links across groups at once, and
+    (``flap``) a link flapping ten times in a second; each followed by its recovery. First waits until every
+    controller's repair planner has its proof base (``planners_ready_s``: after the tables were confirmed)."""
+    fabric = c.fabric
+    rng = random.Random(seed)
+    by_kind: dict[str, list[Link]] = {}
+    for link in fabric.links:
+        by_kind.setdefault(link.kind, []).append((link.a, link.a_port, link.b, link.b_port))
+    out: dict[str, Any] = {}
+    cases: list[tuple[str, list[Link]]] = []
+    for kind in ("global", "local"):
+        if by_kind.get(kind):
+            cases.append((f"{kind}_link", [rng.choice(by_kind[kind])]))
+    if many:
+        victim = rng.choice(fabric.switches).name
+        own = [(victim, p, peer.node, int(peer.port)) for p, peer in sorted(fabric.fabric_ports(victim).items())]
+        groups = {fabric.switch(victim).group}
+        ten: list[Link] = []
+        for link in rng.sample(list(fabric.links), len(fabric.links)):
+            g = fabric.switch(link.a).group
+            if g not in groups and len(ten) < 10:
+                groups.add(g)
+                ten.append((link.a, link.a_port, link.b, link.b_port))
+        cases.append(("switch_and_ten_links", own + ten))
+    kw = {"quiet_since": quiet_since, "emu_sum": emu_sum, "installed": installed, "timeout": timeout}
+    out["planners_ready_s"] = wait_planners(c, 900.0)
+    for name, links in cases:
+        res = one(c, links, **kw)
+        res["adaptive"] = adaptive(c, links[0][0], emu_sum)
+        before = repairs(c)
+        fm0 = emu_sum(c.emu_stats(), "flow_mods")
+        t0 = time.monotonic()
+        set_links(c, links, up=True)
+        confirmed = wait_repaired(c, before, t0, timeout, [])
+        last = quiet_since(c, t0, quiet=1.5)
+        res["recovery"] = report(c, confirmed, last, emu_sum(c.emu_stats(), "flow_mods") - fm0, installed)
+        res["failures"] = [f"{a}:{ap}-{b}:{bp}" for a, ap, b, bp in links]
+        out[name] = res
+    if flap and by_kind.get("local"):
+        link = rng.choice(by_kind["local"])
+        before = repairs(c)
+        fm0 = emu_sum(c.emu_stats(), "flow_mods")
+        t0 = time.monotonic()
+        for k in range(10):
+            set_links(c, [link], up=k % 2 == 1)
+            time.sleep(0.1)
+        time.sleep(1.0)
+        quiet_since(c, t0, quiet=1.5)
+        mid = repairs(c)
+        stats = [c.status(i).get("failover") or {} for i in range(len(c.parts))]
+        held = any(s.get("damped") for s in stats)
+        time.sleep(4.0)  # the hold runs out: the link is up and stable
+        quiet_since(c, t0, quiet=1.5)
+        after = repairs(c)
+        refused = sum(s.get("refused", 0) for s in (c.status(i).get("failover") or {} for i in range(len(c.parts))))
+        out["flapping_link"] = {"link": "%s:%d-%s:%d" % link, "changes": 10,
+                                "repairs_while_flapping": [m - b for m, b in zip(mid, before)],
+                                "repairs_in_all": [a - b for a, b in zip(after, before)], "held_down": held,
+                                "refused_total": refused,
+                                "flow_mods": int(emu_sum(c.emu_stats(), "flow_mods") - fm0)}
+    return out

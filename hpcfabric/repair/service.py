@@ -1,0 +1,110 @@
+"""The repair planner as a process of its own: a :class:`~hpcfabric.repair.plan.Repairer` behind a pipe.
+
+The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
+Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
+``python -m hpcfabric.repair.service CONFIG`` loads the same config, builds the proof base (at nice +10: the
+controller's bring-up goes first; then back to normal priority where permitted), says ``ready``, then
+answers requests read from stdin, one at a time, each a length-prefixed pickle:
+
+* ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs
+  and what is proven -- not the whole fabric's tables);
+* ``("apply",)`` / ``("discard",)`` -> the last plan is in force / is not installed;
+* ``("stop",)``.
+
+Replies go to stdout the same way; the log goes to stderr. Both ends are trusted (the controller starts
+the process itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import sys
+import time
+from typing import Any, BinaryIO
+
+__all__ = ["read_message", "write_message", "slim", "main"]
+
+LOG = logging.getLogger("hpcfabric.repair")
+
+
+def write_message(out: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(struct.pack("!Q", len(data)) + data)
+    out.flush()
+
+
+def read_message(inp: BinaryIO) -> Any:
+    """The next message, or None at the end of the stream."""
+    head = inp.read(8)
+    if len(head) < 8:
+        return None
+    (n,) = struct.unpack("!Q", head)
+    data = b""
+    while len(data) < n:
+        chunk = inp.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return pickle.loads(data)
+
+
+def slim(plan: Any) -> dict[str, Any]:
+    """What the controller needs of a :class:`~hpcfabric.repair.plan.RepairPlan`."""
+    return {"failures": plan.failures, "changed": plan.changed, "desired": dict(plan.desired),
+            "groups": dict(plan.groups), "waves": plan.waves, "entries": plan.entries, "verdict": dict(plan.verdict),
+            "seconds": plan.seconds, "timings": dict(plan.timings), "proven": plan.proven, "summary": plan.as_dict()}
+
+
+#: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up)
+BUILD_NICE = 10
+
+
+def _nice(step: int) -> bool:
+    try:
+        os.nice(step)
+        return True
+    except OSError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s repair planner: %(message)s")
+    from hpcfabric.config import load_config
+    from hpcfabric.repair.plan import Repairer, proves
+
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but messages on the pipe
+    t0 = time.monotonic()
+    niced = _nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
+    cfg = load_config(argv[0], deadlock=False)
+    rep = Repairer(cfg, prove=proves(cfg))
+    report = rep.base().report if rep.prove else None
+    if niced and not _nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
+        LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
+    write_message(out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
+                        "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
+    plan = None
+    while True:
+        msg = read_message(inp)
+        if msg is None or msg[0] == "stop":
+            return 0
+        if msg[0] == "plan":
+            plan = rep.plan(msg[1])
+            write_message(out, slim(plan))
+        elif msg[0] == "apply" and plan is not None:
+            rep.apply(plan)
+            if not plan.proven and rep.prove:  # installed as at load under pause: the base is built again
+                rep.state = None
+                rep.base()
+            plan = None
+        elif msg[0] == "discard" and plan is not None:
+            rep.discard(plan)
+            plan = None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""A few switches decided again: their choices for every destination column, on new entries.
+
+:class:`~hpcfabric.verify.choices.Choices` decides every line of a whole fabric at once;
+:func:`decide_switches` decides the given states of a few switches on given entries, the same way
+(the engine's batch path: :class:`~hpcfabric.verify.engine.flat.FlatTables`,
+:class:`~hpcfabric.verify.engine.batch.MatchClasses`, :func:`~hpcfabric.verify.engine.batch.decide`),
+unpaused and with every PORT_STATE entry paused. The incremental proof (:mod:`hpcfabric.verify.delta`)
+uses it for the switches a change touches, and for states no walk reached before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpcfabric.verify.choices import Choices, pack_choices
+from hpcfabric.verify.codes import DROP, PCP_SLOTS
+from hpcfabric.verify.decisions import port_classes
+from hpcfabric.verify.engine.batch import MatchClasses, decide
+from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
+from hpcfabric.verify.scenarios import paused_data_flows
+
+__all__ = ["SwitchDecisions", "decide_switches"]
+
+
+@dataclass
+class SwitchDecisions:
+    """One switch's choices: the class of every destination column there, and per decided state (sorted)
+    the choice per class, unpaused (``base``) and paused (``alt``)."""
+
+    relevant: list[Any]  # the switch's data-relevant entries
+    col_cls: np.ndarray  # per column: its class here
+    states: np.ndarray
+    base: np.ndarray  # states x classes
+    alt: np.ndarray
+    back_ok: bool  # an output back to the ingress port by number is dropped here (no OFPP_IN_PORT entry)
+
+    def codes(self, states: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(unpaused, paused, decided?) per (state, column) pair; DROP where not decided."""
+        if not len(self.states):
+            none = np.full(len(states), DROP, dtype=np.int64)
+            return none, none.copy(), np.zeros(len(states), dtype=bool)
+        at = np.minimum(np.searchsorted(self.states, states), len(self.states) - 1)
+        known = self.states[at] == states
+        k = self.col_cls[cols]
+        return (np.where(known, self.base[at, k], DROP).astype(np.int64),
+                np.where(known, self.alt[at, k], DROP).astype(np.int64), known)
+
+    def matrix(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(unpaused, paused) choices of decided ``states`` per class: two states x classes arrays."""
+        at = np.searchsorted(self.states, states)
+        return self.base[at], self.alt[at]
+
+
+def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: Any, names: list[str],
+                    relevant: dict[str, list[Any]], extra: dict[str, np.ndarray] | None = None
+                    ) -> dict[str, SwitchDecisions]:
+    """Decide, on ``relevant`` (the data-relevant entries of ``compiled``'s tables there), every state of each
+    switch of ``names`` that has a line in ``ch`` (some walk reached it), and the ``extra`` states.
+    ``columns``: :class:`~hpcfabric.verify.pairs.Columns` (targets per column, per-host columns' own classes)."""
+    fabric = ch.fabric
+    lists: list[list[Any]] = []
+    group: list[int] = []
+    alt_variant: dict[str, int] = {}
+    own_hosts: list[int] = []
+    own_group: list[int] = []
+    for i, s in enumerate(names):
+        lists.append(relevant[s])
+        group.append(i)
+    for i, s in enumerate(names):
+        flipped, same = paused_data_flows(compiled, s, relevant[s])
+        alt_variant[s] = i if same else len(lists)
+        if not same:
+            lists.append(flipped)
+            group.append(i)
+        for h in fabric.hosts_on(s):
+            own_hosts.append(ch.hid[h.name])
+            own_group.append(i)
+    flat = FlatTables(lists)
+    variant_group = np.array(group, dtype=np.int64)
+    own = np.array(own_hosts, dtype=np.int64)
+    mc = MatchClasses(flat, variant_group, len(names), ch.targets, np.array(own_group, dtype=np.int64),
+                      host_macs[own] if len(own) else np.zeros(0, dtype=np.uint64))
+    vk_start, dstc = mc.candidates()
+    back = np.zeros(flat.n_variants, dtype=bool)
+    np.logical_or.at(back, flat.v, (flat.port == IN_PORT_MARK).any(axis=1)[flat.act])
+    in_port_out = np.zeros(len(names), dtype=bool)
+    np.logical_or.at(in_port_out, variant_group, back)
+    own_class = {h: int(mc.extra_class[j]) for j, h in enumerate(own_hosts)}
+    cache: dict = {}
+    out: dict[str, SwitchDecisions] = {}
+    for i, s in enumerate(names):
+        si = ch.sw_index[s]
+        lo = int(ch.state_base[si])
+        states = np.flatnonzero(ch.state_line[lo:int(ch.state_base[si + 1])] >= 0) + lo
+        if extra and s in extra:
+            states = np.union1d(states, extra[s]).astype(np.int64)
+        n_cls = int(mc.class_start[i + 1] - mc.class_start[i])
+        base = np.full((len(states), max(n_cls, 1)), DROP, dtype=np.int32)
+        alt = base.copy()
+        if len(states) and n_cls:
+            # one line per (port class, PCP) decided, as Choices does: ports whose in_port entries agree decide alike
+            pc_of = port_classes(fabric, s, relevant[s], cache)
+            port_all = (states - lo) // PCP_SLOTS
+            pcp_all = (states - lo) % PCP_SLOTS - 1
+            rep_port = {}
+            for p in sorted(pc_of):
+                rep_port.setdefault(pc_of[p], p)
+            key = np.array([pc_of[int(p)] for p in port_all.tolist()], dtype=np.int64) * PCP_SLOTS + pcp_all + 1
+            lines, line_of = np.unique(key, return_inverse=True)
+            port = np.array([rep_port[int(k) // PCP_SLOTS] for k in lines.tolist()], dtype=np.int64)
+            pcp = lines % PCP_SLOTS - 1
+            host_ports = np.array(sorted(fabric.host_ports(s)), dtype=np.int64)
+            own_drop = ~np.isin(port, host_ports) & in_port_out[i]
+            el_line = np.repeat(np.arange(len(lines)), n_cls)
+            for arr, v in ((base, i), (alt, alt_variant[s])):
+                line_v = np.full(len(lines), v, dtype=np.int64)
+                el_vk = vk_start[v] + np.tile(np.arange(n_cls), len(lines))
+                wild = flat.wild_index(line_v, port)
+                n, p, pc, punt, err = decide(flat, wild, dstc, line_v, port, pcp, own_drop, el_line, el_vk)
+                arr[:] = pack_choices(n, p, pc, punt, err, ch.max_ports[si]).reshape(len(lines), n_cls)[line_of.reshape(-1)]
+        col_cls = mc.target_class[i][columns.target].astype(np.int64)
+        for c, sj, _ in columns.own:  # per-host columns at their own switch: the host's own class
+            if sj == si:
+                col_cls[c] = own_class[int(columns.host[c])]
+        out[s] = SwitchDecisions(relevant[s], col_cls, states, base, alt, not in_port_out[i])
+    return out
