@@ -1,7 +1,8 @@
 """The etcd HA phase of ``run_reliability.py`` (``--phases etcd``): controllers on a real 3-member etcd cluster.
 
-Own fabric (prefix ``<prefix>e``), own etcd cluster (tests/etcd_cluster.py), two controllers with
-``[ha] backend = etcd``, ``partitions = 2``: each masters one partition (balanced), every switch is
+Own fabric (prefix ``<prefix>e``), own etcd cluster (tests/etcd_cluster.py: TLS with client certificates,
+etcd auth on; the controllers log in as the ``hpcfabric`` user, docs/operations.md "Securing the control
+plane"), two controllers with ``[ha] backend = etcd``, ``partitions = 2``: each masters one partition (balanced), every switch is
 connected to both. Under a steady ping at 10 ms across the two partitions (summary keys ``etcd_*``):
 
 1. ``kill -9`` of the master of the pinging host's partition: the other instance takes both partitions
@@ -45,13 +46,15 @@ from hpcfabric.topology.partition import partition_fabric  # noqa: E402
 Log = Callable[[str], None]
 
 
-def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], partitions: int, ttl: int) -> Path:
+def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], partitions: int, ttl: int,
+                    security: str = "") -> Path:
+    """``security``: the ``[ha] etcd_*`` lines (CA, client certificate, user, password file)."""
     path = tmp / "etcd.conf"
     path.write_text(
         f"[hpcfabric]\ntopology = {topology}\nrouting = conditional\nlldp_interval = 0.5\nreload_poll = 0\n"
         "log_level = INFO\nlink_speed_gbps = 0.01\n[metrics]\npoll_interval = 1\n"
         f"[ha]\nbackend = etcd\nendpoints = {','.join(endpoints)}\npartitions = {partitions}\nttl = {ttl}\n"
-        f"prefix = /rel{int(time.time())}\n")
+        f"prefix = /hpcfabric/rel{int(time.time())}\n{security}")
     return path
 
 
@@ -151,15 +154,17 @@ def pause_written(fabric: Any, prefix: str, switch: str, port: int, wait: float)
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:
     f = report.summary
-    cluster = EtcdCluster(3)
+    cluster = EtcdCluster(3, tls=True, auth=True)
     ctls: list[Controller] = []
     net = None
     sampler = None
     try:
         t = time.monotonic()
         cluster.start()
-        log(f"etcd: 3 members up in {time.monotonic() - t:.1f} s ({', '.join(cluster.endpoints)})")
-        conf = write_etcd_conf(tmp, topology, cluster.endpoints, partitions=2, ttl=2)
+        log(f"etcd: 3 members up in {time.monotonic() - t:.1f} s ({', '.join(cluster.endpoints)}; TLS, "
+            "client certificates, auth)")
+        f["etcd_tls_auth"] = True
+        conf = write_etcd_conf(tmp, topology, cluster.endpoints, partitions=2, ttl=2, security=cluster.ha_keys())
         cfg = load_config(conf)
         fabric, plan, n = cfg.fabric, cfg.plan, len(cfg.fabric.switches)
         parts = partition_fabric(fabric, 2)
