@@ -199,7 +199,11 @@ class EtcdCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "EtcdCluster":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # no member left running when the start fails
+            raise
 
     def __exit__(self, *exc) -> None:
         self.close()

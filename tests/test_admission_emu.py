@@ -15,19 +15,18 @@ switches (:mod:`hpcfabric.emu`, real OpenFlow 1.3 over TCP or TLS). No mocks; lo
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import socket
 import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from channel_probe import HELLO, plain_client, refused_dpids, sample, scrape, until
 
 from hpcfabric.emu.driver import ROOT, Cluster, free_port, listening
 from hpcfabric.emu.pki import Authority
@@ -45,36 +44,9 @@ def cluster(tmp_path: Path, *, tls=False, echo: float = 1.0) -> tuple[Cluster, i
     return c, http
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    m = re.search(rf"^{name}(?:\{{{want}\}})? (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
-def until(pred, timeout: float, what: str, step: float = 0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timeout ({timeout} s): {what}")
-
-
 def started(emu) -> None:
     ev = emu.events.get(timeout=60)
     assert ev.get("ev") == "started", ev
-
-
-def refused_dpids(log: Path, reason: str) -> set[str]:
-    """dpids the controller logged a WARNING refusal for (one line per dpid, address and reason a minute)."""
-    return set(re.findall(rf"WARNING .*session for \S+ \(dpid ([0-9a-f]{{16}})\) from \S+ refused: {reason}:",
-                          log.read_text()))
 
 
 def syncs(st: dict) -> dict[str, int]:
@@ -170,16 +142,6 @@ def test_a_silent_switch_is_replaced_and_its_held_successor_changes_nothing(tmp_
         c.stop()
 
 
-def plain_client(port: int) -> bytes:
-    """An OpenFlow HELLO in plain TCP to ``port``; what came back before the close (b"" if reset)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(bytes.fromhex("0400000800000001"))
-        try:
-            return s.recv(100)
-        except ConnectionResetError:
-            return b""
-
-
 def tls_client(port: int, ca: Path | None = None, cert: tuple[Path, Path] | None = None) -> str:
     """Connect with TLS (no certificate unless ``cert``); what happened: 'refused' or 'open'."""
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()  # noqa: SLF001
@@ -189,7 +151,7 @@ def tls_client(port: int, ca: Path | None = None, cert: tuple[Path, Path] | None
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
         try:
             with ctx.wrap_socket(raw) as s:
-                s.sendall(bytes.fromhex("0400000800000001"))  # OpenFlow 1.3 HELLO
+                s.sendall(HELLO)  # OpenFlow 1.3 HELLO
                 return "open" if s.recv(8) else "refused"  # TLS 1.3: the server's verdict comes after our Finished
         except (ssl.SSLError, OSError):
             return "refused"

@@ -25,11 +25,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from channel_probe import until
 from etcd_cluster import etcd_tls_cluster  # noqa: F401  (the fixture)
 
 from hpcfabric.config import load_config
 from hpcfabric.controller.etcdha import EtcdHa
 from hpcfabric.controller.etcdstore import EtcdStore, EtcdUnavailable
+from hpcfabric.emu.driver import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "topologies" / "dragonfly-a4-p2-h2.yaml"
@@ -45,25 +47,8 @@ def config(tmp_path, cluster, name, prefix, partitions=3, user="hpcfabric", cert
     return path
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def instance(tmp_path, cluster, name, prefix, **kw) -> EtcdHa:
     return EtcdHa(load_config(config(tmp_path, cluster, name, prefix, **kw), compile=False))
-
-
-def wait(pred, timeout: float, step: float = 0.05) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if pred():
-            return time.monotonic() - t0
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def ticking(*instances: EtcdHa, seconds: float) -> None:
@@ -115,7 +100,7 @@ def test_kill_9_of_a_tls_controller_standby_takes_over(tmp_path, etcd_tls_cluste
             except (OSError, ValueError, KeyError, IndexError):
                 return False
 
-        wait(a_master, 60)
+        until(a_master, 60, "controller a master of p0")
         b = instance(tmp_path, etcd_tls_cluster, "b", p, partitions=1)
         ticking(b, seconds=1.5)
         assert not b.active and b.view["p0"]["master"] == "a"
@@ -147,7 +132,7 @@ def test_every_member_restarted_the_instance_authenticates_again(tmp_path, etcd_
         for i in range(etcd_tls_cluster.size):
             etcd_tls_cluster.start_member(i)
         etcd_tls_cluster.wait_healthy()
-        wait(lambda: (a.tick(), a.active and a.store.authentications > auths)[1], 30, 0.4)
+        until(lambda: (a.tick(), a.active and a.store.authentications > auths)[1], 30, "a master again", 0.4)
         ticking(a, seconds=2)
         assert a.active and a.master_of("g0s0")  # the simple tokens died with the members: logged in again
     finally:

@@ -21,18 +21,16 @@ created is removed by name at the end (bridges, the SSL settings).
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import socket
 import ssl
 import subprocess
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+
+from channel_probe import HELLO, plain_client, refused_dpids, sample, scrape, until
 
 from hpcfabric.emu.driver import ROOT, Cluster, free_port
 from hpcfabric.emu.pki import ovs_ca, ovs_pki
@@ -46,7 +44,6 @@ pytestmark = [
 
 DEMO = ROOT / "topologies" / "dragonfly-a4-p2-h2.yaml"
 TAG = f"hs{os.getpid() % 1000:03d}"
-HELLO = bytes.fromhex("0400000800000001")
 
 
 def ovs(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -119,27 +116,6 @@ def bed():
         b.cleanup()
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    m = re.search(rf"^{name}(?:\{{{want}\}})? (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
-def until(pred, timeout: float, what: str, step: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timeout ({timeout} s): {what}")
-
-
 def bring_up(c: Cluster, bed: Bed, target: str) -> dict:
     c.start_controllers()
     bed.connect(target)
@@ -182,9 +158,7 @@ def test_plain_tcp_impostor_refused_and_a_restarted_bridge_reconnects(bed, tmp_p
         stats = impostor.ask(op="stats")
         impostor.send(op="quit")
         assert stats["flows"] == 0 and stats["flow_mods"] == 0
-        logged = set(re.findall(r"WARNING .*\(dpid ([0-9a-f]{16})\) from \S+ refused: duplicate_session",
-                                (c.workdir / "ctl0.log").read_text()))
-        assert len(logged) == 36
+        assert len(refused_dpids(c.workdir / "ctl0.log", "duplicate_session")) == 36
         assert sample(scrape(http), "hpcfabric_refused_sessions_total", reason="duplicate_session") >= 36
         untouched(c, bed, st0, conns0)
         took = restarted(c, bed, "g0s0")
@@ -221,12 +195,7 @@ def test_tls_with_ovs_pki_certificates(bed, tmp_path):
                     if not s.recv(8):
                         raise ConnectionResetError("closed")
         # plaintext OpenFlow
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(HELLO)
-            try:
-                assert s.recv(100) == b""
-            except ConnectionResetError:
-                pass
+        assert plain_client(port) == b""
         # an emulator with g0s1's certificate (signed by the switch CA) claiming every dpid
         impostor = c.spawn_emulator("impostor", "--tls-ca", str(ovs_ca(pki, "controller")),
                                     "--tls-cert", str(files["g0s1"][0]), "--tls-key", str(files["g0s1"][1]))
