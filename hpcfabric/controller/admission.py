@@ -42,6 +42,8 @@ LOG = logging.getLogger("hpcfabric.controller")
 RECENT = 50
 #: a refusal of the same dpid, address and reason is logged at most once per this many seconds
 LOG_EVERY_S = 60.0
+#: (dpid, host, reason) keys remembered for that (cleared beyond this many)
+LOG_KEYS = 10000
 #: seconds a refused session has to read our error before its connection is closed
 CLOSE_AFTER_S = 0.2
 MISMATCH, DUPLICATE = "certificate_mismatch", "duplicate_session"
@@ -194,6 +196,8 @@ class Admission:
                             "address": where, "reason": reason, "detail": detail, "certificate": list(names)})
         key = (dpid, where.rsplit(":", 1)[0], reason)
         now = time.monotonic()
+        if len(self.logged) > LOG_KEYS:  # many sources: forget the old ones rather than grow without bound
+            self.logged.clear()
         seen = self.logged.get(key)
         if seen is not None and now - seen[0] < LOG_EVERY_S:
             seen[1] += 1
