@@ -361,8 +361,8 @@ def compare_tls(tcp: dict, tls: dict) -> dict:
 
     out: dict = {"bench": "control_scale_tls", "fabric": tcp.get("fabric"), "switches": tcp.get("switches"),
                  "target_ratio": TLS_RATIO}
-    for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "pause_p50_ms", "pause_p99_ms",
-                "pause_controller_p99_ms"):
+    for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_harness_cpu_s", "pause_p50_ms",
+                "pause_p99_ms", "pause_controller_p50_ms", "pause_controller_p99_ms"):
         a, b = pick(tcp, key), pick(tls, key)
         ratio = round(b / a, 3) if a and b is not None else None
         out[key] = {"tcp": a, "tls": b, "ratio": ratio}
