@@ -29,9 +29,16 @@ applied, LLDP delivered along the cabling). Measured:
   the flow-mods that needed (0);
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
 
+``--tls on`` runs the OpenFlow channel over TLS (``[openflow] tls = on``; a CA, the
+controller's and one certificate per switch made first, outside the timings);
+``--tls both`` runs each fabric over plain TCP and then over TLS and adds a
+``control_scale_tls`` line with both figures side by side and their ratios
+(bring-up and PAUSE p50/p99; target: TLS within 20 % of TCP).
+
     .venv/bin/python bench/control_scale.py                       # default + a6p3h3 Dragonfly
     .venv/bin/python bench/control_scale.py --fabric table3       # Table III, 2,064 switches
     .venv/bin/python bench/control_scale.py --fabric 300k --controllers 4 --emulators 4 --pauses 0
+    .venv/bin/python bench/control_scale.py --fabric table3 --emulators 2 --lldp-interval 5 --poll-interval 10 --tls both
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ FABRICS = {
 }
 TARGETS = {"table3": {"connect_to_confirmed_s": 30.0, "peak_rss_mb": 2048.0, "pause_p50_ms": 1.0, "pause_p99_ms": 5.0},
            "300k": {"connect_to_confirmed_s": 120.0}}
+#: TLS against plain TCP (``--tls both``): at most this ratio for bring-up and PAUSE p50/p99
+TLS_RATIO = 1.2
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -161,13 +170,13 @@ def last_confirmed(status: dict) -> float | None:
     return max(times) if times and all(times) else None
 
 
-def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
+def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
     extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
         f"[metrics]\npoll_interval = {args.poll_interval}\n"
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
-                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact)
-    out: dict = {"bench": "control_scale", "fabric": c.fabric.name, "switches": len(c.names),
+                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls)
+    out: dict = {"bench": "control_scale", "tls": tls, "fabric": c.fabric.name, "switches": len(c.names),
                  "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
                  "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
                  "poll_interval": args.poll_interval}
@@ -312,18 +321,26 @@ def main() -> int:
                     help="[hpcfabric] deadlock_check = off (the union proof of the whole fabric is skipped); 300k: leave it on with --artifact (proved once in the compile: ~6 min, 6.5 GB), not per controller")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
+    ap.add_argument("--tls", choices=("off", "on", "both"), default="off",
+                    help="OpenFlow over TLS ([openflow] tls = on, certificates made first); both: TCP, then TLS, "
+                    "and a control_scale_tls line comparing them")
     args = ap.parse_args()
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.tls]
     for name in args.fabric or ["default", "a6p3h3"]:
-        if args.workdir:
-            d = Path(args.workdir) / name
-            d.mkdir(parents=True, exist_ok=True)
-            out = run(name, args, d)
-        else:
-            with tempfile.TemporaryDirectory(prefix="hf-cscale-") as d:
-                out = run(name, args, Path(d))
-        if args.baseline:
-            out["baseline"] = baseline(args, name)
-        print(json.dumps(out), flush=True)
+        runs = []
+        for tls in modes:
+            if args.workdir:
+                d = Path(args.workdir) / (name + ("-tls" if tls else ""))
+                d.mkdir(parents=True, exist_ok=True)
+                runs.append(run(name, args, d, tls))
+            else:
+                with tempfile.TemporaryDirectory(prefix="hf-cscale-") as d:
+                    runs.append(run(name, args, Path(d), tls))
+            if args.baseline and not tls:  # the older checkout's figures beside these (plain TCP)
+                runs[-1]["baseline"] = baseline(args, name)
+            print(json.dumps(runs[-1]), flush=True)
+        if len(runs) == 2:
+            print(json.dumps(compare_tls(*runs)), flush=True)
     return 0
 
 
@@ -347,6 +364,26 @@ def baseline(args: argparse.Namespace, name: str) -> dict:
     old = json.loads(lines[-1])
     return {"root": str(root), "connect_to_confirmed_s": old.get("connect_to_confirmed_s"),
             "rules": old.get("rules"), "reroute": old.get("reroute")}
+
+
+def compare_tls(tcp: dict, tls: dict) -> dict:
+    """Plain TCP and TLS runs of one fabric side by side: bring-up and PAUSE p50/p99, ratios, the 20 % target."""
+    def pick(r: dict, key: str) -> float | None:
+        return (r.get("pause") or {}).get(key[6:]) if key.startswith("pause_") else r.get(key)
+
+    out: dict = {"bench": "control_scale_tls", "fabric": tcp.get("fabric"), "switches": tcp.get("switches"),
+                 "target_ratio": TLS_RATIO}
+    for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_harness_cpu_s", "pause_p50_ms",
+                "pause_p99_ms", "pause_controller_p50_ms", "pause_controller_p99_ms"):
+        a, b = pick(tcp, key), pick(tls, key)
+        ratio = round(b / a, 3) if a and b is not None else None
+        out[key] = {"tcp": a, "tls": b, "ratio": ratio}
+        if key in ("connect_to_confirmed_s", "pause_p50_ms", "pause_p99_ms"):
+            out[key]["met"] = ratio is not None and ratio <= TLS_RATIO
+    out["peak_rss_mb"] = {"tcp": (tcp.get("controller") or {}).get("peak_rss_mb"),
+                          "tls": (tls.get("controller") or {}).get("peak_rss_mb")}
+    out["load_avg_1m"] = {"tcp": tcp.get("load_avg_1m"), "tls": tls.get("load_avg_1m")}
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The etcd HA phase of ``run_reliability.py`` (``--phases etcd``): controllers on a real 3-member etcd cluster.
 
-Own fabric (prefix ``<prefix>e``), own etcd cluster (:mod:`hpcfabric.emu.etcd_cluster`), two controllers with
-``[ha] backend = etcd``, ``partitions = 2``: each masters one partition (balanced), every switch is
+Own fabric (prefix ``<prefix>e``), own etcd cluster (:mod:`hpcfabric.emu.etcd_cluster`: TLS with client
+certificates, etcd auth on; the controllers log in as the ``hpcfabric`` user, docs/operations.md "Securing the
+control plane"), two controllers with ``[ha] backend = etcd``, ``partitions = 2``: each masters one partition
+(balanced), every switch is
 connected to both. Under a steady ping at 10 ms across the two partitions (summary keys ``etcd_*``):
 
 1. ``kill -9`` of the master of the pinging host's partition: the other instance takes both partitions
@@ -42,9 +44,12 @@ from hpcfabric.topology.partition import partition_fabric
 Log = Callable[[str], None]
 
 
-def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], partitions: int, ttl: int) -> Path:
+def write_etcd_conf(tmp: Path, topology: Path, endpoints: tuple[str, ...], partitions: int, ttl: int,
+                    security: str = "") -> Path:
+    """``security``: the ``[ha] etcd_*`` lines (CA, client certificate, user, password file)."""
     ha = {"backend": "etcd", "endpoints": ",".join(endpoints), "partitions": partitions, "ttl": ttl,
-          "prefix": f"/rel{int(time.time())}"}
+          "prefix": f"/hpcfabric/rel{int(time.time())}"}
+    ha.update(line.split(" = ", 1) for line in security.splitlines() if " = " in line)
     return write_conf(tmp / "etcd.conf", ha_settings(topology, ha, link_speed_gbps=0.01))
 
 
@@ -143,12 +148,14 @@ def pause_written(fabric: Any, prefix: str, switch: str, port: int, wait: float)
 
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:
-    cluster = EtcdCluster(3)
+    cluster = EtcdCluster(3, tls=True, auth=True)
     try:
         t = time.monotonic()
         cluster.start()
-        log(f"etcd: 3 members up in {time.monotonic() - t:.1f} s ({', '.join(cluster.endpoints)})")
-        conf = write_etcd_conf(tmp, topology, cluster.endpoints, partitions=2, ttl=2)
+        log(f"etcd: 3 members up in {time.monotonic() - t:.1f} s ({', '.join(cluster.endpoints)}; TLS, "
+            "client certificates, auth)")
+        report.summary["etcd_tls_auth"] = True
+        conf = write_etcd_conf(tmp, topology, cluster.endpoints, partitions=2, ttl=2, security=cluster.ha_keys())
         cfg = load_config(conf)
         fabric, n = cfg.fabric, len(cfg.fabric.switches)
         ports = [free_port(), free_port()]

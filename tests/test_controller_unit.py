@@ -541,7 +541,7 @@ def test_rejected_flip_is_not_a_reaction():
 
 def test_direct_handlers_are_registered_with_the_ofp_brick():
     names = {name for name, _ in ctl.HpcfabricController.DIRECT_HANDLERS}
-    assert names == {"_packet_in", "_barrier_reply", "_error"}
+    assert names == {"_packet_in", "_barrier_reply", "_error", "_echo_reply"}
     for name, ev_cls in ctl.HpcfabricController.DIRECT_HANDLERS:
         caller = getattr(ctl.HpcfabricController, name).callers[ev_cls]
         assert caller.ev_source is None  # set_ev_handler: no observer subscription, no double delivery

@@ -191,6 +191,9 @@ class FakeSwitch:
             self.packet_outs.append(buf)
         elif mtype == O.OFPT_PORT_MOD:
             self.log.append("port_mod")
+        elif mtype == O.OFPT_ECHO_REQUEST:
+            self.log.append("echo")
+            app._echo_reply(ev(datapath=self, xid=xid))
         else:
             self.log.append(f"type_{mtype}")
 

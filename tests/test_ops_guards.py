@@ -250,7 +250,8 @@ def _accounted(c) -> int:
             + c["dmp_packet_ins"] + c["other_packet_ins"] + c["no_in_port"]
             + c["not_master_packet_ins"] + c["pause_unknown_switch"] + c["pause_unknown_port"] + c["pause_host_port"]
             + c["pause_malformed"] + c["pause_minimal"] + c["pause_used"] + c["lldp_malformed"] + c["lldp_foreign"]
-            + c["lldp_host_untrusted"] + c["lldp_received"])
+            + c["lldp_host_untrusted"] + c["lldp_received"]
+            + c["unadmitted_messages"])  # from a session the app never admitted (here: the unconnected stranger)
 
 
 def _is_garbage(kind: str, frame: bytes, port: int | None, known: bool, app, sw_name: str | None) -> bool:

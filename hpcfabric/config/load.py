@@ -37,6 +37,7 @@ from hpcfabric.config.ini import (
     resolve_path,
 )
 from hpcfabric.config.model import ControllerConfig
+from hpcfabric.config.security import check_tls_names, etcd_keys, tls_keys
 from hpcfabric.errors import HpcfabricError
 from hpcfabric.rules.addressing import MODES, format_mac, parse_mac
 from hpcfabric.rules.flows import PAUSE_REACTIONS
@@ -127,6 +128,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         raise config_error(source, "openflow.listen_host", f"{listen_host!r} is not a host name or address")
     listen_port = integer(source, "openflow.listen_port", get_value(parser, "openflow", "listen_port"), low=1, high=65535)
     bundles = choice(source, "openflow.bundles", get_value(parser, "openflow", "bundles"), BUNDLE_MODES)
+    tls, echo_timeout = tls_keys(source, parser, base)
     reload_poll = number(source, "hpcfabric.reload_poll", get_value(parser, "hpcfabric", "reload_poll"), low=0, high=3600,
                           low_open=False)
 
@@ -152,6 +154,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
     ha_role = choice(source, "ha.role", get_value(parser, "ha", "role"), HA_ROLES)
     ha_backend = choice(source, "ha.backend", get_value(parser, "ha", "backend"), HA_BACKENDS)
     ha_endpoints, ha_ttl, ha_partitions, ha_prefix = _etcd_keys(source, parser, ha_backend, ha_role)
+    ha_etcd = etcd_keys(source, parser, base, ha_backend, ha_endpoints)
     if ha_backend == "etcd":
         ha_role = "auto"
     lease_text = get_value(parser, "ha", "lease_file")
@@ -202,6 +205,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         addressing = file_addr.get("mode") or "compact"
 
     real_macs = _hosts_section(source, parser, fabric, host_mac)
+    check_tls_names(source, tls, [sw.name for sw in fabric.switches] + [f"{sw.dpid:016x}" for sw in fabric.switches])
     if ha_switches:
         import fnmatch
 
@@ -268,6 +272,9 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         ha_ttl=ha_ttl,
         ha_partitions=ha_partitions,
         ha_prefix=ha_prefix,
+        ha_etcd=ha_etcd,
+        tls=tls,
+        echo_timeout=echo_timeout,
         fast_failover=fast_failover,
         recompute=recompute,
         failures_dir=failures_dir,

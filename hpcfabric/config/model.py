@@ -62,10 +62,17 @@ class ControllerConfig:
     ha_ttl: int = 2
     ha_partitions: int = 1
     ha_prefix: str = "/hpcfabric"
+    #: ``[ha] etcd_*``: the etcd client's TLS files and user (:class:`hpcfabric.config.security.EtcdSecurity`)
+    ha_etcd: Any = field(default=None, repr=False)
     fast_failover: bool = False
     recompute: bool = True
     #: ``[failover] failures_dir``: where a partition's controller (file backend) shares the failures it sees
     failures_dir: str | None = None
+    #: ``[openflow] tls = on``: :class:`hpcfabric.config.security.TlsSettings` (None: plain TCP)
+    tls: Any = None
+    #: ``[openflow] echo_timeout``: a second session for a connected dpid is refused if the live one answers
+    #: an echo within this many seconds (else the live one is dead: closed, the new one accepted)
+    echo_timeout: float = 3.0
     pause_reaction: str = "controller"
     switch_hold_s: int = 1
     cnm: bool = False
@@ -151,6 +158,7 @@ class ControllerConfig:
             "host_mac": self.host_mac,
             "rules_expected": self.rules_expected,
             "listen": f"{self.listen_host}:{self.listen_port}",
+            "tls": self.tls.describe() if self.tls else "off",
             "status_file": self.status_file,
             "guards": ",".join(n for n, on in (("source_check", self.source_check), ("punt_meters", self.punt_meters)) if on)
             or "off",

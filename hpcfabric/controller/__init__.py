@@ -41,6 +41,9 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
   compiled tables, the repaired ones, fast-failover groups, the pause overlay;
 * ``sessions``: ``Sessions`` as ``sessions`` -- connect and disconnect, the HA
   role claim, the sync loop (retry with backoff), resyncs;
+* ``admission``: ``Admission`` as ``admission`` -- which session speaks for a
+  dpid: certificate names (TLS), one live session per dpid (echo probe),
+  refusals; ``tls``: the listener's TLS handshake (``TlsGate``);
 * ``install``: ``Installer`` as ``installer`` -- one reconciliation: meters
   and groups, flow dump, diff, one bundle or flow-mods, barrier, errors;
 * ``pausing``: ``Pausing`` as ``pausing`` -- PAUSE/PFC/CNM packet-ins to
@@ -73,6 +76,7 @@ import time
 from typing import Any
 
 from hpcfabric.controller import launch
+from hpcfabric.controller.admission import Admission
 from hpcfabric.controller.channel import Channel, Disconnected
 from hpcfabric.controller.failover import Failover
 from hpcfabric.controller.framework import (
@@ -133,6 +137,8 @@ class HpcfabricController(App):
         self.discovery = scoped_discovery(config, self.fabric, self.ha)  # a partition expects only its links
         self.channel = Channel(self.counters, lambda dpid: self.by_dpid.get(dpid))
         self.sessions = Sessions(self)
+        self.admission = Admission(self)
+        self._restore_listener = self.admission.install()  # before the framework's listener starts
         self.installer = Installer(self)
         self.pausing = Pausing(self)
         self.storm = Storm(self)
@@ -179,6 +185,7 @@ class HpcfabricController(App):
             self._restore_sighup()
         self.metrics.stop()
         self.failover.stop()
+        self._restore_listener()
         self.heap.close()
         self.ha.release()
         brick = service_brick("ofp_event")
@@ -233,6 +240,7 @@ class HpcfabricController(App):
         ("_packet_in", ofp_event.EventOFPPacketIn),
         ("_barrier_reply", ofp_event.EventOFPBarrierReply),
         ("_error", ofp_event.EventOFPErrorMsg),
+        ("_echo_reply", ofp_event.EventOFPEchoReply),
     )
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
@@ -248,6 +256,9 @@ class HpcfabricController(App):
         try:
             msg = ev.msg
             dpid = msg.datapath.id
+            if not self.admission.admitted(msg.datapath):
+                self.counters["unadmitted_messages"] += 1
+                return
             if not self.pausing.barrier(dpid, msg.xid):
                 self.channel.wake(dpid, msg.xid, reply=msg)
         except Exception:  # pragma: no cover - never kill the receive loop
@@ -256,9 +267,19 @@ class HpcfabricController(App):
     @set_ev_handler(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
         try:
-            self.channel.record_error(ev.msg)
+            if self.admission.admitted(ev.msg.datapath):
+                self.channel.record_error(ev.msg)
+            else:
+                self.counters["unadmitted_messages"] += 1
         except Exception:  # pragma: no cover - never kill the receive loop
             LOG.exception("error message handling failed")
+
+    @set_ev_handler(ofp_event.EventOFPEchoReply, MAIN_DISPATCHER)
+    def _echo_reply(self, ev: Any) -> None:
+        """An echo reply: the answer to :class:`~hpcfabric.controller.admission.Admission`'s liveness probe."""
+        msg = ev.msg
+        if self.admission.admitted(msg.datapath):
+            self.channel.wake(msg.datapath.id, msg.xid, reply=msg)
 
     @set_ev_handler(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev: Any) -> None:
@@ -297,6 +318,9 @@ class HpcfabricController(App):
                 c["no_in_port"] += 1
                 return
             sw_in = self.by_dpid.get(msg.datapath.id)
+            if (sw_in.dp is not msg.datapath) if sw_in is not None else not self.admission.admitted(msg.datapath):
+                c["unadmitted_messages"] += 1  # a refused or held session: its frames change nothing
+                return
             if not self.ha.master or (sw_in is not None and not self.ha.master_of(sw_in.name)):
                 c["not_master_packet_ins"] += 1
                 return
@@ -316,23 +340,35 @@ class HpcfabricController(App):
             c["packet_in_errors"] += 1
             LOG.exception("packet-in handling failed")
 
+    def _heard(self, msg: Any) -> bool:
+        """Is ``msg`` from its dpid's admitted session? (counted when not: it changes nothing)"""
+        if self.admission.admitted(msg.datapath):
+            return True
+        self.counters["unadmitted_messages"] += 1
+        return False
+
     @set_ev_cls(ofp_event.EventONFBundleCtrlMsg, MAIN_DISPATCHER)
     def _bundle_reply(self, ev: Any) -> None:
-        self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
+        if self._heard(ev.msg):
+            self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPRoleReply, MAIN_DISPATCHER)
     def _role_reply(self, ev: Any) -> None:
-        self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
+        if self._heard(ev.msg):
+            self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
 
     @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,
                  ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
     def _multipart_reply(self, ev: Any) -> None:
         """Collect a multipart reply (flow stats, meters, groups) for the waiter of its xid."""
-        self.channel.multipart_reply(ev.msg)
+        if self._heard(ev.msg):
+            self.channel.multipart_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _port_status(self, ev: Any) -> None:
         msg = ev.msg
+        if not self._heard(msg):  # a refused or held session's port status changes nothing
+            return
         deleted = msg.reason == msg.datapath.ofproto.OFPPR_DELETE
         self.wiring.port_status(msg.datapath, msg.desc, deleted)
         self.failover.port_status(msg.datapath, msg.desc, deleted)

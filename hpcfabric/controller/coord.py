@@ -75,7 +75,7 @@ def _describe_etcd(config: ControllerConfig) -> dict[str, Any]:
     from hpcfabric.controller.etcdstore import EtcdStore, EtcdUnavailable
     from hpcfabric.topology.partition import partition_fabric
 
-    store = EtcdStore(config.ha_endpoints, timeout=2.0)
+    store = EtcdStore.for_config(config, timeout=2.0)
     prefix = f"{config.ha_prefix.rstrip('/')}/{config.fabric.name}/"
     try:
         kvs, _ = store.range_prefix(prefix)

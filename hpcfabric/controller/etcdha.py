@@ -43,7 +43,7 @@ class EtcdHa:
         self.prefix = f"{config.ha_prefix.rstrip('/')}/{config.fabric.name}/"
         self.parts = partition_fabric(config.fabric, config.ha_partitions)
         self.part_of = {sw: p.name for p in self.parts for sw in p.switches}
-        self.store = store or EtcdStore(config.ha_endpoints, timeout=max(0.2, self.ttl / 4))
+        self.store = store or EtcdStore.for_config(config, timeout=max(0.2, self.ttl / 4))
         self.lease = 0
         self.granted = self.ttl
         self.lease_ok = float("-inf")  # monotonic start of the last successful grant / renewal

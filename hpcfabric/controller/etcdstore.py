@@ -5,7 +5,11 @@ patching a request is a green socket like the OpenFlow channels -- no grpc
 threads (docs/ha.md says why this client). This wrapper adds what the HA code
 needs and etcd3gw leaves to the caller: several endpoints (the first one that
 answers is kept until it fails), revisions in range replies, and a
-transaction built from compare / put / delete tuples.
+transaction built from compare / put / delete tuples. With ``[ha] etcd_*``
+(:class:`hpcfabric.config.security.EtcdSecurity`) it speaks HTTPS, presents a
+client certificate and authenticates as an etcd user: the token etcd hands
+out (``/v3/auth/authenticate``) goes with every request, and is fetched again
+when etcd no longer knows it (a restarted member forgets simple tokens).
 """
 
 from __future__ import annotations
@@ -33,29 +37,90 @@ def prefix_end(prefix: str) -> str:
     return bytes(raw).decode()
 
 
+def brief(detail: str) -> str:
+    """An etcd3gw error's text, short: a TLS failure's reason, else etcd's message."""
+    if "SSLError" in detail or "[SSL" in detail:
+        k = detail.find("[SSL")
+        if k >= 0:
+            return "TLS: " + detail[k:].split(" (_ssl", 1)[0].split("')", 1)[0][:160]
+        inner = detail.rsplit("SSLError(", 1)[-1]
+        return "TLS: " + inner.split(" (_ssl", 1)[0].replace("'", "")[:160] + " (the server refused our certificate?)"
+    if '"message":"' in detail:
+        return detail.split('"message":"', 1)[1].split('"', 1)[0][:160]
+    return detail[:160]
+
+
 class EtcdUnavailable(OSError):
     """No endpoint answered (down, blackholed, or without quorum): the caller keeps its last view."""
 
 
-class EtcdStore:
-    """The etcd cluster at ``endpoints`` (``http://host:port`` strings), ``timeout`` seconds per request."""
+#: etcd's answers to a request whose token it does not know (expired, or issued before a restart)
+TOKEN_ERRORS = ("invalid auth token", "user name is empty", "auth token is not provided")
 
-    def __init__(self, endpoints: tuple[str, ...], timeout: float) -> None:
+
+class EtcdStore:
+    """The etcd cluster at ``endpoints`` (``http(s)://host:port`` strings), ``timeout`` seconds per request;
+    ``security``: CA, client certificate and user (:class:`hpcfabric.config.security.EtcdSecurity`)."""
+
+    def __init__(self, endpoints: tuple[str, ...], timeout: float, security: Any = None) -> None:
         from etcd3gw.client import Etcd3Client
 
         self.endpoints = endpoints
         self.timeout = timeout
+        self.security = security
         self.clients = []
+        sec = security
         for ep in endpoints:
             scheme, _, rest = ep.partition("://")
             host, _, port = rest.rstrip("/").rpartition(":")
             self.clients.append(Etcd3Client(host=host.strip("[]"), port=int(port), protocol=scheme,
-                                            timeout=timeout, api_path="/v3/"))
+                                            ca_cert=sec.ca if sec else None, cert_cert=sec.cert if sec else None,
+                                            cert_key=sec.key if sec else None, timeout=timeout, api_path="/v3/"))
+        # the CA per request: a session's own ``verify`` loses to REQUESTS_CA_BUNDLE in the environment
+        self.tls_kwargs = {"verify": sec.ca} if sec is not None and sec.ca else {}
+        self.authenticated: set[int] = set()  # endpoints whose session carries a token etcd knows
+        self.authentications = 0
         self.current = 0
         self.requests = 0
         self.failovers = 0
 
+    @classmethod
+    def for_config(cls, config: Any, timeout: float) -> "EtcdStore":
+        """The store a controller config's ``[ha]`` names (endpoints, TLS files, user)."""
+        return cls(config.ha_endpoints, timeout, getattr(config, "ha_etcd", None))
+
     # ------------------------------------------------------------ transport
+    def authenticate(self, i: int) -> None:
+        """Log in as ``[ha] etcd_user`` on endpoint ``i``: its token goes with every later request there."""
+        cl = self.clients[i]
+        cl.session.headers.pop("Authorization", None)
+        out = cl.post(cl.get_url("auth/authenticate"), **self.tls_kwargs,
+                      data=json.dumps({"name": self.security.user, "password": self.security.password}))
+        token = out.get("token") if isinstance(out, dict) else None
+        if not token:
+            raise ValueError("etcd sent no auth token")
+        cl.session.headers["Authorization"] = token
+        self.authenticated.add(i)
+        self.authentications += 1
+
+    def post(self, i: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request on endpoint ``i`` (authenticated first with a user; once more if etcd forgot the token)."""
+        from etcd3gw import exceptions as ex
+
+        cl = self.clients[i]
+        user = self.security is not None and self.security.user
+        for attempt in (0, 1):
+            if user and i not in self.authenticated:
+                self.authenticate(i)
+            try:
+                return cl.post(cl.get_url(path), data=json.dumps(body), **self.tls_kwargs)
+            except ex.Etcd3Exception as err:
+                if user and attempt == 0 and any(t in str(err.detail_text or "") for t in TOKEN_ERRORS):
+                    self.authenticated.discard(i)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``/v3/<path>`` on the current endpoint, failing over to the others in turn."""
         import requests
@@ -64,10 +129,9 @@ class EtcdStore:
         errors = []
         for k in range(len(self.clients)):
             i = (self.current + k) % len(self.clients)
-            cl = self.clients[i]
             self.requests += 1
             try:
-                out = cl.post(cl.get_url(path), data=json.dumps(body))
+                out = self.post(i, path, body)
             except (requests.RequestException, ValueError) as err:  # reset mid-reply, not JSON, ...
                 errors.append(f"{self.endpoints[i]}: {type(err).__name__}")
                 continue
@@ -75,7 +139,7 @@ class EtcdStore:
                 detail = str(err.detail_text or type(err).__name__)
                 if "lease not found" in detail:
                     return {"lease_not_found": True}
-                errors.append(f"{self.endpoints[i]}: {detail[:120]}")
+                errors.append(f"{self.endpoints[i]}: {brief(detail)}")
                 continue
             if i != self.current:
                 self.failovers += 1
@@ -161,5 +225,4 @@ class EtcdStore:
 
     def status(self, endpoint: int) -> dict[str, Any]:
         """``/maintenance/status`` of one endpoint (no failover): its member id, leader, raft term."""
-        cl = self.clients[endpoint]
-        return cl.post(cl.get_url("maintenance/status"), data="{}")
+        return self.post(endpoint, "maintenance/status", {})

@@ -95,7 +95,7 @@ __all__ = [
     "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "serve_wsgi",
     "service_brick", "set_flow_stats_body", "restore_packet_in_parser", "set_packet_in_parser",
     "wrap_message_parse", "parse_message", "set_receive_loop", "restore_receive_loop",
-    "stream_addresses",
+    "stream_addresses", "set_accept_hook",
 ]
 
 #: base class of an application the framework's app manager loads
@@ -181,6 +181,34 @@ def set_receive_loop(loop: Callable[[Any], None]) -> Callable[..., Any]:
 def restore_receive_loop(old: Callable[..., Any]) -> None:
     """Put back the method :func:`set_receive_loop` returned (tests)."""
     _mod("controller.controller").Datapath._recv_loop = old
+
+
+def set_accept_hook(hook: Callable[[Any, Any, dict[str, Any], Callable[[Any, Any], None]], None]) -> Callable[[], None]:
+    """Hand every connection the framework's OpenFlow listener accepts to ``hook(sock, addr, tls_args, serve)``
+    instead of its own TLS wrap (process-wide; listeners made after this call).
+
+    ``tls_args`` are the TLS arguments the framework's ``server_loop`` built from ``--ctl-privkey``,
+    ``--ctl-cert`` and ``--ca-certs`` (``keyfile``, ``certfile``, ``ca_certs``, ``cert_reqs``, ``ciphers``;
+    empty for plain TCP); the hook does the handshake itself (or not) and calls ``serve(sock, addr)``, the
+    framework's datapath factory. Returns the function that puts the framework's listener back.
+    """
+    module = _mod("controller.controller")
+    base = getattr(module.StreamServer, "hpcfabric_base", module.StreamServer)
+
+    class Listener(base):  # type: ignore[misc, valid-type]
+        hpcfabric_base = base
+
+        def __init__(self, listen_info: Any, handle: Any = None, backlog: Any = None, spawn: str = "default",
+                     **tls_args: Any) -> None:
+            super().__init__(listen_info, handle, backlog, spawn)
+            self.handle = lambda sock, addr: hook(sock, addr, tls_args, handle)
+
+    module.StreamServer = Listener
+
+    def restore() -> None:
+        module.StreamServer = base
+
+    return restore
 
 
 def wrap_message_parse(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:

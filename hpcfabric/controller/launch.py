@@ -85,6 +85,7 @@ def startup_config() -> ControllerConfig:
     setup_logging(config.log_level, quiet_osken=False)
     host, port = apply_listen_overrides(config)
     try:
+        apply_tls(config)
         check_listen_address(host, port)
     except HpcfabricError as err:
         LOG.error("hpcfabric: error: %s", err)
@@ -113,6 +114,28 @@ def apply_listen_overrides(config: ControllerConfig) -> tuple[str, int]:
     if "--ofp-tcp-listen-port" not in argv:
         cfg.set_override("ofp_tcp_listen_port", config.listen_port)
     return cfg.ofp_listen_host, cfg.ofp_tcp_listen_port or 6653
+
+
+#: the framework's TLS options (``--ctl-privkey`` ...) and the ``[openflow]`` keys that set them
+TLS_OPTIONS = (("ctl_privkey", "tls_key"), ("ctl_cert", "tls_cert"), ("ca_certs", "tls_ca"))
+
+
+def apply_tls(config: ControllerConfig) -> None:
+    """``[openflow] tls*`` -> the framework's own TLS options (its listener then speaks only TLS, on
+    ``listen_port``). The INI decides: the same options given to a manager otherwise (command line,
+    ``[DEFAULT]``) are refused (ConfigError) unless they name the INI's files."""
+    cfg = conf()
+    tls = config.tls
+    for opt, key in TLS_OPTIONS:
+        want = getattr(tls, key[4:]) if tls else None
+        cfg.clear_override(opt)  # ours from an earlier run in this process (tests) is not the user's
+        have = getattr(cfg, opt, None)
+        if have and (want is None or os.path.realpath(have) != os.path.realpath(want)):
+            raise ConfigError(f"--{opt.replace('_', '-')} {have}: TLS is configured in the config file "
+                              f"([openflow] tls = on, {key}); remove the option", source=config.path,
+                              field=f"openflow.{key}")
+        cfg.set_override(opt, want)
+    cfg.set_override("ofp_ssl_listen_port", (cfg.ofp_tcp_listen_port or config.listen_port) if tls else None)
 
 
 def check_listen_address(host: str, port: int) -> None:
@@ -205,6 +228,7 @@ def run(
     cfg = conf()
     cfg.set_override("ofp_listen_host", host)
     cfg.set_override("ofp_tcp_listen_port", port)
+    apply_tls(config)
     patch(thread=True)
     install_fast_flow_stats()
     install_fast_packet_in()
@@ -227,7 +251,8 @@ def run(
         app_mgr.load_apps([APP_MODULE])
         contexts = app_mgr.create_contexts()
         services = app_mgr.instantiate_apps(**contexts)
-        LOG.info("listening for OpenFlow 1.3 switches on %s:%d (pid %d)", host, port, os.getpid())
+        LOG.info("listening for OpenFlow 1.3 switches on %s:%d%s (pid %d)", host, port,
+                 " (TLS, client certificates of %s)" % config.tls.ca if config.tls else "", os.getpid())
         while stop["signal"] is None:
             hub.sleep(0.1)
             dead = [t for t in services if getattr(t, "dead", False)]

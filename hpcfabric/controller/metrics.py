@@ -63,6 +63,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_pause_switch_local_frames": ("counter", "PAUSE frames the switches reacted to themselves (pause_reaction = switch)"),
     "hpcfabric_switch_errors": ("counter", "OpenFlow error messages received"),
     "hpcfabric_sync_failures": ("counter", "Failed reconciliation attempts"),
+    "hpcfabric_refused_sessions": ("counter", "OpenFlow sessions refused, by reason (not_tls, no_certificate, "
+                                   "untrusted_certificate, tls_timeout, tls_handshake, certificate_mismatch, "
+                                   "duplicate_session)"),
+    "hpcfabric_replaced_sessions": ("counter", "Sessions closed because they did not answer an echo while a new "
+                                    "session claimed their dpid (a switch that restarted)"),
+    "hpcfabric_tls_handshakes": ("counter", "OpenFlow connections that completed the TLS handshake with a trusted "
+                                 "client certificate"),
     "hpcfabric_ha_master": ("gauge", "1 if this instance may write to the switches (master or equal)"),
     "hpcfabric_ha_generation": ("gauge", "OpenFlow role generation id of this instance"),
     "hpcfabric_ha_takeovers": ("counter", "Times this instance took the master lease over"),
@@ -96,6 +103,7 @@ _IGNORED = {
     "dmp": "dmp_packet_ins",
     "other": "other_packet_ins",
     "not_master": "not_master_packet_ins",
+    "unadmitted_session": "unadmitted_messages",
 }
 
 
@@ -241,6 +249,12 @@ class FabricCollector:
         yield counter("hpcfabric_pause_switch_local_frames", c["pause_switch_local"])
         yield counter("hpcfabric_switch_errors", c["switch_errors"])
         yield counter("hpcfabric_sync_failures", c["sync_failures"])
+        m = counter("hpcfabric_refused_sessions", labels=["reason"])
+        for reason, n in sorted(app.admission.by_reason.items()):
+            m.add_metric([reason], n)
+        yield m
+        yield counter("hpcfabric_replaced_sessions", app.admission.replaced)
+        yield counter("hpcfabric_tls_handshakes", app.admission.handshakes)
         yield gauge("hpcfabric_ha_master", 1 if app.ha.master else 0)
         yield gauge("hpcfabric_ha_generation", app.ha.generation)
         yield counter("hpcfabric_ha_takeovers", app.ha.takeovers)

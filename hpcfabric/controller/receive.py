@@ -71,7 +71,7 @@ def receive_loop(dp: Any, clock: Callable[[], float] = time.perf_counter) -> Non
             err.__traceback__ = None  # the traceback and its frames hold the exception: no cycle, no garbage
             held_since = clock()
             continue
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):  # ValueError: a TLS socket closed under us
             break
         if not data:
             break

@@ -38,7 +38,7 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 #: settings a running controller cannot change (a reload keeps the running value and says so)
 RESTART_KEYS = ("listen_host", "listen_port", "metrics_listen", "ha_role", "ha_lease_file", "ha_instance", "ha_backend",
-                "ha_endpoints", "ha_ttl", "ha_partitions", "ha_partition", "ha_prefix")
+                "ha_endpoints", "ha_ttl", "ha_partitions", "ha_partition", "ha_prefix", "ha_etcd", "tls")
 
 
 def file_stamps(paths: Iterable[str]) -> tuple:

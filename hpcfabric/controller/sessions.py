@@ -29,6 +29,13 @@ class Sessions:
 
     # ---------------------------------------------------------- connections
     def connected(self, dp: Any) -> None:
+        """A session reached MAIN_DISPATCHER: taken if :class:`~hpcfabric.controller.admission.Admission`
+        admits it (identity, one live session per dpid), else refused or held there."""
+        if self.app.admission.claim(dp):
+            self.admit(dp)
+
+    def admit(self, dp: Any) -> None:
+        """Take session ``dp`` as its dpid's: a managed switch, another instance's, or an unknown dpid."""
         app = self.app
         now = time.monotonic()
         sw = app.by_dpid.get(dp.id)
@@ -47,8 +54,8 @@ class Sessions:
                         info["address"], app.fabric.name)
             app.mark(rediscover=True)
             return
-        if sw.dp is not None and sw.dp is not dp:
-            LOG.info("switch %s (dpid %016x) reconnected; replacing the old connection", sw.name, sw.dpid)
+        if sw.dp is not None and sw.dp is not dp:  # the old session is dead (admission probed or saw it)
+            LOG.info("switch %s (dpid %016x) reconnected; its dead session is dropped", sw.name, sw.dpid)
             self.fail(sw.dpid)
         sw.dp = dp
         sw.connected = True
@@ -74,6 +81,9 @@ class Sessions:
 
     def disconnected(self, dp: Any) -> None:
         app = self.app
+        if not app.admission.admitted(dp):  # refused, held, or the dead session of a switch that reconnected
+            app.admission.forget(dp)
+            return
         if app.unmanaged.get(dp.id) is dp:
             del app.unmanaged[dp.id]
             return

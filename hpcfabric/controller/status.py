@@ -101,6 +101,9 @@ class StatusReporter:
             "switches_connected": sum(1 for s in sws if s.connected),
             "switches_confirmed": sum(1 for s in sws if s.confirmed),
             "unknown_dpids": unknown,
+            "refused_sessions": c["refused_sessions"],
+            "impostors": list(app.admission.recent),
+            "admission": app.admission.as_dict(),
             "rules_expected": sum(s.rules_expected for s in sws),
             "rules_installed": sum(s.rules_installed for s in sws if s.confirmed),
             "per_switch": per_switch,
@@ -162,6 +165,7 @@ class StatusReporter:
                 "cnm_host_port": c["cnm_host_port"], "cnm_unknown_port": c["cnm_unknown_port"],
                 "cnm_no_feedback": c["cnm_no_feedback"], "cnm_minimal": c["cnm_minimal"], "dmp": c["dmp_packet_ins"],
                 "other": c["other_packet_ins"], "not_master": c["not_master_packet_ins"],
+                "unadmitted_session": c["unadmitted_messages"],
             },
             "guards": {
                 "source_check": config.source_check,

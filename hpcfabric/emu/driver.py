@@ -59,6 +59,19 @@ def free_range(count: int, kind: int = socket.SOCK_STREAM, low: int = 10000, hig
     raise RuntimeError(f"no {count} consecutive free ports in {low}..{high}")
 
 
+def listening(port: int) -> bool:
+    """Is a TCP socket LISTENing on ``port``? (/proc/net/tcp: no connection is made)"""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh)
+                if any(f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port for f in map(str.split, fh)):
+                    return True
+        except (OSError, StopIteration):
+            continue
+    return False
+
+
 def partition(fabric: Any, parts: int) -> list[list[str]]:
     """The switches of each of ``parts`` partitions as the controllers derive them (``[ha] partitions``:
     :func:`hpcfabric.topology.partition.partition_fabric`, contiguous group ranges)."""
@@ -119,7 +132,7 @@ class Cluster:
 
     def __init__(self, topology: str, workdir: Path, *, controllers: int = 1, emulators: int = 1,
                  extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING",
-                 artifact: bool | str = False) -> None:
+                 artifact: bool | str = False, tls: bool | dict[str, Any] = False, openflow: str = "") -> None:
         from hpcfabric.topology.loader import load_topology
 
         self.topology = str(Path(topology).resolve())
@@ -139,7 +152,21 @@ class Cluster:
         self.emus: list[Emulator] = []
         self.owner = {n: i for i, part in enumerate(self.parts) for n in part}
         self.emu_of = {n: i * emulators // len(self.names) for i, n in enumerate(self.names)}
+        #: ``tls``: True -- a CA, the controller's certificate and one per switch made in ``workdir/pki``; or the
+        #: controller's files {"ca", "cert", "key"} (and "names": ``tls_names``) made elsewhere (ovs-pki)
+        self.pki: dict[str, Any] | None = dict(tls) if isinstance(tls, dict) else self.certificates() if tls else None
+        self.openflow = openflow  # more [openflow] lines (e.g. echo_timeout)
 
+    def certificates(self) -> dict[str, Path]:
+        """A CA, the controllers' certificate and one per switch (commonName = switch name), in workdir/pki."""
+        from hpcfabric.emu.pki import Authority
+
+        ca = Authority(self.workdir / "pki")
+        cert, key = ca.issue("controller", ips=("127.0.0.1",))
+        switches = self.workdir / "pki" / "switches"
+        for n in self.names:
+            ca.issue(n, directory=switches)
+        return {"ca": ca.ca, "cert": cert, "key": key, "switches": switches}
     def status_path(self, i: int) -> Path:
         return self.workdir / f"status{i}.json"
 
@@ -149,8 +176,15 @@ class Cluster:
         return (f"[hpcfabric]\ntopology = {self.topology}\nrouting = conditional\nstatus_file = {self.status_path(i)}\n"
                 f"{compiled}"
                 f"log_level = {self.log_level}\nlldp_interval = {self.lldp_interval}\n{self.extra}\n"
-                f"[openflow]\nlisten_host = 127.0.0.1\nlisten_port = {self.ports[i]}\n"
+                f"[openflow]\nlisten_host = 127.0.0.1\nlisten_port = {self.ports[i]}\n{self.tls_keys()}"
                 f"[guards]\nsource_check = on\npunt_meters = on\n{ha}")
+
+    def tls_keys(self) -> str:
+        if self.pki is None:
+            return self.openflow
+        names = f"tls_names = {self.pki['names']}\n" if self.pki.get("names") else ""
+        return (f"tls = on\ntls_key = {self.pki['key']}\ntls_cert = {self.pki['cert']}\ntls_ca = {self.pki['ca']}\n"
+                f"{names}{self.openflow}")
 
     def compile(self) -> dict[str, Any]:
         """``hpcfabric compile`` once for every partition (with ``artifact``): seconds, CPU, peak RSS."""
@@ -194,9 +228,8 @@ class Cluster:
         while time.monotonic() - t0 < wait:
             if self.ctl[i].poll() is not None:
                 raise RuntimeError(f"controller {i} exited with {self.ctl[i].returncode}; see {log}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.ports[i])) == 0:
-                    return time.monotonic() - t0
+            if listening(self.ports[i]):  # not a connection: a TLS listener would count it as refused
+                return time.monotonic() - t0
             time.sleep(0.1)
         raise TimeoutError(f"controller {i} not listening after {wait} s")
 
@@ -207,19 +240,31 @@ class Cluster:
         return [self.wait_listening(i) for i in range(len(self.parts))]
 
     def start_emulators(self) -> None:
-        cmap = self.workdir / "connect.json"
-        cmap.write_text(json.dumps({n: self.ports[self.owner[n]] for n in self.names}))
         for k in range(self.n_emu):
-            cmd = [sys.executable, "-m", "hpcfabric.emu", "--topology", self.topology, "--index", str(k), "--procs",
-                   str(self.n_emu), "--connect", f"127.0.0.1:{self.ports[0]}", "--connect-map", str(cmap),
-                   "--udp-base", str(self.udp_base)]
-            if self.mgmt_base:
-                cmd += ["--mgmt-base", str(self.mgmt_base)]
-            self.emus.append(Emulator(cmd, self.workdir / f"emu{k}.log"))
+            self.emus.append(self.spawn_emulator(f"emu{k}", index=k, procs=self.n_emu, udp_base=self.udp_base))
         for e in self.emus:
             ev = e.events.get(timeout=600)
             if ev.get("ev") != "started":
                 raise RuntimeError(f"emulator did not start: {ev}")
+
+    def spawn_emulator(self, log: str, *args: str, index: int = 0, procs: int = 1, udp_base: int = 0,
+                       tls: bool = True) -> Emulator:
+        """An emulator process for slice ``index`` of ``procs`` connecting to the partitions' controllers (with
+        the cluster's own certificates and ``tls``: each switch's); ``args``: more options, e.g. another
+        certificate for an impostor (``--tls-cert F --tls-key K``) instead of the switches' own. Not in
+        :attr:`emus`: the caller stops it (``send(op="quit")``) unless it adds it there."""
+        cmap = self.workdir / "connect.json"
+        if not cmap.exists():
+            cmap.write_text(json.dumps({n: self.ports[self.owner[n]] for n in self.names}))
+        cmd = [sys.executable, "-m", "hpcfabric.emu", "--topology", self.topology, "--index", str(index), "--procs",
+               str(procs), "--connect", f"127.0.0.1:{self.ports[0]}", "--connect-map", str(cmap),
+               "--udp-base", str(udp_base or free_range(procs, socket.SOCK_DGRAM))]
+        if self.mgmt_base:
+            cmd += ["--mgmt-base", str(self.mgmt_base)]
+        if tls and self.pki is not None and "switches" in self.pki:
+            cmd += [] if "--tls-ca" in args else ["--tls-ca", str(self.pki["ca"])]
+            cmd += [] if "--tls-cert" in args else ["--tls-dir", str(self.pki["switches"])]
+        return Emulator(cmd + list(args), self.workdir / f"{log}.log")
 
     def status(self, i: int) -> dict[str, Any]:
         try:

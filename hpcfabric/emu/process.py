@@ -14,7 +14,14 @@ It is driven by JSON lines on stdin and answers with JSON lines on stdout:
 receives is reported as ``{"ev": "reaction", "id": N, "us": ...}``),
 ``{"op": "pfc", ...}``, ``{"op": "port", "switch": S, "port": P, "up": false}``
 (both ends of the cable change state and send port status),
-``{"op": "dump", "switch": S}`` and ``{"op": "quit"}``.
+``{"op": "frame", "switch": S, "port": P, "data": HEX}`` (any frame punted as a packet-in, e.g. a
+forged LLDP), ``{"op": "dump", "switch": S}`` and ``{"op": "quit"}``.
+
+With ``--tls-ca`` it connects over TLS (the controller's certificate verified
+against that CA, no host name check, as Open vSwitch does) presenting each
+switch's own certificate from ``--tls-dir`` (``NAME-cert.pem`` /
+``NAME-privkey.pem``, ovs-pki's names) or one certificate for all
+(``--tls-cert`` / ``--tls-key``: an impostor's, in the tests).
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ import json
 import os
 import resource
 import socket
+import ssl
 import struct
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from hpcfabric.emu import wire as W
@@ -116,7 +125,8 @@ class EmuProcess:
     """Switches ``index`` of ``procs`` of ``fabric``; ``targets``: switch name -> (host, port) of its controller."""
 
     def __init__(self, fabric: Any, index: int, procs: int, targets: dict[str, tuple[str, int]],
-                 default: tuple[str, int], udp_base: int, mgmt_base: int = 0) -> None:
+                 default: tuple[str, int], udp_base: int, mgmt_base: int = 0,
+                 tls: dict[str, str] | None = None) -> None:
         self.fabric = fabric
         self.index, self.procs = index, procs
         self.targets, self.default = targets, default
@@ -145,6 +155,8 @@ class EmuProcess:
         self.waiting: collections.deque[EmuSwitch] = collections.deque()
         self.in_flight = 0
         self.max_in_flight = 32
+        self.tls = tls  # {"ca": ..., "dir": ...} or {"ca": ..., "cert": ..., "key": ...}
+        self.contexts: dict[str, ssl.SSLContext] = {}
 
     # ----------------------------------------------------------- wiring
     def output(self, sw: EmuSwitch, port: int, data: bytes) -> None:
@@ -208,8 +220,9 @@ class EmuProcess:
     async def open(self, sw: EmuSwitch) -> None:
         loop = asyncio.get_event_loop()
         host, port = self.targets.get(sw.name, self.default)
+        ctx = self.contexts.get(sw.name)
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: Conn(self, sw), host, port), 10)
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: Conn(self, sw), host, port, ssl=ctx), 10)
         except (OSError, asyncio.TimeoutError):
             self.handshake_done()
             loop.call_later(0.5, self.connect, sw)
@@ -219,8 +232,27 @@ class EmuProcess:
             self.handshake_done()
             conn.transport.close()  # connection_lost reconnects
 
+    def tls_contexts(self) -> None:
+        """One client context per switch (its certificate; the controller's verified against the CA)."""
+        tls = self.tls
+        if not tls or self.contexts:
+            return
+        shared = None
+        for name in self.switches:
+            if shared is None or "cert" not in tls:
+                ctx = ssl.create_default_context(cafile=tls["ca"])
+                ctx.check_hostname = False  # like Open vSwitch: the CA decides, not the address
+                if "cert" in tls:
+                    ctx.load_cert_chain(tls["cert"], tls["key"])
+                    shared = ctx
+                else:
+                    d = Path(tls["dir"])
+                    ctx.load_cert_chain(d / f"{name}-cert.pem", d / f"{name}-privkey.pem")
+            self.contexts[name] = shared or ctx
+
     async def start(self) -> None:
         loop = asyncio.get_event_loop()
+        self.tls_contexts()
         self.udp, _ = await loop.create_datagram_endpoint(lambda: Datagrams(self),
                                                           local_addr=("127.0.0.1", self.udp_base + self.index))
         if self.mgmt_base:
@@ -279,6 +311,9 @@ class EmuProcess:
             if "id" in cmd:
                 self.pending[sw.name] = (int(cmd["id"]), time.monotonic())
             self.packet_in(sw, port, frame)
+        elif op == "frame":
+            sw = self.switches[cmd["switch"]]
+            self.packet_in(sw, int(cmd["port"]), bytes.fromhex(cmd["data"]))
         elif op == "port":
             self.port_state(cmd["switch"], int(cmd["port"]), bool(cmd.get("up")), cmd.get("peer", True))
         elif op == "dump":
@@ -337,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connect-map", default="", help="JSON file {switch: port} (partitioned controllers)")
     ap.add_argument("--udp-base", type=int, default=47000)
     ap.add_argument("--mgmt-base", type=int, default=0, help="switch i also listens at this port + i (ovs-ofctl)")
+    ap.add_argument("--tls-ca", default="", help="connect over TLS; the CA of the controller's certificate")
+    ap.add_argument("--tls-dir", default="", help="TLS: each switch's NAME-cert.pem / NAME-privkey.pem")
+    ap.add_argument("--tls-cert", default="", help="TLS: one certificate for every switch (with --tls-key)")
+    ap.add_argument("--tls-key", default="")
     a = ap.parse_args(argv)
     from hpcfabric.errors import HpcfabricError
     from hpcfabric.topology.loader import load_topology
@@ -351,7 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.connect_map:
         with open(a.connect_map, encoding="utf-8") as fh:
             targets = {k: (host, int(v)) for k, v in json.load(fh).items()}
-    proc = EmuProcess(fabric, a.index, a.procs, targets, (host, int(port)), a.udp_base, a.mgmt_base)
+    tls = None
+    if a.tls_ca:
+        tls = {"ca": a.tls_ca, "cert": a.tls_cert, "key": a.tls_key} if a.tls_cert else {"ca": a.tls_ca, "dir": a.tls_dir}
+    proc = EmuProcess(fabric, a.index, a.procs, targets, (host, int(port)), a.udp_base, a.mgmt_base, tls)
+    try:
+        proc.tls_contexts()
+    except (OSError, ssl.SSLError) as err:
+        print(f"hpcfabric.emu: error: TLS: {err}", file=sys.stderr)
+        return 2
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(proc.start())

@@ -40,6 +40,8 @@ from hpcfabric.rules.flows import (
 )
 
 OFP_VERSION = 0x04
+OFPT_ERROR, OFPT_ECHO_REQUEST = 1, 2
+OFPET_HELLO_FAILED, OFPHFC_EPERM = 0, 1
 OFPT_EXPERIMENTER = 4
 OFPT_PACKET_OUT = 13
 OFPT_FLOW_MOD = 14
@@ -266,6 +268,15 @@ def group_mod(xid: int, group_id: int, buckets: Iterable[tuple[int, Iterable]], 
 def role_request(xid: int, role: int, generation_id: int) -> bytes:
     body = struct.pack("!I4xQ", role, generation_id & 0xFFFFFFFFFFFFFFFF)
     return header(OFPT_ROLE_REQUEST, 8 + len(body), xid) + body
+
+
+def echo_request(xid: int, data: bytes = b"") -> bytes:
+    return header(OFPT_ECHO_REQUEST, 8 + len(data), xid) + data
+
+
+def error(xid: int, etype: int, code: int, data: bytes = b"") -> bytes:
+    """An OFPT_ERROR (e.g. OFPET_HELLO_FAILED / OFPHFC_EPERM with a text: why a session is refused)."""
+    return header(OFPT_ERROR, 12 + len(data), xid) + struct.pack("!HH", etype, code) + data
 
 
 class FlowModCache:

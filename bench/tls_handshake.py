@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""What one OpenFlow TLS handshake costs: CPU per handshake on each side, one JSON line.
+
+The controller's server context as the TLS gate builds it (hpcfabric.controller.tls: TLS 1.2+, client
+certificate required, no session tickets) against a switch's client context as the emulator's (CA-verified
+server certificate, its own certificate); EC P-256 certificates from hpcfabric.emu.pki. Each side runs in
+its own thread over socketpairs; CPU is per thread (``RUSAGE_THREAD``). Variants show where the time goes:
+``tickets`` (session tickets on), ``no_client_verify`` (the server asks for no certificate).
+
+    .venv/bin/python bench/tls_handshake.py [--handshakes 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpcfabric.emu.pki import Authority  # noqa: E402
+
+
+def thread_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return r.ru_utime + r.ru_stime
+
+
+def run(files: dict, n: int, *, verify: bool = True, tickets: bool = False) -> dict:
+    srv = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    srv.minimum_version = ssl.TLSVersion.TLSv1_2
+    srv.load_cert_chain(files["cert"], files["key"])
+    if verify:
+        srv.load_verify_locations(files["ca"])
+        srv.verify_mode = ssl.CERT_REQUIRED
+    if not tickets:
+        srv.options |= ssl.OP_NO_TICKET
+        srv.num_tickets = 0
+    cli = ssl.create_default_context(cafile=files["ca"])
+    cli.check_hostname = False
+    cli.load_cert_chain(files["switch_cert"], files["switch_key"])
+    pairs = [socket.socketpair() for _ in range(n)]
+    out: dict = {}
+
+    def server() -> None:
+        c0 = thread_cpu()
+        for a, _ in pairs:
+            srv.wrap_socket(a, server_side=True)
+        out["server_ms"] = round((thread_cpu() - c0) / n * 1000, 3)
+
+    def client() -> None:
+        c0 = thread_cpu()
+        for _, b in pairs:
+            cli.wrap_socket(b)
+        out["client_ms"] = round((thread_cpu() - c0) / n * 1000, 3)
+
+    threads = [threading.Thread(target=server), threading.Thread(target=client)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in pairs:
+        a.close()
+        b.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--handshakes", type=int, default=400)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        ca = Authority(d)
+        cert, key = ca.issue("controller")
+        scert, skey = ca.issue("g0s0")
+        files = {"ca": str(ca.ca), "cert": str(cert), "key": str(key), "switch_cert": str(scert), "switch_key": str(skey)}
+        res = {"bench": "tls_handshake", "openssl": ssl.OPENSSL_VERSION, "handshakes": args.handshakes,
+               "as_the_controller": run(files, args.handshakes),
+               "tickets": run(files, args.handshakes, tickets=True),
+               "no_client_verify": run(files, args.handshakes, verify=False),
+               "load_avg_1m": round(os.getloadavg()[0], 2)}
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
