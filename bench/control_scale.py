@@ -27,6 +27,10 @@ applied, LLDP delivered along the cabling). Measured:
   the flow-mods that needed (0);
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
 
+Figures read after a phase (links, flips, the controller's PAUSE times) come
+from a status file written after it (waited for up to ``STATUS_WAIT_S``); its
+age at the read is ``links_status_age_s`` / ``pause.status_age_s`` (> 0: stale).
+
 ``--tls on`` runs the OpenFlow channel over TLS (``[openflow] tls = on``; a CA, the
 controller's and one certificate per switch made first, outside the timings);
 ``--tls both`` runs each fabric over plain TCP and then over TLS and adds a
