@@ -12,7 +12,11 @@ threads), so the CPU per message is the reader's and the writer's together.
 
 from __future__ import annotations
 
-import eventlet
+import warnings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # eventlet's deprecation notice: the controller's framework runs on it
+    import eventlet
 
 eventlet.monkey_patch()
 
