@@ -29,6 +29,10 @@ applied, LLDP delivered along the cabling). Measured:
   the flow-mods that needed (0);
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
 
+Figures read after a phase (links, flips, the controller's PAUSE times) come
+from a status file written after it (waited for up to ``STATUS_WAIT_S``); its
+age at the read is ``links_status_age_s`` / ``pause.status_age_s`` (> 0: stale).
+
 ``--tls on`` runs the OpenFlow channel over TLS (``[openflow] tls = on``; a CA, the
 controller's and one certificate per switch made first, outside the timings);
 ``--tls both`` runs each fabric over plain TCP and then over TLS and adds a
@@ -67,6 +71,8 @@ FABRICS = {
 }
 TARGETS = {"table3": {"connect_to_confirmed_s": 30.0, "peak_rss_mb": 2048.0, "pause_p50_ms": 1.0, "pause_p99_ms": 5.0},
            "300k": {"connect_to_confirmed_s": 120.0}}
+#: seconds the bench waits for a status file written after a phase (not a stale one)
+STATUS_WAIT_S = 120.0
 #: TLS against plain TCP (``--tls both``): at most this ratio for bring-up and PAUSE p50/p99
 TLS_RATIO = 1.2
 
@@ -134,17 +140,32 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     (c.workdir / "pause_reactions.json").write_text(json.dumps(events))
     time.sleep(hold + 0.5)  # expiries
     fresh = time.time()
-    deadline = time.monotonic() + 20  # big fabrics write their status file every few seconds
-    while time.monotonic() < deadline and any(c.status(i).get("time", 0) < fresh for i in range(len(c.parts))):
-        time.sleep(0.2)
-    after = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
+    after_st = fresh_statuses(c, fresh)
+    after = [s.get("pause", {}) for s in after_st]
     flips = sum(a.get("flips", 0) - b.get("flips", 0) for a, b in zip(after, before))
     fms = sum(a.get("flow_mods", 0) - b.get("flow_mods", 0) for a, b in zip(after, before))
     ctl = [x for a in after for x in a.get("reaction_ms", [])]
     return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
-            "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000}
+            "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
+            "status_age_s": status_age(after_st, fresh)}
+
+
+def fresh_statuses(c: Cluster, since: float, timeout: float = STATUS_WAIT_S) -> list[dict]:
+    """Every controller's status once written after ``since`` (wall clock), or the last one after ``timeout``
+    s: a big fabric's controller writes it at most every 50 x its cost (Table III under load: 10-60 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = [c.status(i) for i in range(len(c.parts))]
+        if all(s.get("time", 0) >= since for s in statuses) or time.monotonic() >= deadline:
+            return statuses
+        time.sleep(0.2)
+
+
+def status_age(statuses: list[dict], at: float) -> float:
+    """How old the oldest status was at ``at`` (negative: written after it): a stale read shows here."""
+    return round(max(at - s.get("time", 0) for s in statuses), 1)
 
 
 def wait_partitions(c: Cluster, timeout: float) -> tuple[list[float | None], float]:
@@ -244,14 +265,16 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
             out["discovery_s"] = round(c.wait("links", max(60.0, 12 * args.lldp_interval)) + total, 2)
         except TimeoutError:
             out["discovery_s"] = None
-        statuses = [c.status(i) for i in range(len(c.parts))]
+        t_links = time.time()
+        statuses = fresh_statuses(c, t_links) if out["discovery_s"] is None else [c.status(i) for i in range(len(c.parts))]
         out["links_discovered"] = [s["links_discovered"] for s in statuses]
+        out["links_status_age_s"] = status_age(statuses, t_links)
         out["links_expected"] = [s["links_expected"] for s in statuses]
         # steady state: LLDP and polling only
         a = c.controller_stats()
         time.sleep(args.window)
         b = c.controller_stats()
-        statuses = [c.status(i) for i in range(len(c.parts))]
+        statuses = fresh_statuses(c, time.time() - args.window / 2)
         out["controller"] = {
             "peak_rss_mb": round(max(s["peak_rss_mb"] for s in b), 1),
             "steady_cpu_share": [round((y["cpu_s"] - x["cpu_s"]) / args.window, 3) for x, y in zip(a, b)],
