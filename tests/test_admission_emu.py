@@ -73,8 +73,10 @@ def test_plain_tcp_impostor_refused_and_a_restarted_switch_accepted(tmp_path):
         imp = impostor.ask(op="stats")
         assert imp["flows"] == 0 and imp["flow_mods"] == 0 and imp["errors"] > 0  # no table; told why (EPERM)
         impostor.send(op="quit")
+        impostor.p.wait(10)  # gone: none of its retries can reach the controller any more
+        left = time.time()
         assert sample(scrape(http), "hpcfabric_refused_sessions_total", reason="duplicate_session") >= 36
-        st = c.status(0)
+        st = until(lambda: (s := c.status(0)) and s["time"] > left + 0.5 and s, 30, "a status written after the impostor left")
         assert st["switches_connected"] == st["switches_confirmed"] == 36 and syncs(st) == syncs(st0)
         assert real.ask(op="stats")["flow_mods"] == flow_mods0 and "disconnected" not in (c.workdir / "ctl0.log").read_text()
         # a real restart: the switch process dies (its connections close) and comes back with empty tables
