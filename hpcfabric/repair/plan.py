@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from hpcfabric.errors import CompileError, VerificationError
+from hpcfabric.errors import CompileError, ConfigError, VerificationError
 from hpcfabric.rules.compiler import affected_switches
 from hpcfabric.rules.flows import FlowSpec
 from hpcfabric.topology.failures import NO_FAILURES, Failures
@@ -113,6 +113,31 @@ class Repairer:
         self.prove = prove
         self.state = state
         self._undo: Any = None
+        self.failover: Any = None  # the fast-failover analysis kept between repairs (failover_analysis)
+
+    def failover_analysis(self, compiled: Any = None) -> Any:
+        """The fast-failover analysis kept between repairs, for ``compiled``'s fabric (default: the tables in force,
+        analysed now: the planner process does this before it is ready); None with ``fast_failover = off``, or
+        for a fabric too large (:func:`~hpcfabric.config.build.adapt_tables` says why)."""
+        from hpcfabric.failover.groups import FailoverAnalysis
+
+        config = self.config
+        if not config.fast_failover:
+            return None
+        macs, target = dict(config.real_macs), compiled if compiled is not None else self.compiled
+        if self.failover is None or not self.failover.fits(target, macs):
+            try:
+                self.failover = FailoverAnalysis(target, source_macs=macs)
+            except CompileError:
+                return None
+            if compiled is None:
+                from hpcfabric.config.build import adapt_tables
+
+                try:
+                    adapt_tables(config, self.compiled, self.failover)
+                except ConfigError:  # no detour at all in the tables in force: kept all the same
+                    pass
+        return self.failover
 
     def base(self) -> Any:
         """The proof base (built now if need be: a full union walk of the tables in force)."""
@@ -166,7 +191,11 @@ class Repairer:
         from hpcfabric.config.build import adapt_switches
 
         mine = [s for s in changed if config.manages(s)]
-        desired, groups = adapt_switches(config, compiled, mine)
+        try:
+            desired, groups = adapt_switches(config, compiled, mine, self.failover_analysis(compiled))
+        except BaseException:
+            self.failover = None  # start from scratch next time
+            raise
         entries = sum(entries_changed(self.compiled.tables[s].flows, compiled.tables[s].flows) for s in mine)
         timings["adapt"] = time.perf_counter() - t1
         verdict = {**verdict, "redirect_detours": redirect}
