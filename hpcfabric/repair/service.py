@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(argv[0], deadlock=False)
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
+    rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     write_message(out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
                         "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
     plan = None
