@@ -21,11 +21,13 @@ DEMO_CMD     ?= $(VENV)/bin/python mininet/run_fabric.py --topology topologies/d
 
 BENCH_GLOB   ?= bench/*.py
 RELIABILITY_ARGS ?=
+# make failures: issue 27's acceptance run (three links, then a switch, under traffic) on the 342-host Dragonfly
+FAILURES_ARGS ?= --topology topologies/dragonfly-a6-p3-h3.yaml
 # make experiment QUICK=1: one repeat, 8-s windows (<= 10 minutes); EXPERIMENT_ARGS: more run_experiment.py options
 QUICK        ?=
 EXPERIMENT_ARGS ?=
 
-.PHONY: help setup test demo bench clean distclean ovs reliability experiment
+.PHONY: help setup test demo bench clean distclean ovs reliability failures experiment
 
 help:
 	@echo "targets:"
@@ -34,6 +36,7 @@ help:
 	@echo "  demo       bootstrap + \$$DEMO_CMD"
 	@echo "  bench      run every $(BENCH_GLOB)"
 	@echo "  reliability  bootstrap + mininet/run_reliability.py (restart, HA failover, link failure, fuzz, spoof; JSON)"
+	@echo "  failures   bootstrap + mininet/run_failures.py \$$FAILURES_ARGS (links then a switch fail under ping streams: proven repairs, no loss outside the fast-failover windows, tables restored; JSON)"
 	@echo "  experiment bootstrap + mininet/run_experiment.py (ADV/UN/stencil/transpose x minimal/valiant/conditional, static vs workload-aware intermediates, on DF and FB; QUICK=1: <= 10 min)"
 	@echo "  ovs        only make sure Open vSwitch is installed and running"
 	@echo "  clean      remove caches and build artefacts (keeps .venv)"
@@ -64,6 +67,10 @@ demo:
 reliability:
 	@bash $(BOOTSTRAP) --etcd
 	$(PY) mininet/run_reliability.py $(RELIABILITY_ARGS)
+
+failures:
+	@bash $(BOOTSTRAP)
+	$(PY) mininet/run_failures.py $(FAILURES_ARGS)
 
 experiment:
 	@bash $(BOOTSTRAP)

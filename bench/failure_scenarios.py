@@ -29,23 +29,43 @@ def set_links(c: Any, links: list[Link], up: bool) -> None:
         c.emulator_of(b).send(op="port", switch=b, port=bp, up=up, peer=False)
 
 
-def wait_repaired(c: Any, before: list[int], t0: float, timeout: float) -> float | None:
-    """Seconds from ``t0`` until every controller counts one more repair (installed or refused), or None."""
+def link_names(links: list[Link]) -> list[str]:
+    """The links as the controllers' status names them (``a:pa-b:pb``, the smaller end first), sorted."""
+    return sorted("%s:%d-%s:%d" % (min((a, ap), (b, bp)) + max((a, ap), (b, bp))) for a, ap, b, bp in links)
+
+
+def wait_repaired(c: Any, before: list[int], t0: float, timeout: float, expect: list[str] | None = None) -> float | None:
+    """Seconds from ``t0`` until every controller's last repair (installed or refused) is for exactly the links
+    ``expect`` out (None: counts one more repair), or None. Port events of a burst may reach a controller in
+    several steps: the figure is the last one's."""
     while time.monotonic() - t0 < timeout:
-        if all(now > b for now, b in zip(repairs(c), before)):
+        now = repairs(c)
+        if all(n > b for n, b in zip(now, before)) and (expect is None or all(
+                ((c.status(i).get("failover") or {}).get("last") or {}).get("failures", {}).get("links") == expect
+                for i in range(len(c.parts)))):
             return time.monotonic() - t0
         time.sleep(0.02)
     return None
 
 
+def wait_planners(c: Any, timeout: float) -> float | None:
+    """Seconds until every controller's repair planner is ready (its proof base built), or None."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if all((((c.status(i).get("failover") or {}).get("planner") or {}).get("ready")) for i in range(len(c.parts))):
+            return round(time.monotonic() - t0, 3)
+        time.sleep(0.2)
+    return None
+
+
 def one(c: Any, links: list[Link], *, installed: int, quiet_since: Callable, emu_sum: Callable,
-        timeout: float = 120.0) -> dict[str, Any]:
+        timeout: float = 300.0) -> dict[str, Any]:
     """Take ``links`` down (or, with ``up`` after, back); the figures of the repair that follows."""
     before = repairs(c)
     fm0 = emu_sum(c.emu_stats(), "flow_mods")
     t0 = time.monotonic()
     set_links(c, links, up=False)
-    confirmed = wait_repaired(c, before, t0, timeout)
+    confirmed = wait_repaired(c, before, t0, timeout, link_names(links))
     last = quiet_since(c, t0, quiet=1.5)
     fms = emu_sum(c.emu_stats(), "flow_mods") - fm0
     return {**report(c, confirmed, last, fms, installed)}
@@ -91,9 +111,10 @@ def adaptive(c: Any, switch: str, emu_sum: Callable) -> dict[str, Any]:
 
 
 def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: int, seed: int = 27,
-              flap: bool = True, many: bool = True) -> dict[str, Any]:
+              flap: bool = True, many: bool = True, timeout: float = 300.0) -> dict[str, Any]:
     """One global link, one local link, (``many``) a switch's links and ten links across groups at once, and
-    (``flap``) a link flapping ten times in a second; each followed by its recovery."""
+    (``flap``) a link flapping ten times in a second; each followed by its recovery. First waits until every
+    controller's repair planner has its proof base (``planners_ready_s``: after the tables were confirmed)."""
     fabric = c.fabric
     rng = random.Random(seed)
     by_kind: dict[str, list[Link]] = {}
@@ -115,7 +136,8 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
                 groups.add(g)
                 ten.append((link.a, link.a_port, link.b, link.b_port))
         cases.append(("switch_and_ten_links", own + ten))
-    kw = {"quiet_since": quiet_since, "emu_sum": emu_sum, "installed": installed}
+    kw = {"quiet_since": quiet_since, "emu_sum": emu_sum, "installed": installed, "timeout": timeout}
+    out["planners_ready_s"] = wait_planners(c, 900.0)
     for name, links in cases:
         res = one(c, links, **kw)
         res["adaptive"] = adaptive(c, links[0][0], emu_sum)
@@ -123,7 +145,7 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
         fm0 = emu_sum(c.emu_stats(), "flow_mods")
         t0 = time.monotonic()
         set_links(c, links, up=True)
-        confirmed = wait_repaired(c, before, t0, 120.0)
+        confirmed = wait_repaired(c, before, t0, timeout, [])
         last = quiet_since(c, t0, quiet=1.5)
         res["recovery"] = report(c, confirmed, last, emu_sum(c.emu_stats(), "flow_mods") - fm0, installed)
         res["failures"] = [f"{a}:{ap}-{b}:{bp}" for a, ap, b, bp in links]

@@ -7,7 +7,8 @@
 * :class:`Setup`: :func:`setup_from_config` computes it exactly as the controller does from that
   copy; :func:`setup_from_topology` compiles it from a topology (static mode without a config).
 * :func:`rules_in_place`: the controller (or ``ovs-ofctl --bundle``, static mode) installs the rules;
-  then every bridge's ``dump-flows`` count must equal the desired flows for that switch.
+  then every bridge's ``dump-flows`` count must equal the desired flows for that switch;
+  :func:`discovery_step`: the controller's LLDP has found every link.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Setup:
     compiled: Any = None
     #: the config's deadlock verdict (hpcfabric.config.deadlock), None in static mode without a config
     deadlock: Any = None
+    config: Any = None  # the loaded ControllerConfig (setup_from_config), None in static mode without a config
 
 
 def conditional_ok(fabric: Fabric, mode: str) -> bool:
@@ -133,6 +135,7 @@ def setup_from_config(path: Path) -> Setup:
         str(path),
         cfg.compiled,
         dict(cfg.deadlock) if cfg.deadlock else None,
+        cfg,
     )
 
 
@@ -205,4 +208,22 @@ def rules_in_place(net: Any, setup: Setup, controller: Any, timeout: float,
         res.failures.append(f"rules_installed {installed} != rules_expected {expected}")
     res.fields["ready_s"] = round(time.monotonic() - t, 2)
     progress(f"rules in place: {installed}/{expected} after {res.fields['ready_s']} s")
+    return res
+
+
+def discovery_step(controller: Any, t_net: float, timeout: float, progress: Callable[[str], None]) -> StepResult:
+    """Wait until the controller's (a :class:`controller_proc.Controller`) LLDP has discovered every expected
+    link; ``discovery_s`` counts from the start of the Mininet build (``t_net``)."""
+    end = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while True:
+        status = controller.status() or {}
+        exp, got = status.get("links_expected"), status.get("links_discovered")
+        if exp is not None and got is not None and got >= exp or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    res = StepResult({"discovery_s": round(time.monotonic() - t_net, 2)})
+    progress(f"LLDP discovery: {got}/{exp} links, {res.fields['discovery_s']} s after the build started")
+    if exp is None or got is None or got < exp:
+        res.failures.append(f"LLDP discovery: {got}/{exp} links after {timeout:g} s")
     return res

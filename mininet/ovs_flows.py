@@ -188,3 +188,37 @@ def set_port_state(bridge: str, port: int, paused: bool) -> None:
     f = port_state_flow(port, paused)
     spec = ",".join([f"table={f.table}", f"priority={f.priority}", *match_text(f.match)]) + f",actions={actions_text(f)}"
     run_cmd([*OFCTL, "--strict", "mod-flows", bridge, spec])
+
+
+# ---------------------------------------------------------------------------
+# whole bridges: transmit counters, flows against a table, groups
+
+_PORT_TX = re.compile(r"port\s+(\d+): rx pkts=\d+.*?tx pkts=(\d+)", re.S)
+
+
+def tx_counters(bridge: str) -> dict[int, int]:
+    """Frames sent out of every numbered port of ``bridge`` (one ``dump-ports``; netdev counters, not lagged)."""
+    return {int(p): int(tx) for p, tx in _PORT_TX.findall(run_cmd([*OFCTL, "--no-names", "dump-ports", bridge]))}
+
+
+def diff_flows(bridge: str, flows: Iterable[Any]) -> list[str]:
+    """The differences between ``bridge``'s flow table and ``flows`` (FlowSpecs) as Open vSwitch itself
+    compares them (``ovs-ofctl diff-flows``: match, priority, table, cookie, actions; counters ignored):
+    ``-`` lines only on the bridge, ``+`` lines only in ``flows``. Empty: the bridge holds exactly ``flows``."""
+    import tempfile
+
+    from hpcfabric.openflow.ofctl import flows_text
+
+    with tempfile.NamedTemporaryFile("w", suffix=".flows", encoding="utf-8") as f:  # an absolute path: a file
+        f.write(flows_text(flows))
+        f.flush()
+        proc = subprocess.run([*OFCTL, "diff-flows", bridge, f.name], capture_output=True, text=True, timeout=60)
+    if proc.returncode not in (0, 2) or proc.stderr.strip():  # 2: they differ
+        raise FabricNetError(f"ovs-ofctl diff-flows {bridge}: {proc.stderr.strip()[:300] or proc.returncode}")
+    return [line for line in proc.stdout.splitlines() if line.startswith(("-", "+"))]
+
+
+def dump_groups(bridge: str) -> list[str]:
+    """``bridge``'s groups, one ``ovs-ofctl dump-groups`` line each, sorted."""
+    text = run_cmd([*OFCTL, "--no-names", "dump-groups", bridge])
+    return sorted(line.strip() for line in text.splitlines() if line.strip().startswith("group_id="))

@@ -6,7 +6,9 @@
 * :func:`pause_test`: steady ping across it, counters before, a PAUSE (train) from
   :mod:`pause_inject`, the flip seen in ``dump-flows``, counters while paused (diverted?), expiry,
   counters after (restored?), and the controller's flips and reaction times.
-* :func:`pause_skip_reason` and :func:`pause_step`: the runner's view (summary keys and failures).
+* :func:`pause_skip_reason` and :func:`pause_step`: the runner's view (summary keys and failures);
+  :func:`pause_run`: the whole check for a runner (train planned at the config's link speed, PFC for the
+  classes in use, the test, its summary keys).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ovs_flows import dump_flows, is_port_state, port_state_entry, port_stats, set_port_state, sync_stats
-from pause_inject import PauseTrain
+from pause_inject import PauseTrain, pause_plan
 from reachability import SteadyPing
 from runkit import StepResult, UsageError, summary_stats
 
@@ -41,7 +43,8 @@ class PauseTarget:
 
 
 def find_pause_targets(
-    fabric: Fabric, plan: AddressPlan, desired: dict[str, tuple], spec: tuple[str, int] | None = None
+    fabric: Fabric, plan: AddressPlan, desired: dict[str, tuple], spec: tuple[str, int] | None = None,
+    avoid: frozenset[str] = frozenset(),
 ) -> list[PauseTarget]:
     """Candidate (switch, port, src host, dst host) for the PAUSE test, best first.
 
@@ -50,12 +53,13 @@ def find_pause_targets(
     with the reference pipeline), and that, once paused, sends the frame out
     of another port (Valiant / alternative entry). Without ``spec``: the
     first switch (in fabric order) with such a port, global (Dragonfly) or
-    top-dimension (FB) ports first.
+    top-dimension (FB) ports first. Switches in ``avoid`` (e.g. one cut off) are neither the target nor
+    where its source or destination host sits.
     """
     top_kind = "global" if fabric.kind != "flattened_butterfly" else f"dim{len(fabric.params['dims']) - 1}"
     fallback: list[PauseTarget] = []
     for sw in fabric.switches:
-        if spec and sw.name != spec[0]:
+        if spec and sw.name != spec[0] or sw.name in avoid:
             continue
         flows = desired.get(sw.name, ())
         if not any(f.table == TABLE_PORT_STATE for f in flows):
@@ -65,7 +69,7 @@ def find_pause_targets(
         found: dict[int, PauseTarget] = {}
         for h in fabric.hosts_on(sw.name):
             for d in fabric.hosts:
-                if d.switch == sw.name:
+                if d.switch == sw.name or d.switch in avoid:
                     continue
                 frame = Frame(in_port=h.port, eth_src=plan.host_mac[h.name], eth_dst=plan.host_mac[d.name])
                 res = pipe.process(frame)
@@ -337,3 +341,21 @@ def pause_step(res: dict[str, Any], target: PauseTarget, link_speed_gbps: float,
     if not f["restored"]:
         step.failures.append(f"PAUSE test: default path not restored ({res.get('after')})")
     return step
+
+
+def pause_run(net: Any, setup: Any, target: PauseTarget, controller: Any, progress: Callable[[str], None],
+              hold_s: float = 2.0, quanta: int | None = None, interval_s: float | None = None) -> StepResult:
+    """The PAUSE check of a runner: a pause of ``hold_s`` (:func:`pause_inject.pause_plan` at ``setup``'s link
+    speed; PFC for the classes the tables use, 802.3x when untagged) on ``target``, then :func:`pause_step`.
+    ``setup``: a :class:`fabric_setup.Setup`; ``controller`` None in static mode."""
+    pplan = pause_plan(setup.link_speed_gbps, hold_s, quanta, interval_s)
+    progress(
+        f"PAUSE test: {target.src} -> {target.dst} leaves {target.switch} by port {target.port}; "
+        f"{pplan['frames']} frame(s) of {pplan['quanta']} quanta ({pplan['frame_s'] * 1000:.3g} ms each at "
+        f"{setup.link_speed_gbps:g} Gb/s) for {pplan['hold_s']:.3g} s"
+    )
+    compiled = setup.compiled
+    # PFC (802.1Qbb) for the classes in use (PCP 0..levels-1), 802.3x PAUSE on untagged tables
+    pfc = tuple(range(compiled.cos_levels)) if compiled is not None and compiled.cos else ()
+    res = pause_test(net, setup.fabric, target, pplan, controller, progress, pfc_classes=pfc)
+    return pause_step(res, target, setup.link_speed_gbps, progress)

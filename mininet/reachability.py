@@ -7,7 +7,8 @@
   if a pair stays unreachable.
 * :class:`SteadyPing`: ``ping -i INTERVAL`` from one host to another while something happens
   (a PAUSE, a controller restart, a link cut); lost = sequence numbers missing below the highest
-  answered one.
+  answered one. With a ``log`` file it runs ``ping -D -O`` into it (no pipe to fill on long runs) and
+  :func:`ping_timeline` gives every echo request's send time and whether it was answered.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from fabric_topo import node  # mininet/fabric_topo.py
@@ -170,15 +172,25 @@ class SteadyPing:
     Lost = sequence numbers missing below the highest answered one, so the
     echo still in flight when we stop is not counted as lost. ``count``: exactly
     that many echo requests (``-c COUNT -W 2``), however slow the machine is; else
-    until :meth:`stop` or ``deadline`` seconds.
+    until :meth:`stop` or ``deadline`` seconds. ``log``: ping's output goes to that file, with
+    ``-D -O`` (a wall-clock stamp on every line, a line for every request not answered before the
+    next one is sent): :meth:`timeline` then dates every request.
     """
 
     def __init__(self, net: Any, src: str, dst: str, interval: float = 0.01, deadline: int = 300,
-                 count: int | None = None):
-        self.src, self.dst = src, dst
+                 count: int | None = None, log: Path | None = None):
+        self.src, self.dst, self.interval, self.log = src, dst, interval, log
         limit = ["-c", str(count), "-W", "2"] if count is not None else ["-w", str(deadline)]
-        self.proc = node(net, src).popen(["ping", "-n", "-i", f"{interval:g}", *limit, net.hf_ips[dst]], text=True)
+        stamps = ["-D", "-O"] if log is not None else []
+        out = open(log, "w", encoding="utf-8") if log is not None else subprocess.PIPE
+        try:
+            self.proc = node(net, src).popen(["ping", "-n", *stamps, "-i", f"{interval:g}", *limit, net.hf_ips[dst]],
+                                             stdout=out, stderr=subprocess.STDOUT, text=True)
+        finally:
+            if log is not None:
+                out.close()  # type: ignore[union-attr]
         self.result: dict[str, Any] | None = None
+        self.text = ""
 
     def wait(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for ping to end by itself (``count`` sent)."""
@@ -197,9 +209,12 @@ class SteadyPing:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, _ = self.proc.communicate()
-        seqs = sorted({int(m) for m in re.findall(r"icmp_seq=(\d+) ttl=", out or "")})
-        rtts = [float(x) for x in re.findall(r"icmp_seq=\d+ ttl=\d+ time=([\d.]+)", out or "")]
-        sent, _received = ping_stats(out or "")
+        if self.log is not None:
+            out = self.log.read_text(encoding="utf-8", errors="replace")
+        self.text = out or ""
+        seqs = sorted({int(m) for m in re.findall(r"icmp_seq=(\d+) ttl=", self.text)})
+        rtts = [float(x) for x in re.findall(r"icmp_seq=\d+ ttl=\d+ time=([\d.]+)", self.text)]
+        sent, _received = ping_stats(self.text)
         top = seqs[-1] if seqs else 0
         have = set(seqs)
         missing = [s for s in range(1, top + 1) if s not in have]
@@ -218,6 +233,45 @@ class SteadyPing:
             "rtt_avg_ms": round(statistics.mean(rtts), 3) if rtts else None,
         }
         return self.result
+
+    def timeline(self) -> list[tuple[int, float, bool]]:
+        """After :meth:`stop` of a stream with a ``log``: :func:`ping_timeline` of its output."""
+        return ping_timeline(self.text, self.interval)
+
+
+_STAMPED = re.compile(r"^\[(\d+\.\d+)\] (?:.*icmp_seq=(\d+) ttl=\d+ time=([\d.]+) ms|no answer yet for icmp_seq=(\d+))")
+
+
+def ping_timeline(text: str, interval: float) -> list[tuple[int, float, bool]]:
+    """``(seq, sent, answered)`` for every echo request up to the highest answered one, from ``ping -D -O``
+    output: ``sent`` (wall clock, s) is the reply's stamp minus its round trip, or for a request never
+    answered the stamp of its "no answer yet" line (printed as the next request goes out) minus ``interval``;
+    a request with neither is dated between its neighbours."""
+    answered: dict[int, float] = {}
+    waiting: dict[int, float] = {}
+    for line in text.splitlines():
+        m = _STAMPED.match(line)
+        if m is None:
+            continue
+        t = float(m.group(1))
+        if m.group(2) is not None:
+            answered[int(m.group(2))] = t - float(m.group(3)) / 1000.0
+        else:
+            waiting.setdefault(int(m.group(4)), t - interval)
+    top = max(answered, default=0)
+    known = {**{s: t for s, t in waiting.items() if s <= top}, **answered}
+    out: list[tuple[int, float, bool]] = []
+    for seq in range(1, top + 1):
+        t = known.get(seq)
+        if t is None:  # neither line: between the nearest dated neighbours
+            before = max((s for s in known if s < seq), default=None)
+            after = min((s for s in known if s > seq), default=None)
+            if before is not None and after is not None:
+                t = known[before] + (known[after] - known[before]) * (seq - before) / (after - before)
+            else:
+                t = known[after] - (after - seq) * interval if after is not None else 0.0  # type: ignore[index]
+        out.append((seq, t, seq in answered))
+    return out
 
 
 def steady_across(net: Any, src: str, dst: str, pings: int, action: Callable[[], Any], interval: float = 0.01) -> dict[str, Any]:

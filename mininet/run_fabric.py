@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -41,14 +39,16 @@ for _p in (str(HERE), str(ROOT)):
         sys.path.insert(0, _p)
 
 from controller_proc import MANAGERS, Controller, free_port, manager_available  # noqa: E402  (mininet/, by path)
-from fabric_setup import describe, rules_in_place, setup_from_config, setup_from_topology, write_config  # noqa: E402
+from fabric_setup import (  # noqa: E402
+    describe, discovery_step, rules_in_place, setup_from_config, setup_from_topology, write_config,
+)  # fmt: skip
 from fabric_topo import cleanup_all_mininet  # noqa: E402
 from fabric_up import Run, Up, fabric_up, run_main  # noqa: E402
-from pause_check import choose_pause_target, pause_skip_reason, pause_step, pause_test  # noqa: E402
-from pause_inject import MAX_QUANTA, pause_plan  # noqa: E402
+from pause_check import choose_pause_target, pause_run, pause_skip_reason  # noqa: E402
+from pause_inject import MAX_QUANTA  # noqa: E402
 from pcp_capture import capture_step, choose_capture  # noqa: E402
 from reachability import ping_step  # noqa: E402
-from runkit import Progress, StepResult, UsageError  # noqa: E402
+from runkit import Progress, UsageError  # noqa: E402
 
 PROG = "run_fabric"
 
@@ -152,19 +152,8 @@ def fabric_run(args: argparse.Namespace, run: Run) -> None:
         if target is None:
             summary["pause"] = pause_skip
         else:
-            pplan = pause_plan(
-                setup.link_speed_gbps, args.pause_seconds, args.quanta, (args.pause_interval_ms or 0) / 1000 or None
-            )
-            progress(
-                f"PAUSE test: {target.src} -> {target.dst} leaves {target.switch} by port {target.port}; "
-                f"{pplan['frames']} frame(s) of {pplan['quanta']} quanta ({pplan['frame_s'] * 1000:.3g} ms each at "
-                f"{setup.link_speed_gbps:g} Gb/s) for {pplan['hold_s']:.3g} s"
-            )
-            compiled = setup.compiled
-            # PFC (802.1Qbb) for the classes in use (PCP 0..levels-1), 802.3x PAUSE on untagged tables
-            pfc = tuple(range(compiled.cos_levels)) if compiled is not None and compiled.cos else ()
-            res = pause_test(net, fabric, target, pplan, controller, progress, pfc_classes=pfc)
-            report.add(pause_step(res, target, setup.link_speed_gbps, progress))
+            report.add(pause_run(net, setup, target, controller, progress, args.pause_seconds, args.quanta,
+                                 (args.pause_interval_ms or 0) / 1000 or None))
         if controller is not None:
             status = controller.status() or {}
             report.update(**{k: status.get(k) for k in ("links_expected", "links_discovered", "miswired", "framework")})
@@ -173,24 +162,6 @@ def fabric_run(args: argparse.Namespace, run: Run) -> None:
 
             progress("--keep: Mininet CLI (exit to tear down)")
             CLI(net)
-
-
-def discovery_step(controller: Controller, t_net: float, timeout: float, progress: Progress) -> StepResult:
-    """Wait until the controller's LLDP has discovered every expected link; ``discovery_s`` counts from the
-    start of the Mininet build (``t_net``)."""
-    end = time.monotonic() + timeout
-    status: dict[str, Any] = {}
-    while True:
-        status = controller.status() or {}
-        exp, got = status.get("links_expected"), status.get("links_discovered")
-        if exp is not None and got is not None and got >= exp or time.monotonic() > end:
-            break
-        time.sleep(0.2)
-    res = StepResult({"discovery_s": round(time.monotonic() - t_net, 2)})
-    progress(f"LLDP discovery: {got}/{exp} links, {res.fields['discovery_s']} s after the build started")
-    if exp is None or got is None or got < exp:
-        res.failures.append(f"LLDP discovery: {got}/{exp} links after {timeout:g} s")
-    return res
 
 
 if __name__ == "__main__":

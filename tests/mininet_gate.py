@@ -3,14 +3,19 @@
 Call :func:`require_mininet` at module level, before importing anything from ``mininet/``::
 
     fn = require_mininet()   # skips the whole module with the reason otherwise
+
+:func:`run_runner` runs one of the runners (``mininet/run_*.py``) and returns its JSON summary.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -33,3 +38,16 @@ def require_mininet() -> ModuleType:
     if not fabric_net.ovs_running():
         pytest.skip("Open vSwitch is not running (scripts/bootstrap.sh --ovs-only)", allow_module_level=True)
     return fabric_net
+
+
+def run_runner(script: str, *args: str, timeout: float = 600) -> dict[str, Any]:
+    """Run ``mininet/<script>`` with ``args`` (this interpreter, from the repository root) and return its JSON
+    summary (the last stdout line) with ``_rc`` (its exit status) and ``_stderr`` (the tail of its stderr)."""
+    proc = subprocess.run([sys.executable, str(MININET_DIR / script), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(ROOT))
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no output (exit {proc.returncode}): {proc.stderr[-3000:]}"
+    data = json.loads(lines[-1])
+    data["_stderr"] = proc.stderr[-4000:]
+    data["_rc"] = proc.returncode
+    return data

@@ -9,9 +9,6 @@ is back.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,21 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.mininet]
 
-from mininet_gate import require_mininet  # noqa: E402
+from mininet_gate import require_mininet, run_runner  # noqa: E402
 
 fn = require_mininet()
 
 
 def test_groups_bridge_a_link_cut_before_the_reroute():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "mininet" / "run_reliability.py"), "--prefix", "ff", "--phases", "link",
-         "--fast-failover", "--topology", str(ROOT / "topologies" / "fb-2d-3x3.yaml")],
-        capture_output=True, text=True, timeout=600, cwd=str(ROOT),
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no output (exit {proc.returncode}): {proc.stderr[-3000:]}"
-    r = json.loads(lines[-1])
-    assert r["passed"] and proc.returncode == 0, (r["failures"], proc.stderr[-3000:])
+    r = run_runner("run_reliability.py", "--prefix", "ff", "--phases", "link", "--fast-failover", "--topology",
+                   str(ROOT / "topologies" / "fb-2d-3x3.yaml"))
+    assert r["passed"] and r["_rc"] == 0, (r["failures"], r["_stderr"])
     assert r["ff_groups"] == 36 and r["baseline_lost"] == 0
     # the groups moved the ping before the recomputation was confirmed on every switch
     assert r["ff_link_recovery_ms"] is not None and r["link_recovery_ms"] is not None

@@ -11,34 +11,18 @@ of all etcd lose no ping and the switches never report two masters for one parti
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.mininet]
 
-from mininet_gate import require_mininet  # noqa: E402
+from mininet_gate import require_mininet, run_runner  # noqa: E402
 
 fn = require_mininet()
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "mininet" / "run_reliability.py"), "--prefix", "rt", "--pings", "1000"],
-        capture_output=True, text=True, timeout=600, cwd=str(ROOT),
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"no output (exit {proc.returncode}): {proc.stderr[-3000:]}"
-    data = json.loads(lines[-1])
-    data["_stderr"] = proc.stderr[-3000:]
-    data["_rc"] = proc.returncode
-    return data
+def result():
+    return run_runner("run_reliability.py", "--prefix", "rt", "--pings", "1000")
 
 
 def test_run_passes(result):

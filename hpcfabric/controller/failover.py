@@ -236,7 +236,7 @@ class Failover:
             self.repairs += 1
             self.flow_mods += sent
             self.last_ms = round((time.monotonic() - t0) * 1000.0, 3)
-            self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms}
+            self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms, "confirmed_at": time.time()}
             LOG.warning("failover: %s -> %s repair (%s), %d switch(es) changed in %d wave(s), %d flow-mod(s), "
                         "confirmed %.1f ms after the event (plan %.1f ms)",
                         ", ".join(failures.describe()) or "everything back", verdict.get("verdict"),

@@ -10,6 +10,7 @@ from hpcfabric.rules.flows import (
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     FlowSpec,
+    Group,
     Learn,
     LearnLoad,
     LearnMatch,
@@ -89,7 +90,7 @@ def _port_text(port: int) -> str:
 
 
 def actions_text(flow: FlowSpec) -> str:
-    out = []
+    out = [f"meter:{flow.meter}"] if flow.meter is not None else []
     for action in flow.actions:
         if isinstance(action, Output):
             out.append(_port_text(action.port))
@@ -100,6 +101,8 @@ def actions_text(flow: FlowSpec) -> str:
             out.append(f"push_vlan:{action.ethertype:#06x}")
         elif isinstance(action, PopVlan):
             out.append("pop_vlan")
+        elif isinstance(action, Group):
+            out.append(f"group:{action.group_id}")
         elif isinstance(action, Resubmit):
             out.append(f"resubmit(,{action.table})")
         elif isinstance(action, Learn):

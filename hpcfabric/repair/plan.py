@@ -17,7 +17,9 @@ a :class:`RepairPlan` for a new set of failures:
    loop-free (:meth:`~hpcfabric.verify.delta.ProofState.check` with ``mix``). One wave if that holds for all
    switches at once, else the redirections first (or last), whichever is proven;
 4. the tables to install (guards, MAC rewrite, fast-failover groups added as at load) and how many entries
-   differ.
+   differ. With fast-failover groups, a switch whose compiled table stays may still need other groups (or
+   outputs in or out of a group): the detours are proved on the whole surviving fabric. Such a switch is
+   *regrouped*: updated in the last wave (its routing does not change while its own ports are up).
 
 A plan that is not proven is not to be installed under ``flow_control = pfc``: the tables in force stay
 (the destinations behind the failure stay unreachable, frames are dropped at the failed link -- no
@@ -52,13 +54,14 @@ class RepairPlan:
     failures: Failures
     compiled: Any  # the whole fabric's compiled tables with these failures
     changed: tuple[str, ...]  # switches whose compiled tables differ from the ones in force
-    desired: Mapping[str, tuple[FlowSpec, ...]]  # to install, on the changed switches (adapted as at load)
+    desired: Mapping[str, tuple[FlowSpec, ...]]  # to install, on the changed and regrouped switches (adapted as at load)
     groups: Mapping[str, tuple[Any, ...]]  # fast-failover groups of every switch (empty without them)
     waves: tuple[tuple[str, ...], ...]  # update order: each wave confirmed before the next
     entries: int  # entries of this controller's switches that differ from the tables in force (an upper bound)
     verdict: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     timings: Mapping[str, float] = field(default_factory=dict)
+    regrouped: tuple[str, ...] = ()  # compiled table unchanged, fast-failover groups or protected outputs changed
 
     @property
     def proven(self) -> bool:
@@ -66,7 +69,8 @@ class RepairPlan:
         return bool(self.verdict.get("proven"))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"failures": self.failures.as_dict(), "changed": len(self.changed), "entries": self.entries,
+        return {"failures": self.failures.as_dict(), "changed": len(self.changed), "regrouped": len(self.regrouped),
+                "entries": self.entries,
                 "waves": [len(w) for w in self.waves], "proven": self.proven, "verdict": dict(self.verdict),
                 "seconds": round(self.seconds, 3), "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
@@ -110,6 +114,8 @@ class Repairer:
         self.initial = self.compiled
         self.failures: Failures = getattr(self.compiled, "failures", None) or NO_FAILURES
         self.redirect = False  # the tables in force redirect detours at the source (plan)
+        self.desired = dict(config.desired)  # this controller's switches: the tables in force as installed
+        self.groups = dict(config.groups)  # the fast-failover groups in force
         self.prove = prove
         self.state = state
         self._undo: Any = None
@@ -191,16 +197,27 @@ class Repairer:
         from hpcfabric.config.build import adapt_switches
 
         mine = [s for s in changed if config.manages(s)]
-        try:
-            desired, groups = adapt_switches(config, compiled, mine, self.failover_analysis(compiled))
-        except BaseException:
-            self.failover = None  # start from scratch next time
-            raise
+        regrouped: tuple[str, ...] = ()
+        if config.fast_failover:  # groups (and the outputs they protect) follow the whole surviving fabric
+            managed = [s.name for s in fabric.switches if config.manages(s.name)]
+            try:
+                desired, groups = adapt_switches(config, compiled, managed, self.failover_analysis(compiled))
+            except BaseException:
+                self.failover = None  # start from scratch next time
+                raise
+            regrouped = tuple(s for s in managed if s not in changed and (
+                desired[s] != self.desired.get(s) or tuple(groups.get(s, ())) != tuple(self.groups.get(s, ()))))
+            desired = {s: desired[s] for s in (*mine, *regrouped)}
+            if regrouped and (waves or not changed):  # routing unchanged there: with the last wave
+                waves = (*waves[:-1], waves[-1] + regrouped) if waves else (regrouped,)
+        else:
+            desired, groups = adapt_switches(config, compiled, mine)
         entries = sum(entries_changed(self.compiled.tables[s].flows, compiled.tables[s].flows) for s in mine)
+        entries += sum(entries_changed(self.desired[s], desired[s]) for s in regrouped)
         timings["adapt"] = time.perf_counter() - t1
         verdict = {**verdict, "redirect_detours": redirect}
         return RepairPlan(failures, compiled, changed, desired, groups, waves, entries, verdict,
-                          time.perf_counter() - t0, timings)
+                          time.perf_counter() - t0, timings, regrouped)
 
     def _refused(self, failures: Failures, why: str, t0: float) -> RepairPlan:
         return RepairPlan(failures, self.compiled, (), {}, {}, (), 0,
@@ -308,6 +325,9 @@ class Repairer:
         self.compiled = plan.compiled
         self.failures = plan.failures
         self.redirect = bool(plan.verdict.get("redirect_detours"))
+        self.desired.update(plan.desired)
+        if plan.groups or self.groups:
+            self.groups = dict(plan.groups)
         self._undo = None
 
     def discard(self, plan: RepairPlan) -> None:

@@ -2,8 +2,9 @@
 
 The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
 Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
-``python -m hpcfabric.repair.service CONFIG`` loads the same config, builds the proof base, says
-``ready``, then answers requests read from stdin, one at a time, each a length-prefixed pickle:
+``python -m hpcfabric.repair.service CONFIG`` loads the same config, builds the proof base (at nice +10: the
+controller's bring-up goes first; then back to normal priority where permitted), says ``ready``, then
+answers requests read from stdin, one at a time, each a length-prefixed pickle:
 
 * ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs
   and what is proven -- not the whole fabric's tables);
@@ -17,6 +18,7 @@ the process itself).
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import struct
 import sys
@@ -56,6 +58,18 @@ def slim(plan: Any) -> dict[str, Any]:
             "seconds": plan.seconds, "timings": dict(plan.timings), "proven": plan.proven, "summary": plan.as_dict()}
 
 
+#: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up)
+BUILD_NICE = 10
+
+
+def _nice(step: int) -> bool:
+    try:
+        os.nice(step)
+        return True
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s repair planner: %(message)s")
@@ -65,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
     t0 = time.monotonic()
+    niced = _nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
     cfg = load_config(argv[0], deadlock=False)
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
     rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
+    if niced and not _nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
+        LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
     write_message(out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
                         "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
     plan = None

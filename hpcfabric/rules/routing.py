@@ -24,8 +24,10 @@ failed link or switch (so a repair changes only the entries whose paths did). Wh
 broken route, per kind: a failed link inside a Dragonfly group or a Flattened Butterfly row is
 bypassed through a *hub* of that group or row (the lowest-numbered switch whose links there are
 all up: every bypass dependency runs into the hub and out of it, so bypasses cannot wait on each
-other in a circle); a Dragonfly group without a live global link to another group reaches it
-through an intermediate group (a Valiant-like path, two global hops); fat-tree and folded-Clos
+other in a circle); a Flattened Butterfly destination that differs in a lower dimension too fixes that
+one first, and the compact tables get the entries that keep the saturated class of service in
+dimension order (:mod:`hpcfabric.rules.rows`); a Dragonfly group without a live global link to another group
+reaches it through an intermediate group (a Valiant-like path, two global hops); fat-tree and folded-Clos
 uplinks move to the next live uplink; explicit fabrics take shortest paths over the live links.
 A destination with no surviving route gets ``None`` (dropped, never looped). Whether the result is
 deadlock-free under the fabric's classes of service is not assumed: it is proven on the tables
@@ -37,9 +39,11 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from functools import lru_cache
+from typing import Any
 
 from hpcfabric.errors import CompileError
-from hpcfabric.rules.surviving import DragonflyBypasses, RowBypasses
+from hpcfabric.rules.rows import RowBypasses
+from hpcfabric.rules.surviving import DragonflyBypasses
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.topology.model import Fabric, Switch
 
@@ -76,10 +80,11 @@ class DragonflyRouter(DragonflyBypasses, Router):
         self.a, self.p, self.h = prm["a"], prm["p"], prm["h"]
         #: group -> group -> its (switch index, port) global links there; (group, index) -> switch (shared by
         #: every router of the fabric: a repair builds routers often and these never change)
-        self.globals, self.at = _dragonfly_maps(fabric)
+        self.globals, self.at, self.gports = _dragonfly_maps(fabric)
         #: groups with a failed link or switch: only their switches route differently
         self.touched = frozenset(fabric.switch(s).group for s in (*self.dead, *failures.switches))
         self._missing: dict[int, frozenset[int]] = {}
+        self._memo: dict[tuple, Any] = {}
 
     def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """The touched groups' switches, and (``redirect``) every switch with a global port into a group that lost
@@ -128,6 +133,9 @@ class FlattenedButterflyRouter(RowBypasses, Router):
             self.bases.append(port)
             port += k - 1
         self.at = {tuple(sw.coords): sw for sw in fabric.switches}
+        self._pairs = {}
+        self._hubs = {}
+        self._near = None
 
     def affected(self, redirect: bool = True) -> frozenset[str] | None:
         """Switches sharing a row (any dimension) with a switch that lost a link: only their entries can move."""
@@ -329,11 +337,13 @@ class FoldedClosRouter(UpDownRouter):
         return self.to_group(src, dst.group, spread)
 
 
-_DRAGONFLY_MAPS: "weakref.WeakKeyDictionary[Fabric, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
+_DRAGONFLY_MAPS: "weakref.WeakKeyDictionary[Fabric, tuple[dict, dict, dict]]" = weakref.WeakKeyDictionary()
 
 
-def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int, int]]]], dict[tuple[int, int], Switch]]:
-    """(group -> group -> sorted (switch index, port) global links, (group, index) -> switch), once per fabric."""
+def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int, int]]]], dict[tuple[int, int], Switch],
+                                             dict[tuple[int, int], list[tuple[int, int]]]]:
+    """(group -> group -> sorted (switch index, port) global links, (group, index) -> switch, (group, index) ->
+    sorted (global port, far group)), once per fabric."""
     got = _DRAGONFLY_MAPS.get(fabric)
     if got is None:
         globals_: dict[int, dict[int, list[tuple[int, int]]]] = {}
@@ -344,10 +354,15 @@ def _dragonfly_maps(fabric: Fabric) -> tuple[dict[int, dict[int, list[tuple[int,
             for port, peer in fabric.ports(sw.name).items():
                 if peer.kind == "global":
                     globals_.setdefault(sw.group, {}).setdefault(group_of[peer.node], []).append((sw.index, port))
-        for per_group in globals_.values():
-            for links in per_group.values():
+        gports: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for g, per_group in globals_.items():
+            for j, links in per_group.items():
                 links.sort()
-        got = _DRAGONFLY_MAPS[fabric] = (globals_, at)
+                for index, port in links:
+                    gports.setdefault((g, index), []).append((port, j))
+        for ports in gports.values():
+            ports.sort()
+        got = _DRAGONFLY_MAPS[fabric] = (globals_, at, gports)
     return got
 
 

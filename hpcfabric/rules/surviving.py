@@ -4,11 +4,12 @@ and switches (mixins: they read the router's ``fabric``, ``failures``, ``dead`` 
 * :class:`DragonflyBypasses`: inside a group, a failed link is bypassed through the group's *hub* (the
   lowest-numbered switch whose local links are all up: every bypass runs into the hub and out of it, so
   bypasses cannot wait on each other in a circle); a group without a live global link to another group
-  reaches it through an intermediate group that has one -- over an own global port, else through a group
-  member with one (two global hops, as a Valiant path). With ``redirect`` the Valiant and conditional
+  reaches it through an intermediate group (a relay) that has one -- over an own global port, else through a
+  group member with one (two global hops, as a Valiant path); relays that miss no link themselves first, so
+  relayed hops in the saturated class never chain. With ``redirect`` the Valiant and conditional
   detours that lead into such a group are sent elsewhere at the source
   (:func:`hpcfabric.rules.policies.valiant.redirected_detours`), so no path has a third global hop.
-* :class:`RowBypasses`: a Flattened Butterfly dimension ``d`` link is bypassed through the row's hub.
+* Flattened Butterfly rows: :class:`hpcfabric.rules.rows.RowBypasses`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from hpcfabric.topology.model import Switch
 
-__all__ = ["DragonflyBypasses", "RowBypasses"]
+__all__ = ["DragonflyBypasses"]
 
 
 class DragonflyBypasses:
@@ -29,7 +30,9 @@ class DragonflyBypasses:
     at: dict[tuple[int, int], Switch]
     globals: dict[int, dict[int, list[tuple[int, int]]]]
     touched: frozenset[int]
+    gports: dict[tuple[int, int], list[tuple[int, int]]]  # (group, index) -> its (global port, far group), by port
     _missing: dict[int, frozenset[int]]
+    _memo: dict[tuple, Any]  # answers that depend on the failures only (one router, one failure set)
 
     def within(self, src: Switch, t: int) -> int | None:
         """The port from ``src`` towards switch ``t`` of its group: direct, else through the group's hub."""
@@ -47,6 +50,12 @@ class DragonflyBypasses:
     def hub(self, src: Switch, t: int) -> int | None:
         """The switch (index) a bypass from ``src`` to ``t`` inside their group goes through: the lowest-numbered
         switch whose local links are all up (else the lowest with both links needed up); None if there is none."""
+        key = ("hub", src.group, src.index, t)
+        if key not in self._memo:
+            self._memo[key] = self._hub(src, t)
+        return self._memo[key]
+
+    def _hub(self, src: Switch, t: int) -> int | None:
         clean, usable = None, None
         for c in range(self.a):
             if c in (src.index, t):
@@ -84,13 +93,13 @@ class DragonflyBypasses:
         only into groups that miss no link themselves (such a relay is never a bypass's source: what it relays
         goes on into ``group`` and no further, so relayed hops in the saturated class never chain into a
         circle)."""
-        out = []
-        for port, peer in sorted(self.fabric.fabric_ports(sw.name).items()):
-            if peer.kind == "global" and self.live(sw.name, port):
-                k = self.fabric.switch(peer.node).group
-                if k != group and self.group_reaches(k, group) and not (clean and self.missing_from(k)):
-                    out.append(port)
-        return out
+        key = ("qualifying", sw.name, group, clean)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = [port for port, k in self.gports.get((sw.group, sw.index), ())
+                                     if k != group and self.live(sw.name, port) and self.group_reaches(k, group)
+                                     and not (clean and self.missing_from(k))]
+        return got
 
     def bypass(self, src: Switch, group: int) -> int | None:
         """``src``'s route to ``group`` through an intermediate group with a live link to it: an own global port
@@ -156,50 +165,10 @@ class DragonflyBypasses:
 
     def group_reaches(self, k: int, group: int) -> bool:
         """Does group ``k`` have a live global link to ``group``?"""
-        return any(self.live(self.at[(k, s)].name, port) for s, port in self.globals.get(k, {}).get(group, ()))
+        key = ("reaches", k, group)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = any(self.live(self.at[(k, s)].name, port)
+                                        for s, port in self.globals.get(k, {}).get(group, ()))
+        return got
 
-
-class RowBypasses:
-    """Flattened Butterfly routes on the surviving fabric (module docstring); the router gives ``live`` and
-    ``dim_port``."""
-
-    fabric: Any
-    failures: Any
-    dims: list[int]
-    at: dict[tuple[int, ...], Switch]
-
-    def dim_out(self, src: Switch, d: int, value: int) -> int | None:
-        """The port ``src`` uses to fix dimension ``d`` to ``value``: the direct link, else (link out) through the
-        row's hub, else (the row's switch at ``value`` failed) None."""
-        port = self.dim_port(src, d, value)
-        if not self.failures or self.live(src.name, port):
-            return port
-        target = self.at[self.row(src.coords, d, value)]
-        if target.name in self.failures.switches:
-            return None
-        hub = self.hub(src, d, value)
-        return None if hub is None else self.dim_port(src, d, hub)
-
-    def row(self, coords: tuple[int, ...], d: int, value: int) -> tuple[int, ...]:
-        c = list(coords)
-        c[d] = value
-        return tuple(c)
-
-    def hub(self, src: Switch, d: int, value: int) -> int | None:
-        """The coordinate (in dimension ``d``) of the hub of ``src``'s row that bypasses the failed link to
-        ``value``: lowest with all its row links up, else lowest with both links needed up."""
-        clean, usable = None, None
-        for c in range(self.dims[d]):
-            if c in (src.coords[d], value):
-                continue
-            sw = self.at[self.row(src.coords, d, c)]
-            if sw.name in self.failures.switches:
-                continue
-            if not (self.live(src.name, self.dim_port(src, d, c)) and self.live(sw.name, self.dim_port(sw, d, value))):
-                continue
-            if usable is None:
-                usable = c
-            if all(self.live(sw.name, self.dim_port(sw, d, u)) for u in range(self.dims[d]) if u != c):
-                clean = c
-                break
-        return clean if clean is not None else usable

@@ -6,7 +6,8 @@ Priorities by table (tables: :mod:`hpcfabric.rules.flows`):
 
 * INGRESS: DMP echo 2000, switch-local PAUSE learn 1901, control punts 1900,
   CoS push/steps 100 (CNM copies 99/101), table miss 0;
-* ROUTE: prefix entries ``1000 + prefix length`` (longest prefix first),
+* ROUTE: prefix entries ``1000 + prefix length`` (longest prefix first); on a surviving fabric
+  FB two-coordinate entries 1050+e and in_port overrides 1100;
   fat-tree / folded-Clos up entries by ``in_port`` 500, table miss 0;
 * PORT_STATE: Valiant's always-detour entries 200, one entry per port 100;
 * ALTERNATIVE: FB lower dimensions 30+d, Valiant detours 20/21, fat-tree
@@ -29,6 +30,7 @@ PRIO_DMP = 2000
 PRIO_PUNT = 1900
 PRIO_LPM_BASE = 1000
 PRIO_BYPASS = 1100  # table ROUTE, surviving Dragonfly: in_port + group, for frames arriving on the bypass port
+PRIO_FB_PAIR = 1050  # table ROUTE, surviving FB: two coordinates of a destination (+ the lower one's dimension)
 PRIO_UP = 500
 PRIO_MISS = 0
 

@@ -41,7 +41,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import networkx as nx
 import numpy as np
 
 from hpcfabric.errors import VerificationError
@@ -50,7 +49,7 @@ from hpcfabric.verify.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.columns import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet
+from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet, set_bits
 from hpcfabric.verify.depgraph import DepGraph, not_in
 from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
 from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
@@ -117,15 +116,37 @@ def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
         for p, peer in fabric.fabric_ports(s).items():
             first = int(ch.state_base[ch.sw_index[peer.node]])
             egress[first + peer.port * PCP_SLOTS: first + (peer.port + 1) * PCP_SLOTS] = DEAD  # type: ignore[operator]
-    g = nx.Graph()
-    g.add_nodes_from(ch.names)
-    for link in fabric.links:
-        if link.a_port not in dead.get(link.a, ()) and link.a not in failed and link.b not in failed:
-            g.add_edge(link.a, link.b)
-    comp = np.zeros(len(ch.names), dtype=np.int64)
-    for i, members in enumerate(nx.connected_components(g)):
-        comp[[ch.sw_index[m] for m in members]] = i
-    return egress, comp
+    a, b = link_ends(ch)
+    live = np.array([link.a_port not in dead.get(link.a, ()) and link.a not in failed and link.b not in failed
+                     for link in fabric.links], dtype=bool)
+    return egress, components(len(ch.names), a[live], b[live])
+
+
+def link_ends(ch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Switch indices of both ends of every fabric link, in ``fabric.links`` order (kept on ``ch``)."""
+    got = getattr(ch, "_link_ends", None)
+    if got is None:
+        links = ch.fabric.links
+        got = (np.array([ch.sw_index[link.a] for link in links], dtype=np.int64),
+               np.array([ch.sw_index[link.b] for link in links], dtype=np.int64))
+        ch._link_ends = got
+    return got
+
+
+def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected component label (its lowest member) of each of ``n`` nodes joined by the edges ``a``-``b``:
+    labels lowered along the edges and by pointer jumping until they hold still (a few rounds for a
+    low-diameter fabric)."""
+    label = np.arange(n, dtype=np.int64)
+    while True:
+        low = np.minimum(label[a], label[b])
+        new = label.copy()
+        np.minimum.at(new, a, low)
+        np.minimum.at(new, b, low)
+        new = new[new]
+        if np.array_equal(new, label):
+            return label
+        label = new
 
 
 class ProofState:
@@ -135,7 +156,7 @@ class ProofState:
                  report: dict[str, Any]) -> None:
         self.inputs, self.ch, self.cols = inputs, inputs.ch, inputs.cols
         ch = self.ch
-        self.compiled = compiled
+        self.compiled = self.built = compiled  # the tables in force; the tables the base was built on
         self.relevant = dict(inputs.relevant)
         self.reach, self.rs_of = reach_index(ch)
         self.reached = reached
@@ -161,6 +182,12 @@ class ProofState:
         self._pending: dict[str, Any] | None = None
         self._decided: dict[str, tuple[Any, SwitchDecisions]] = {}  # switch -> (its table, decisions): reuse
         self._surviving: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # failures -> surviving(): reuse
+        self._buffers: list[np.ndarray] = []  # node sets' zeroed bit buffers (nodeset), touched now, not mid-repair
+        for _ in range(3):
+            buf = np.empty((len(self.cols.want), (ch.n_states + 7) // 8), dtype=np.uint8)
+            buf.fill(0)
+            self._buffers.append(buf)
+        self._lent: list[NodeSet] = []
 
     @classmethod
     def build(cls, compiled: Any) -> "ProofState":
@@ -181,6 +208,16 @@ class ProofState:
                   "dependencies": len(walk.edges), "unreachable": cols.unreachable,
                   "seconds": round(time.perf_counter() - t0, 3), "timings": {k: round(v, 3) for k, v in timings.items()}}
         return cls(inputs, compiled, walk.reached, walk.edges, walk.counts, report)  # type: ignore[arg-type]
+
+    def nodeset(self) -> NodeSet:
+        """An empty node set for a walk of this check (buffers reused: :meth:`_release` at the check's end)."""
+        got = NodeSet(len(self.cols.want), self.ch.n_states, self._buffers.pop() if self._buffers else None)
+        self._lent.append(got)
+        return got
+
+    def _release(self) -> None:
+        self._buffers.extend(s.clear() for s in self._lent)
+        self._lent = []
 
     # -- reach ----------------------------------------------------------------
     def in_reach(self, c: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -210,6 +247,16 @@ class ProofState:
     def decide(self, compiled: Any, names: list[str], relevant: dict[str, list[Any]],
                extra: dict[str, np.ndarray] | None = None) -> dict[str, SwitchDecisions]:
         return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra)
+
+    def _built_decisions(self, s: str) -> SwitchDecisions:
+        """The decisions of ``s``'s table as built: the base's lines (every state a walk reached then)."""
+        ch = self.ch
+        si = ch.sw_index[s]
+        lo = int(ch.state_base[si])
+        states = np.flatnonzero(ch.state_line[lo:int(ch.state_base[si + 1])] >= 0) + lo
+        cells = ch.line_off[ch.state_line[states]][:, None] + np.arange(int(ch.n_cls[si]))
+        return SwitchDecisions(self.inputs.relevant[s], self.cols.cls[si].astype(np.int64), states,
+                               ch.base[cells], ch.alt[cells], not bool(ch.in_port_out[si]))
 
     def decide_more(self, name: str, states: np.ndarray) -> SwitchDecisions:
         """``name`` (unchanged by the change under way) decided again with ``states`` added, kept in the base."""
@@ -254,19 +301,24 @@ class ProofState:
         moved |= {peer.node for s in new_failed ^ old_failed for peer in fabric.fabric_ports(s).values()}
         names = sorted((set(changed) | moved) - set(new_failed))
         relevant = dict(self.relevant)
-        relevant.update(forward_data_flows(compiled, "the incremental proof", VerificationError, actions=True,
-                                           only=set(names)))
-        self._splits_unchanged(relevant, names)
-        timings["entries"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
         new = {}
         todo = []
-        for name in names:  # decisions of a table already decided (an earlier check of the same tables): reused
+        for name in names:  # a table as built (a recovery): the base's own decisions; one decided before: reused
+            flows = compiled.tables[name].flows
             got = self._decided.get(name)
-            if got is not None and got[0] is compiled.tables[name].flows:
+            if flows == self.built.tables[name].flows:
+                new[name] = self._built_decisions(name)
+                relevant[name] = self.inputs.relevant[name]
+            elif got is not None and got[0] == flows:
                 new[name] = got[1]
+                relevant[name] = got[1].relevant
             else:
                 todo.append(name)
+        relevant.update(forward_data_flows(compiled, "the incremental proof", VerificationError, actions=True,
+                                           only=set(todo)))
+        self._splits_unchanged(relevant, todo)
+        timings["entries"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
         if todo:
             new.update(self.decide(compiled, todo, relevant))
             for name in todo:
@@ -307,6 +359,7 @@ class ProofState:
         self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
                          "visited": walk.visited(), "fresh": fresh, "edges": edges, "count": count,
                          "egress": egress, "comp": comp}
+        self._release()
         return DeltaReport(len(names), len(np.unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
                            cycle is None, cycle, len(below.keys()), full, time.perf_counter() - t0, timings)
 
@@ -355,38 +408,51 @@ class ProofState:
             root &= ~np.isin(zsw, [ch.sw_index[s] for s in failed])
         out = [below[root]]
         fab = np.flatnonzero(~self.host_state[z])
-        up_sw, up_state = self.upstream(z[fab])
+        up_sw, up_at = self.upstream(z[fab])
         for si in np.unique(up_sw[up_sw >= 0]).tolist():
             sel = fab[up_sw == si]
             cand = self.states_in_reach(si)  # every reached state of the upstream switch
             if not len(cand):
                 continue
-            cc = np.repeat(c[sel], len(cand))
-            uu = np.tile(cand, len(sel))
+            # the upstream switch's choices, once per column: which of its reached states, outside ``below``,
+            # send the column's frames over the link into each arrival state of ``below``
+            cols_u, row = np.unique(c[sel], return_inverse=True)
+            cc = np.repeat(cols_u, len(cand))
+            uu = np.tile(cand, len(cols_u))
             b, a = old.choices(cc, uu, np.full(len(cc), si))
-            hit = np.zeros(len(cc), dtype=bool)
-            for codes in (b, a):
-                keys, res = old.next_nodes(cc, uu, np.full(len(cc), si), codes)
-                hit |= res == np.repeat(z[sel], len(cand))
-            hit &= self.in_reach(cc, uu)
-            hit &= ~below_set.has(cc * n + uu)
-            got = hit.reshape(len(sel), len(cand)).any(axis=1)
-            out.append(below[sel[got]])
+            shape = (len(cols_u), len(cand))
+            valid = (self.in_reach(cc, uu) & ~below_set.has(cc * n + uu)).reshape(shape)
+            b, a = b.reshape(shape), a.reshape(shape)
+            at = up_at[up_sw == si]
+            lo = int(ch.state_base[si])
+            q = (at - lo) // PCP_SLOTS
+            code = q << SLOT_BITS | (at - lo) % PCP_SLOTS  # the choice that sends a frame into it
+            live = old.egress[at] == z[sel]
+            back = (old.back_ok[si] & ~self.host_state[cand])[None, :] & \
+                (((cand - lo) // PCP_SLOTS)[None, :] == q[:, None])  # never back out of the ingress port
+            hit = ((b[row] == code[:, None]) | (a[row] == code[:, None])) & valid[row] & ~back
+            out.append(below[sel[hit.any(axis=1) & live]])
         keys = np.unique(np.concatenate(out))
         return keys // n, keys % n
 
     def upstream(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per fabric-arrival state: the switch index its frames come from (-1: no peer)."""
+        """Per fabric-arrival state: (the switch index its frames come from, -1: no peer; the state at that
+        switch -- its egress port and PCP slot -- that sends into it)."""
         ch = self.ch
         fabric = ch.fabric
         if not hasattr(self, "_up"):
             up = np.full(ch.n_states, -1, dtype=np.int64)
-            for s in ch.names:
-                first = int(ch.state_base[ch.sw_index[s]])
-                for p, peer in fabric.fabric_ports(s).items():
-                    up[first + p * PCP_SLOTS: first + (p + 1) * PCP_SLOTS] = ch.sw_index[peer.node]
-            self._up = up
-        return self._up[states], states
+            at = np.full(ch.n_states, -1, dtype=np.int64)
+            a, b = link_ends(ch)
+            pa = np.array([link.a_port for link in fabric.links], dtype=np.int64)
+            pb = np.array([link.b_port for link in fabric.links], dtype=np.int64)
+            slot = np.arange(PCP_SLOTS)
+            for (si, sp), (ti, tp) in (((a, pa), (b, pb)), ((b, pb), (a, pa))):  # frames from si:sp arrive at ti:tp
+                into = (ch.state_base[ti] + tp * PCP_SLOTS)[:, None] + slot
+                up[into] = si[:, None]
+                at[into] = (ch.state_base[si] + sp * PCP_SLOTS)[:, None] + slot
+            self._up, self._up_at = up, at
+        return self._up[states], self._up_at[states]
 
     def _changed(self, names: list[str], new: dict[str, SwitchDecisions],
                  egress: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -411,12 +477,11 @@ class ProofState:
                 single = codes >= 0
                 at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
                 diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
-            per_col = diff[:, inv.reshape(-1)]  # states x columns
-            n_cols = per_col.shape[1]
-            inr = self.in_reach(np.tile(np.arange(n_cols), len(states)), np.repeat(states, n_cols))
-            hit = np.argwhere(per_col & inr.reshape(len(states), n_cols))
-            out_s.append(states[hit[:, 0]])
-            out_c.append(hit[:, 1])
+            hit = np.argwhere(diff[:, inv.reshape(-1)])  # (state, column) pairs whose choice or output moved
+            x, c = states[hit[:, 0]], hit[:, 1]
+            inr = self.in_reach(c, x)
+            out_s.append(x[inr])
+            out_c.append(c[inr])
         cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
         return cat(out_c), cat(out_s)
 
@@ -435,12 +500,11 @@ class ProofState:
             c, x = keys // ch.n_states, keys % ch.n_states
             rs = self.rs_of[x]
             ok = rs >= 0
-            bit = (1 << (7 - (rs[ok] & 7))).astype(np.uint8)
+            r = rs[ok]
+            set_bits(self.reached, c[ok], (r & ~7) | (7 - (r & 7)), on)  # the reach bit sets are big-endian per byte
             if on:
-                np.bitwise_or.at(self.reached, (c[ok], rs[ok] >> 3), bit)
                 self.extra = np.union1d(self.extra, keys[~ok])
             else:
-                np.bitwise_and.at(self.reached, (c[ok], rs[ok] >> 3), ~bit)
                 self.extra = np.setdiff1d(self.extra, keys[~ok])
         self.graph.commit(p["edges"], p["count"], p["fresh"])
         self.egress, self.comp = p["egress"], p["comp"]
@@ -462,7 +526,15 @@ class ProofState:
         merged = {t for t, ids in self.inputs.groups.items() if len(ids) > 1 and t not in self.cols.split}
         if not merged or not names:
             return
-        got = structural_splits_of({s: relevant[s] for s in names}, self.inputs.host_macs, self.inputs.groups)
+        new = {}  # entries the base has not seen there (the base's own entries split no merged column)
+        for s in names:
+            seen = set(self.relevant.get(s, ()))
+            fresh = [e for e in relevant[s] if e not in seen]
+            if fresh:
+                new[s] = fresh
+        if not new:
+            return
+        got = structural_splits_of(new, self.inputs.host_macs, self.inputs.groups)
         if got & merged:
             raise NotIncremental(f"new entries tell the hosts of {sorted(got & merged)[0]} apart: prove the tables whole")
 

@@ -23,18 +23,45 @@ from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 from hpcfabric.verify.redecide import SwitchDecisions
 from hpcfabric.verify.unions import Counter
 
-__all__ = ["ChangeWalk", "NodeSet"]
+__all__ = ["ChangeWalk", "NodeSet", "set_bits"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
+
+
+def set_bits(bits: np.ndarray, rows: np.ndarray, pos: np.ndarray, on: bool) -> None:
+    """Set (``on``) or clear bit ``pos & 7`` of byte ``pos >> 3`` in row ``rows`` of ``bits`` (uint8, 2-D), many at
+    once: bits of one byte are combined first (``np.bitwise_or.at`` is slow)."""
+    if not len(rows):
+        return
+    flat = bits.reshape(-1)
+    byte = rows.astype(np.int64) * bits.shape[1] + (pos >> 3)
+    order = np.argsort(byte, kind="stable")
+    byte = byte[order]
+    val = (1 << (pos[order] & 7)).astype(np.uint8)
+    starts = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
+    val = np.bitwise_or.reduceat(val, starts)
+    byte = byte[starts]
+    if on:
+        flat[byte] |= val
+    else:
+        flat[byte] &= ~val
 
 
 class NodeSet:
     """A set of nodes (column, state) as a bit per pair: adding and testing many at once, no sorting."""
 
-    def __init__(self, n_cols: int, n_states: int) -> None:
+    def __init__(self, n_cols: int, n_states: int, bits: np.ndarray | None = None) -> None:
         self.n = n_states
-        self.bits = np.zeros((n_cols, (n_states + 7) // 8), dtype=np.uint8)  # pages appear as they are touched
+        #: a zeroed buffer to reuse (:meth:`clear` zeroes it again): touching fresh pages costs more than the walk
+        self.bits = bits if bits is not None else np.zeros((n_cols, (n_states + 7) // 8), dtype=np.uint8)
         self.parts: list[np.ndarray] = []
+
+    def clear(self) -> np.ndarray:
+        """Empty the set; its buffer, all zeros again, for another set of the same shape."""
+        keys = self.keys()
+        self.bits[keys // self.n, (keys % self.n) >> 3] = 0
+        self.parts = []
+        return self.bits
 
     def has(self, keys: np.ndarray) -> np.ndarray:
         c, x = keys // self.n, keys % self.n
@@ -44,8 +71,7 @@ class NodeSet:
         """Add ``keys``; the ones that were not in yet (each once)."""
         keys = np.unique(keys)
         new = keys[~self.has(keys)]
-        c, x = new // self.n, new % self.n
-        np.bitwise_or.at(self.bits, (c, x >> 3), (1 << (x & 7)).astype(np.uint8))
+        set_bits(self.bits, new // self.n, new % self.n, True)
         self.parts.append(new)
         return new
 
@@ -99,7 +125,7 @@ class ChangeWalk:
         walk's descendants of the changed nodes) or was never reached before."""
         st = self.state
         n = st.ch.n_states
-        seen, mix_seen = NodeSet(len(st.cols.want), n), NodeSet(len(st.cols.want), n)
+        seen, mix_seen = st.nodeset(), st.nodeset()
         frontier = seen.add(cols.astype(np.int64) * n + states)
         mix_frontier = np.zeros(0, dtype=np.int64)
         while len(frontier) or len(mix_frontier):
@@ -118,7 +144,7 @@ class ChangeWalk:
         the old walk's descendants of those nodes, themselves included."""
         ch = self.state.ch
         n = ch.n_states
-        seen = NodeSet(len(self.state.cols.want), n)
+        seen = self.state.nodeset()
         frontier = seen.add(cols.astype(np.int64) * n + states)
         while len(frontier):
             c, x = frontier // n, frontier % n

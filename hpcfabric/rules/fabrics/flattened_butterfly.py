@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.addressing import USABLE_BITS, AddressPlan, mask_to_mac, to_mac
-from hpcfabric.rules.context import Context
+from hpcfabric.rules.context import Context, route_entry
 from hpcfabric.rules.destinations import host_routes
-from hpcfabric.rules.flows import FlowSpec, RuleClass
-from hpcfabric.rules.tables import METADATA_DIMS_SHIFT
+from hpcfabric.rules.flows import FlowSpec, Match, RuleClass
+from hpcfabric.rules.tables import METADATA_DIMS_SHIFT, PRIO_BYPASS, PRIO_FB_PAIR
 from hpcfabric.topology.model import Fabric, Switch
 
 
@@ -35,7 +35,62 @@ def fb_compact_flows(ctx: Context, sw: Switch, conditional: bool = False) -> lis
         port = fb_out(ctx, sw, d, v, port)
         metadata = port | (((1 << d) - 1) << METADATA_DIMS_SHIFT) if conditional and port is not None else None
         flows.append(ctx.cache.dimension(d, v, port, metadata))
+    if ctx.failures and conditional:
+        flows += fb_surviving_flows(ctx, sw)
     return flows
+
+
+def fb_surviving_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
+    """A surviving FB's ROUTE entries beyond the per-port (or per-group) ones, adaptive policies
+    (:mod:`hpcfabric.rules.rows`): for destinations that differ in a dimension ``d`` and a lower ``e`` where a
+    minimal first hop would not do, the route of :meth:`~hpcfabric.rules.rows.RowBypasses.pair_route`
+    (``dim_d = v`` and ``dim_e = x``, the dimensions above ``d`` the switch's own; priority by ``e``); the
+    cross routes (:meth:`~hpcfabric.rules.rows.RowBypasses.cross_route`, one destination switch each); and the
+    hubs' and relays' ``in_port`` overrides (:meth:`~hpcfabric.rules.rows.RowBypasses.relay_overrides`).
+    Default rules: a paused port's frames take the alternatives ``dims`` allows, else wait."""
+    router, coords = ctx.router, sw.coords
+    dims = ctx.fabric.params["dims"]
+    flows = []
+    if sw.name not in router.near():  # type: ignore[attr-defined]
+        return flows
+    for d in range(1, len(dims)):
+        above = {a: coords[a] for a in range(d + 1, len(dims))}
+        for v in range(dims[d]):
+            if v == coords[d]:
+                continue
+            for e in range(d):
+                for x in range(dims[e]):
+                    got = router.pair_route(sw, d, v, e, x)  # type: ignore[attr-defined]
+                    if got is None:
+                        continue
+                    port, allowed = got
+                    match = Match(eth_dst=fb_coords_match(ctx, {**above, d: v, e: x}))
+                    metadata = None if port is None else port | allowed << METADATA_DIMS_SHIFT
+                    flows.append(route_entry(PRIO_FB_PAIR + e, match, port, RuleClass.ROUTE, metadata))
+    for e, k in enumerate(dims):  # destinations along e that e's row cannot reach: across a higher dimension
+        for x in range(k):
+            got = None if x == coords[e] else router.cross_route(sw, e, x)  # type: ignore[attr-defined]
+            if got is not None:
+                port = router.dim_port(sw, *got)  # type: ignore[attr-defined]
+                match = Match(eth_dst=fb_coords_match(ctx, {**dict(enumerate(coords)), e: x}))
+                flows.append(route_entry(PRIO_FB_PAIR + e, match, port, RuleClass.ROUTE, port))
+    for fixed, in_port, out in router.relay_overrides(sw):  # type: ignore[attr-defined]
+        values = {a: coords[a] for a in range(max(fixed) + 1, len(dims))} | fixed
+        match = Match(in_port=in_port, eth_dst=fb_coords_match(ctx, values))
+        flows.append(route_entry(PRIO_BYPASS, match, out, RuleClass.ROUTE, out))
+    return flows
+
+
+def fb_coords_match(ctx: Context, values: dict[int, int]) -> tuple[int, int]:
+    """(value, mask) on eth_dst matching the FB coordinates ``{dimension: coordinate}`` (:func:`fb_dim_match`
+    per dimension: compact or per-group addressing)."""
+    if ctx.plan.mode == "compact":
+        return ctx.layout.match({f"dim{d}": v for d, v in values.items()})
+    value = mask = 0
+    for d, v in values.items():
+        dv, dm = fb_dim_match(ctx.fabric, ctx.plan, d, v)
+        value, mask = value | dv, mask | dm
+    return value, mask
 
 
 def fb_out(ctx: Context, sw: Switch, d: int, v: int, port: int) -> int | None:

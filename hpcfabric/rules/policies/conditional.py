@@ -19,7 +19,7 @@ their minimal path and wait, so they can never loop.
 from __future__ import annotations
 
 from hpcfabric.rules.context import Context
-from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports, fb_out
+from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, uplinks
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.policies.valiant import (
@@ -58,9 +58,8 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
     if fabric.kind == "flattened_butterfly":
         top = len(fabric.params["dims"]) - 1
         for d, v, port in fb_dim_ports(fabric, sw):
-            port = fb_out(ctx, sw, d, v, port)  # type: ignore[assignment]
-            if d == top or port is None:
-                continue
+            if d == top or (ctx.failures and not ctx.router.link_up(sw, d, v)):  # type: ignore[attr-defined]
+                continue  # an alternative is minimal or nothing (surviving fabric: no bypass; pair routes)
             value, mask = fb_dim_match(fabric, plan, d, v)
             bit = 1 << (METADATA_DIMS_SHIFT + d)
             flows.append(
@@ -84,7 +83,8 @@ def conditional_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
             second = prefs[1]
             flows.append(detour_flow(TABLE_ALTERNATIVE, PRIO_VALIANT + 1, host.port,
                                      (out | row_bit, METADATA_PORT_MASK | row_bit), second))
-        flows += redirect_flows(ctx, sw, TABLE_ALTERNATIVE, PRIO_VALIANT + 2, host.port, None,
+        flows += redirect_flows(ctx, sw, TABLE_ALTERNATIVE, PRIO_VALIANT + 2, host.port,
+                                (row_bit, row_bit) if row_bit else None,
                                 redirected_detours(ctx, sw, prefs, valiant), second=len(valiant) > 1)
     if fabric.kind == "dragonfly" and len(valiant) == 1:
         flows += neighbour_detours(ctx, sw, valiant[0])

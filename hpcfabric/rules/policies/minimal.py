@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from hpcfabric.rules.context import Context, lpm_flows
 from hpcfabric.rules.destinations import ROUTES_BY_MODE, per_group_routes
-from hpcfabric.rules.fabrics.flattened_butterfly import fb_compact_flows, fb_dim_ports
+from hpcfabric.rules.fabrics.flattened_butterfly import fb_compact_flows, fb_dim_ports, fb_surviving_flows
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, fat_tree_compact_flows, folded_clos_compact_flows, uplinks
 from hpcfabric.rules.fabrics.dragonfly import dragonfly_bypass_flows
 from hpcfabric.rules.flows import FlowSpec, RuleClass
@@ -46,10 +46,11 @@ def minimal_flows(ctx: Context, sw: Switch, default_rules: bool = False) -> list
         # every FB route is a default rule (in-row destinations too, as in compact addressing)
         dim_of = {port: d for d, _, port in fb_dim_ports(fabric, sw)}
         routes = [
-            r if r.rule_class == RuleClass.HOST else replace(r, conditional=True, dims=(1 << dim_of[r.port]) - 1)
+            r if r.rule_class == RuleClass.HOST or r.port is None  # None: no surviving route, dropped
+            else replace(r, conditional=True, dims=(1 << dim_of[r.port]) - 1)
             for r in per_group_routes(ctx, sw)
         ]
-        return lpm_flows(ctx.cache, routes, False, True)
+        return lpm_flows(ctx.cache, routes, False, True) + (fb_surviving_flows(ctx, sw) if ctx.failures else [])
     if mode in ROUTES_BY_MODE:
         return lpm_flows(ctx.cache, ROUTES_BY_MODE[mode](ctx, sw), False, default_rules) + bypass_flows(ctx, sw)
     compact = COMPACT_BY_KIND.get(fabric.kind)

@@ -10,7 +10,7 @@ conditional policy reuses the same ports for its paused-only detours.
 from __future__ import annotations
 
 from hpcfabric.rules.context import Context
-from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_ports
+from hpcfabric.rules.fabrics.flattened_butterfly import fb_dim_match, fb_dim_ports
 from hpcfabric.rules.flows import TABLE_PORT_STATE, FlowSpec, Match, Output, RuleClass, make_cookie
 from hpcfabric.rules.tables import METADATA_DIMS_SHIFT, METADATA_PORT_MASK, PRIO_VALIANT_ALWAYS
 from hpcfabric.topology.model import Fabric, Host, Switch
@@ -88,6 +88,8 @@ def redirected_detours(ctx: Context, sw: Switch, prefs: tuple[int, ...],
     ``second`` are the first two live Valiant ports, in the host's rotation, into groups that have one (or are
     ``g``); None where there is none. Every detour then keeps the Valiant shape (two global hops)."""
     router = ctx.router
+    if ctx.failures and prefs and ctx.fabric.kind == "flattened_butterfly":
+        return fb_redirected_detours(ctx, sw, prefs, valiant)
     if not ctx.failures or not ctx.redirect or ctx.fabric.kind != "dragonfly" or not prefs:
         return []
     group_of = {p: router.port_group(sw, p) for p in valiant}  # type: ignore[attr-defined]
@@ -107,26 +109,66 @@ def redirected_detours(ctx: Context, sw: Switch, prefs: tuple[int, ...],
     return out
 
 
+def fb_redirected_detours(ctx: Context, sw: Switch, prefs: tuple[int, ...],
+                          valiant: list[int]) -> list[tuple[int, int | None, int | None]]:
+    """Flattened Butterfly on the surviving fabric: :func:`redirected_detours` with the top-dimension coordinate
+    ``c`` of the destination for the group: the intermediates (top-dimension neighbours) behind ``prefs`` whose
+    link to coordinate ``c`` is out give way to the first two in the host's rotation that have it (or are
+    ``c``), so the detour keeps two hops and never comes back to bypass through its source."""
+    router = ctx.router
+    top = len(ctx.fabric.params["dims"]) - 1
+    coord = {p: v for d, v, p in fb_dim_ports(ctx.fabric, sw) if d == top}
+
+    def reaches(p: int, c: int) -> bool:
+        mid = router.at[router.row(sw.coords, top, coord[p])]  # type: ignore[attr-defined]
+        return coord[p] == c or (mid.name not in ctx.failures.switches
+                                 and router.link_up(mid, top, c))  # type: ignore[attr-defined]
+
+    at = valiant.index(prefs[0])
+    order = [valiant[(at + i) % len(valiant)] for i in range(len(valiant))]
+    want = (prefs[0], prefs[1] if len(prefs) > 1 else None)
+    out = []
+    for c in range(ctx.fabric.params["dims"][top]):
+        if c == sw.coords[top] or all(reaches(p, c) for p in prefs[:2]):
+            continue
+        ok = [p for p in order if router.live(sw.name, p) and reaches(p, c)]
+        first, second = (ok + [None, None])[:2]
+        if (first, second) != want:
+            out.append((c, first, second))
+    return out
+
+
+def redirect_targets(ctx: Context, sw: Switch, g: int) -> tuple[list[tuple[int, int]], int | None]:
+    """(eth_dst matches, minimal port) of a redirect's destinations: Dragonfly group ``g``'s prefixes, or the FB
+    top-dimension coordinate ``g``."""
+    if ctx.fabric.kind == "flattened_butterfly":
+        top = len(ctx.fabric.params["dims"]) - 1
+        return [fb_dim_match(ctx.fabric, ctx.plan, top, g)], ctx.router.dim_out(sw, top, g)  # type: ignore[attr-defined]
+    from hpcfabric.rules.fabrics.dragonfly import group_prefixes
+
+    return [ctx.layout.prefix_match(bits, length) for bits, length in group_prefixes(ctx, g)], ctx.router.to_group(sw, g)
+
+
 def redirect_flows(ctx: Context, sw: Switch, table: int, priority: int, in_port: int, row: tuple[int, int] | None,
                    redirects: list[tuple[int, int | None, int | None]], second: bool) -> list[FlowSpec]:
     """The entries of :func:`redirected_detours`, above the host's own detour entries: frames for group ``g``
-    leave by ``first`` (none: by the minimal port, waiting there if it is paused), and with ``second`` also
-    ``metadata = first`` (that port is the paused default one) -> ``second`` (none: wait on ``first``)."""
-    from hpcfabric.rules.fabrics.dragonfly import group_prefixes
-
+    (and ``row``) leave by ``first`` (none: by the minimal port, waiting there if it is paused), and with
+    ``second`` also ``metadata = first`` (that port is the paused default one) -> ``second`` (none: wait on
+    ``first``)."""
     flows = []
+    bit, mask = row if row is not None else (0, 0)
     for g, first, nxt in redirects:
-        out = first if first is not None else ctx.router.to_group(sw, g)
+        dsts, minimal = redirect_targets(ctx, sw, g)
+        out = first if first is not None else minimal
         if out is None:
             continue
-        for bits, length in group_prefixes(ctx, g):
-            dst = ctx.layout.prefix_match(bits, length)
+        for dst in dsts:
             flows.append(FlowSpec(table, priority, Match(in_port=in_port, eth_dst=dst, metadata=row), (Output(out),),
                                   make_cookie(RuleClass.ALTERNATIVE, out)))
             if second and first is not None:
                 alt = nxt if nxt is not None else first
                 flows.append(FlowSpec(table, priority + 1, Match(in_port=in_port, eth_dst=dst,
-                                                                 metadata=(first, METADATA_PORT_MASK)),
+                                                                 metadata=(first | bit, METADATA_PORT_MASK | mask)),
                                       (Output(alt),), make_cookie(RuleClass.ALTERNATIVE, alt)))
     return flows
 
@@ -142,6 +184,7 @@ def valiant_flows(ctx: Context, sw: Switch) -> list[FlowSpec]:
         if prefs:  # no live Valiant port (failures): minimal
             flows.append(detour_flow(TABLE_PORT_STATE, PRIO_VALIANT_ALWAYS, host.port,
                                      (row_bit, row_bit) if row_bit else None, prefs[0]))
-            flows += redirect_flows(ctx, sw, TABLE_PORT_STATE, PRIO_VALIANT_ALWAYS + 1, host.port, None,
+            flows += redirect_flows(ctx, sw, TABLE_PORT_STATE, PRIO_VALIANT_ALWAYS + 1, host.port,
+                                    (row_bit, row_bit) if row_bit else None,
                                     redirected_detours(ctx, sw, prefs, valiant), second=False)
     return flows
