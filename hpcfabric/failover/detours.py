@@ -55,11 +55,12 @@ class DetourAnalysis:
     sends with); ``max_alternatives``: detours per port at most."""
 
     def __init__(self, fabric: Any, dests: Iterable[tuple[int, str | None]], sources: Iterable[tuple[Any, int]],
-                 max_alternatives: int) -> None:
+                 max_alternatives: int, keep: bool = True) -> None:
         self.fabric = fabric
         self.dests = list(dests)
         self.sources = list(sources)
         self.max_alternatives = max_alternatives
+        self.keep = keep  # False: one analysis only, without what a later update needs (faster)
         self.bound = len(fabric.switches) + 1
         self._ports = {s.name: fabric.fabric_ports(s.name) for s in fabric.switches}
         self._order: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -95,7 +96,7 @@ class DetourAnalysis:
         changed = [n for n, f in flows.items() if n not in old or (old[n] is not f and old[n] != f)]
         pipes = {n: Pipeline(flows[n]) for n in changed}  # a table OpenFlow rejects raises before anything changes
         fsrc = {n: self.fabric_src[n] if n not in pipes else _fabric_src(self.fabric, n, flows[n]) for n in flows}
-        fresh = not old or set(old) != set(flows) or any(fsrc.values()) != any(self.fabric_src.values())
+        fresh = not self.keep or not old or set(old) != set(flows) or any(fsrc.values()) != any(self.fabric_src.values())
         self.stats = {"switches_changed": len(changed), "steps_redone": 0, "steps_changed": 0, "walks_redone": 0,
                       "ports_decided": 0, "checks_walked": 0}
         if fresh:
@@ -147,7 +148,7 @@ class DetourAnalysis:
 
     def _process(self, sw: str, frame: Frame) -> _Step:
         pipe = self.pipes[sw]
-        trace: list[tuple[int, Frame]] = []
+        trace: list[tuple[int, Frame]] | None = [] if self.keep else None
         try:
             res = pipe.process(frame, trace)
         except PipelineError:
@@ -160,7 +161,7 @@ class DetourAnalysis:
         if index is None:
             index = self.index[sw] = {}
         keys = []
-        for table, looked in trace:
+        for table, looked in trace or ():
             ft = pipe.tables.get(table)
             key = (table, ft.key(looked) if ft is not None else None)
             entry = index.get(key)
@@ -242,13 +243,14 @@ class DetourAnalysis:
     def _walk(self, w: int, host: Any, src: int, mac: int, expect: Any,
               delta: dict[tuple[str, int, Frame, Any], int]) -> None:
         """Walk ``w``: host -> ``mac`` switch by switch; the frames it sends out of fabric ports, in ``delta``."""
-        fabric, any_src = self.fabric, self._any_src
+        fabric, any_src, keep = self.fabric, self._any_src, self.keep
         sw, frame = host.switch, Frame(host.port, src, mac)
         states, contribs = [], []
         for _ in range(self.bound):
             step = self._step(sw, frame)
-            step.walks.add(w)
-            states.append((sw, frame))
+            if keep:
+                step.walks.add(w)
+                states.append((sw, frame))
             out = step.out
             if out is BAD or out is DROP:
                 break
@@ -359,7 +361,7 @@ class DetourAnalysis:
         got = self.checks.get(key)
         if got is not None:
             return got[0]
-        fabric = self.fabric
+        fabric, keep = self.fabric, self.keep
         avoid, p, q, frame, expect = key
         peer_p, peer_q = self._ports[avoid][p], self._ports[avoid][q]
         dead = {(avoid, p), (peer_p.node, peer_p.port)}
@@ -370,8 +372,9 @@ class DetourAnalysis:
             if sw == avoid:
                 break
             step = self._step(sw, fr)
-            step.checks.add(key)
-            states.append((sw, fr))
+            if keep:
+                step.checks.add(key)
+                states.append((sw, fr))
             out = step.out
             if out is BAD:
                 break

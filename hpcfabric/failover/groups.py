@@ -130,7 +130,8 @@ def fast_failover_groups(
     pipeline lookups (very large fabrics). One analysis from scratch: :class:`FailoverAnalysis` keeps one
     between calls (repairs).
     """
-    analysis = FailoverAnalysis(compiled, source_macs=source_macs, max_alternatives=max_alternatives, limit=limit)
+    analysis = FailoverAnalysis(compiled, source_macs=source_macs, max_alternatives=max_alternatives, limit=limit,
+                                keep=False)
     return analysis.update(tables if tables is not None else {n: t.flows for n, t in compiled.tables.items()})
 
 
@@ -138,11 +139,12 @@ class FailoverAnalysis:
     """:func:`fast_failover_groups` kept between calls: :meth:`update` gives exactly what
     ``fast_failover_groups(compiled, tables, ...)`` gives for new tables of the same fabric, walking again only
     what a change on a few switches can alter (:class:`hpcfabric.failover.detours.DetourAnalysis`); a repairer
-    keeps one (:func:`hpcfabric.config.build.adapt_switches`). Not thread-safe; raises like
-    :func:`fast_failover_groups`."""
+    keeps one (:meth:`hpcfabric.repair.plan.Repairer.failover_analysis`). ``keep=False``: every update from
+    scratch, without the records a later update needs (faster once: :func:`fast_failover_groups`). Not
+    thread-safe; raises like :func:`fast_failover_groups`."""
 
     def __init__(self, compiled: Any, *, source_macs: Mapping[str, int] | None = None,
-                 max_alternatives: int = MAX_ALTERNATIVES, limit: int = ANALYSIS_LIMIT) -> None:
+                 max_alternatives: int = MAX_ALTERNATIVES, limit: int = ANALYSIS_LIMIT, keep: bool = True) -> None:
         from hpcfabric.verify.allpairs import probe_addresses
 
         fabric, plan = compiled.fabric, compiled.plan
@@ -158,7 +160,7 @@ class FailoverAnalysis:
         self.source_macs = dict(source_macs or {})
         src_of = self.source_macs
         self.detours = DetourAnalysis(fabric, dests, [(h, src_of.get(h.name, plan.host_mac[h.name]))
-                                                      for h in fabric.hosts], max_alternatives)
+                                                      for h in fabric.hosts], max_alternatives, keep)
         self._kept: dict[str, tuple[Any, ...]] = {}  # switch -> (its decisions, flows out, groups, protected, unprotected)
 
     def fits(self, compiled: Any, source_macs: Mapping[str, int] | None = None) -> bool:
