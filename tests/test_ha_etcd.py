@@ -467,3 +467,28 @@ def test_three_instances_one_partition_each_reassigned_when_one_dies(tmp_path, e
                 r.stop()
         for h in hs:
             h.release()
+
+
+def test_failures_board_on_etcd_shared_and_gone_with_the_lease(tmp_path, etcd_cluster):
+    """The partitions' failures board on a real etcd: what one instance publishes the other reads (its own
+    entry left out); an empty report deletes the key; a revoked lease (a stopped instance) takes it away."""
+    from hpcfabric.controller.board import EtcdBoard
+
+    prefix = f"/fb{int(time.time() * 1000)}"
+    a, b = instance(tmp_path, etcd_cluster, "a", prefix, partitions=2), instance(tmp_path, etcd_cluster, "b", prefix,
+                                                                              partitions=2)
+    a.tick(), b.tick()
+    assert a.lease and b.lease
+    board_a, board_b = EtcdBoard(a), EtcdBoard(b)
+    board_a.publish({("g0s1", 4), ("g0s2", 5)}, {"g1s0"})
+    board_b.publish({("g5s0", 6)}, set())
+    assert board_b.read() == ({("g0s1", 4), ("g0s2", 5)}, {"g1s0"})
+    assert board_a.read() == ({("g5s0", 6)}, set())
+    board_a.publish({("g0s1", 4)}, set())
+    assert board_b.read() == ({("g0s1", 4)}, set())
+    board_a.publish(set(), set())  # nothing out: no key
+    assert board_b.read() == (set(), set())
+    board_a.publish({("g0s3", 7)}, set())
+    a.release()  # the lease goes, and the entry with it
+    assert board_b.read() == (set(), set())
+    b.release()

@@ -1,8 +1,8 @@
 """Driving a bench run: controller subprocesses (one per partition) and emulator processes, their status.
 
 :class:`Cluster` writes one controller config per partition (``[ha] partitions``
-and ``partition``: derived partitions, its own listen port and status file; with
-``artifact``, ``[hpcfabric] compiled`` and one ``hpcfabric compile`` first), starts
+and ``partition``: derived partitions, its own listen port and status file, the failures board
+``[failover] failures_dir`` in the work directory; with ``artifact``, ``[hpcfabric] compiled`` and one ``hpcfabric compile`` first), starts
 ``hpcfabric controller`` for each and ``python -m hpcfabric.emu`` processes
 that connect every switch to its partition's controller, and reads both
 sides: the controllers' status files, the emulators' JSON lines (stats,
@@ -144,7 +144,8 @@ class Cluster:
         return self.workdir / f"status{i}.json"
 
     def config_text(self, i: int) -> str:
-        ha = f"[ha]\npartitions = {len(self.parts)}\npartition = {i}\n" if len(self.parts) > 1 else ""
+        ha = (f"[failover]\nfailures_dir = {self.workdir / 'failures'}\n"  # the partitions' failures board
+              f"[ha]\npartitions = {len(self.parts)}\npartition = {i}\n") if len(self.parts) > 1 else ""
         compiled = f"compiled = {self.artifact}\n" if self.artifact else ""
         return (f"[hpcfabric]\ntopology = {self.topology}\nrouting = conditional\nstatus_file = {self.status_path(i)}\n"
                 f"{compiled}"
