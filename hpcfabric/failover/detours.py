@@ -52,7 +52,8 @@ class DetourAnalysis:
     """Protected ports and their detours for a fabric's tables (module docstring); :meth:`update` per table set.
 
     ``dests``: (MAC, host it is for, None for a probe) to walk every source to; ``sources``: (host, the MAC it
-    sends with); ``max_alternatives``: detours per port at most."""
+    sends with); ``max_alternatives``: detours per port at most; ``keep=False``: every update from scratch, without
+    the records (steps' lookups, walks, checks) a later update needs -- faster for one analysis."""
 
     def __init__(self, fabric: Any, dests: Iterable[tuple[int, str | None]], sources: Iterable[tuple[Any, int]],
                  max_alternatives: int, keep: bool = True) -> None:
