@@ -148,3 +148,33 @@ def test_cli_prove_config_fail():
     assert bad.returncode == 2 and "host port" in bad.stderr and "Traceback" not in bad.stderr
     none = subprocess.run(cmd[:4] + ["--fail", "g0s0:2"], capture_output=True, text=True, timeout=300)
     assert none.returncode == 2 and "--config" in none.stderr
+
+
+def test_planner_process_plans_for_the_text_its_controller_loaded(tmp_path):
+    """The planner process loads the INI text the controller sends, not the file as it is by then (a reload
+    may have failed on it meanwhile); a controller that goes away while it builds leaves no traceback."""
+    from hpcfabric.repair.service import read_message, write_message
+
+    good = (ROOT / "configs" / "dragonfly-a2-p1-h1.conf").read_text()
+    conf = tmp_path / "c.conf"
+    conf.write_text(good.replace("topology = ../topologies/", f"topology = {ROOT / 'topologies'}/")
+                    + "\n[guards]\nsource_check = perhaps\n")  # what the file says now: invalid
+    text = good.replace("topology = ../topologies/", f"topology = {ROOT / 'topologies'}/")
+    cmd = [sys.executable, "-m", "hpcfabric.repair.service", str(conf)]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    write_message(p.stdin, ("config", text))
+    ready = read_message(p.stdout)
+    assert ready and ready["ready"], p.stderr.read().decode()[-2000:]
+    write_message(p.stdin, ("plan", parse_failures(load_config(ROOT / "configs" / "dragonfly-a2-p1-h1.conf").fabric,
+                                                   ["g0s0:2"])))
+    plan = read_message(p.stdout)
+    assert plan["proven"] and plan["changed"]
+    write_message(p.stdin, ("stop",))
+    p.stdin.close()
+    assert p.wait(30) == 0 and b"Traceback" not in p.stderr.read()
+    # the controller gone before the planner is ready: it ends quietly
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    write_message(p.stdin, ("config", text))
+    p.stdin.close()
+    p.stdout.close()
+    assert p.wait(60) == 0 and b"Traceback" not in p.stderr.read()

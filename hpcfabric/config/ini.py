@@ -170,7 +170,8 @@ def parse_listen(path: str, key: str, text: str) -> tuple[str, int] | None:
     return host, integer(path, key, port, low=1, high=65535)
 
 
-def read_ini(path: str) -> configparser.ConfigParser:
+def read_ini(path: str, text: str | None = None) -> configparser.ConfigParser:
+    """The INI file at ``path`` (``text``: its contents as read before, not read again)."""
     parser = configparser.ConfigParser(
         interpolation=None,
         inline_comment_prefixes=(";", "#"),
@@ -180,7 +181,8 @@ def read_ini(path: str) -> configparser.ConfigParser:
         default_section="\0no-default-section",  # [DEFAULT] is a plain (ignored) section here
     )
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # host names are case-sensitive
-    text = read_user_file(path, "an INI config file", "no such config file")
+    if text is None:
+        text = read_user_file(path, "an INI config file", "no such config file")
     try:
         parser.read_string(text, source=path)
     except configparser.MissingSectionHeaderError as err:

@@ -37,13 +37,14 @@ from hpcfabric.config.ini import (
     resolve_path,
 )
 from hpcfabric.config.model import ControllerConfig
-from hpcfabric.errors import HpcfabricError
+from hpcfabric.errors import HpcfabricError, read_user_file
 from hpcfabric.rules.addressing import MODES, format_mac, parse_mac
 from hpcfabric.rules.flows import PAUSE_REACTIONS
 from hpcfabric.topology.model import Fabric
 
 
-def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock: bool = True) -> ControllerConfig:
+def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock: bool = True,
+                text: str | None = None) -> ControllerConfig:
     """Read, validate and (with ``compile``) compile the controller config at ``path``, then (``deadlock``)
     prove its tables deadlock-free under ``flow_control`` (:func:`hpcfabric.config.deadlock.deadlock_verdict`:
     with ``pfc``, tables the proof does not show acyclic are refused).
@@ -53,9 +54,14 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
     ConfigError
         Anything wrong with the file, the topology it names, the address plan
         or the rules (``source`` = file, ``field`` = ``section.key``).
+
+    ``text``: the file's contents as read before (the repair planner loads exactly what its controller
+    loaded, whatever the file says now); relative paths still resolve against ``path``'s directory.
     """
     source = os.fspath(path)
-    parser = read_ini(source)
+    if text is None:
+        text = read_user_file(source, "an INI config file", "no such config file")
+    parser = read_ini(source, text)
     check_names(source, parser)
     base = Path(source).resolve().parent
 
@@ -232,6 +238,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
 
     cfg = ControllerConfig(
         path=source,
+        source_text=text,
         topology=topology,
         addressing=addressing,
         widths=widths,

@@ -85,6 +85,8 @@ class ControllerConfig:
     traffic_matrix: Any = field(default=None, repr=False)
     #: fast-failover groups per switch (:class:`hpcfabric.rules.flows.GroupSpec`), empty unless fast_failover
     groups: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)
+    #: the INI text this config was loaded from (the repair planner process loads the same, not the file anew)
+    source_text: str = field(default="", repr=False)
 
     @property
     def meters(self) -> tuple[Any, ...]:

@@ -47,6 +47,7 @@ class Planner:
                 env = dict(os.environ, PYTHONUNBUFFERED="1")
                 self.proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.repair.service", self.config.path],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                write_message(self.proc.stdin, ("config", self.config.source_text))  # what we loaded, not the file now
             except OSError as err:
                 LOG.error("failover: the repair planner process did not start (%s): planning inline", err)
                 self.mode = "inline"

@@ -2,7 +2,8 @@
 
 The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
 Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
-``python -m hpcfabric.repair.service CONFIG`` loads the same config, builds the proof base (at nice +10: the
+``python -m hpcfabric.repair.service CONFIG`` loads the same config (the first message, ``("config", text)``,
+is the INI text the controller loaded: a file changed since is not read), builds the proof base (at nice +10: the
 controller's bring-up goes first; then back to normal priority where permitted), says ``ready``, then
 answers requests read from stdin, one at a time, each a length-prefixed pickle:
 
@@ -74,20 +75,36 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s repair planner: %(message)s")
     from hpcfabric.config import load_config
+    from hpcfabric.errors import ConfigError
     from hpcfabric.repair.plan import Repairer, proves
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
     t0 = time.monotonic()
     niced = _nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
-    cfg = load_config(argv[0], deadlock=False)
+    first = read_message(inp)  # ("config", text): the INI text the controller loaded
+    if first is None or first[0] == "stop":
+        return 0
+    try:
+        cfg = load_config(argv[0], deadlock=False, text=first[1] if first[0] == "config" else None)
+    except ConfigError as err:  # cannot happen with the controller's own text; said in one line if it does
+        LOG.error("cannot load the config: %s", err)
+        return 2
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
     rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     if niced and not _nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
         LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
-    write_message(out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
-                        "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
+    try:
+        return serve(rep, inp, out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
+                                     "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
+    except BrokenPipeError:  # the controller went away: nothing left to plan for
+        return 0
+
+
+def serve(rep: Any, inp: BinaryIO, out: BinaryIO, ready: dict[str, Any]) -> int:
+    """Say ``ready``, then answer requests until ``stop`` or the end of input."""
+    write_message(out, ready)
     plan = None
     while True:
         msg = read_message(inp)
