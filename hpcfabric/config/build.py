@@ -76,13 +76,14 @@ def build_tables(cfg: ControllerConfig, traffic: Any = None) -> ControllerConfig
     return adapt_tables(cfg, compiled)
 
 
-def adapt_switches(cfg: ControllerConfig, compiled: Any, names: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def adapt_switches(cfg: ControllerConfig, compiled: Any, names: Any,
+                   failover: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tables the controller installs on the switches ``names`` for ``compiled`` (a repair's tables) and
     the fast-failover groups of every switch (they need the whole fabric's tables; empty without them):
-    what :func:`adapt_tables` makes, for those switches only."""
+    what :func:`adapt_tables` makes, for those switches only (``failover``: as there)."""
     if cfg.fast_failover:  # groups need the whole fabric's tables; a repair may leave no port a detour
         try:
-            adapted = adapt_tables(cfg, compiled)
+            adapted = adapt_tables(cfg, compiled, failover)
         except ConfigError:
             adapted = adapt_tables(replace(cfg, fast_failover=False), compiled)
         return {n: adapted.desired[n] for n in names}, dict(adapted.groups)
@@ -98,9 +99,10 @@ def adapt_switches(cfg: ControllerConfig, compiled: Any, names: Any) -> tuple[di
     return dict(tables), {}
 
 
-def adapt_tables(cfg: ControllerConfig, compiled: Any) -> ControllerConfig:
+def adapt_tables(cfg: ControllerConfig, compiled: Any, failover: Any = None) -> ControllerConfig:
     """``cfg`` with ``compiled`` (a whole fabric's or a partition's tables) adapted to what the config asks:
-    host MAC rewrite, guards, fast-failover groups (these need the whole fabric's tables)."""
+    host MAC rewrite, guards, fast-failover groups (these need the whole fabric's tables; ``failover``: a
+    :class:`~hpcfabric.failover.groups.FailoverAnalysis` of this fabric kept between calls, else one from scratch)."""
     source, fabric, plan, real_macs = cfg.path, cfg.fabric, cfg.plan, cfg.real_macs
     tagged = compiled.cos is not None
     tables = {name: t.flows for name, t in compiled.tables.items()}
@@ -115,7 +117,8 @@ def adapt_tables(cfg: ControllerConfig, compiled: Any) -> ControllerConfig:
         from hpcfabric.failover.groups import fast_failover_groups
 
         try:
-            ff = fast_failover_groups(compiled, tables, source_macs=dict(real_macs))
+            ff = failover.update(tables) if failover is not None else \
+                fast_failover_groups(compiled, tables, source_macs=dict(real_macs))
         except CompileError as err:
             raise config_error(source, "failover.fast_failover", str(err)) from None
         if not ff.stats()["groups"]:

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.errors import CompileError
+from hpcfabric.failover.detours import DetourAnalysis
 from hpcfabric.rules.flows import (
     GROUP_TAG,
     TABLE_ALTERNATIVE,
@@ -70,7 +71,6 @@ from hpcfabric.rules.flows import (
     GroupSpec,
     Output,
 )
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
 
 #: refuse fabrics whose analysis needs more pipeline lookups than this (switch ports x destinations)
 ANALYSIS_LIMIT = 3_000_000
@@ -127,126 +127,78 @@ def fast_failover_groups(
     ``tables`` (default: the compiled ones) are the tables to transform, e.g. the controller's desired tables
     with guards; ``source_macs`` the MAC a host sends with when it is not its planned one (``host_mac =
     rewrite``). Raises :class:`~hpcfabric.errors.CompileError` if the analysis would exceed ``limit``
-    pipeline lookups (very large fabrics).
+    pipeline lookups (very large fabrics). One analysis from scratch: :class:`FailoverAnalysis` keeps one
+    between calls (repairs).
     """
-    from hpcfabric.verify.allpairs import probe_addresses
-
-    fabric, plan = compiled.fabric, compiled.plan
-    flows = {n: tuple(f) for n, f in (tables or {n: t.flows for n, t in compiled.tables.items()}).items()}
-    probes = [mac for mac, _ in probe_addresses(plan)]
-    dests: list[tuple[int, str | None]] = [(plan.host_mac[h.name], h.name) for h in fabric.hosts]
-    dests += [(mac, None) for mac in probes]
-    cost = len(fabric.hosts) * len(dests) * 4
-    if cost > limit:
-        raise CompileError(
-            f"fast-failover analysis of {fabric.name} needs ~{cost:,} pipeline lookups (limit {limit:,}): "
-            "too large; rely on recomputation (fast_failover = off)"
-        )
-    pipes = _Memo({n: Pipeline(f) for n, f in flows.items()})
-    src_of = dict(source_macs or {})
-    traffic = _traffic(fabric, plan, pipes, flows, dests, src_of)
-    out_flows: dict[str, tuple[FlowSpec, ...]] = {}
-    out_groups: dict[str, tuple[GroupSpec, ...]] = {}
-    protected: dict[str, tuple[int, ...]] = {}
-    unprotected: dict[str, tuple[int, ...]] = {}
-    for sw in fabric.switches:
-        name = sw.name
-        fports = fabric.fabric_ports(name)
-        sent = traffic.get(name, {})
-        ports = sorted(sent)
-        groups: list[GroupSpec] = []
-        prot: list[int] = []
-        for p in ports:
-            peer_p = fports[p]
-            dead = {(name, p), (peer_p.node, peer_p.port)}
-            others = sorted(fports)
-            k = others.index(p)
-            rotated = others[k + 1:] + others[:k]
-            rotated.sort(key=lambda q: fports[q].kind != peer_p.kind)  # stable: same link kind first
-            arrivals = {f.in_port for f in sent[p]}
-            frames = {replace(f, in_port=0): expect for f, expect in sent[p].items()}  # the walk resets in_port
-            alts: list[int] = []
-            for q in rotated:
-                if q in arrivals:
-                    continue
-                peer_q = fports[q]
-                if all(_detour_ok(pipes, fabric, peer_q.node, peer_q.port, frame, expect, name, dead)
-                       for frame, expect in frames.items()):
-                    alts.append(q)
-                    if len(alts) >= max_alternatives:
-                        break
-            if alts:
-                prot.append(p)
-                groups.append(GroupSpec(group_id(p), tuple(Bucket(x, (Output(x),)) for x in [p, *alts])))
-        if prot:
-            unprotected[name] = tuple(p for p in ports if p not in prot)
-            protected[name] = tuple(prot)
-            out_flows[name] = _regroup(flows[name], set(prot))
-        else:
-            unprotected[name] = tuple(ports)
-            protected[name] = ()
-            out_flows[name] = flows[name]
-        out_groups[name] = tuple(groups)
-    for name in flows:  # switches not in the fabric (should not happen) pass through
-        out_flows.setdefault(name, flows[name])
-    return FastFailover(out_flows, out_groups, protected, unprotected)
+    analysis = FailoverAnalysis(compiled, source_macs=source_macs, max_alternatives=max_alternatives, limit=limit,
+                                keep=False)
+    return analysis.update(tables if tables is not None else {n: t.flows for n, t in compiled.tables.items()})
 
 
-class _Memo:
-    """switch -> pipeline, with ``process`` memoised per (switch, frame) (pipelines are pure); a
-    :class:`PipelineError` is remembered as None."""
+class FailoverAnalysis:
+    """:func:`fast_failover_groups` kept between calls: :meth:`update` gives exactly what
+    ``fast_failover_groups(compiled, tables, ...)`` gives for new tables of the same fabric, walking again only
+    what a change on a few switches can alter (:class:`hpcfabric.failover.detours.DetourAnalysis`); a repairer
+    keeps one (:meth:`hpcfabric.repair.plan.Repairer.failover_analysis`). ``keep=False``: every update from
+    scratch, without the records a later update needs (faster once: :func:`fast_failover_groups`). Not
+    thread-safe; raises like :func:`fast_failover_groups`."""
 
-    def __init__(self, pipes: dict[str, Pipeline]) -> None:
-        self.pipes = pipes
-        self.memo: dict[tuple[str, Frame], Any] = {}
+    def __init__(self, compiled: Any, *, source_macs: Mapping[str, int] | None = None,
+                 max_alternatives: int = MAX_ALTERNATIVES, limit: int = ANALYSIS_LIMIT, keep: bool = True) -> None:
+        from hpcfabric.verify.allpairs import probe_addresses
 
-    def process(self, switch: str, frame: Frame) -> Any:
-        key = (switch, frame)
-        try:
-            return self.memo[key]
-        except KeyError:
-            pass
-        try:
-            res = self.pipes[switch].process(frame)
-        except PipelineError:
-            res = None
-        self.memo[key] = res
-        return res
+        fabric, plan = compiled.fabric, compiled.plan
+        dests: list[tuple[int, str | None]] = [(plan.host_mac[h.name], h.name) for h in fabric.hosts]
+        dests += [(mac, None) for mac, _ in probe_addresses(plan)]
+        cost = len(fabric.hosts) * len(dests) * 4
+        if cost > limit:
+            raise CompileError(
+                f"fast-failover analysis of {fabric.name} needs ~{cost:,} pipeline lookups (limit {limit:,}): "
+                "too large; rely on recomputation (fast_failover = off)"
+            )
+        self.fabric, self.plan = fabric, plan
+        self.source_macs = dict(source_macs or {})
+        src_of = self.source_macs
+        self.detours = DetourAnalysis(fabric, dests, [(h, src_of.get(h.name, plan.host_mac[h.name]))
+                                                      for h in fabric.hosts], max_alternatives, keep)
+        self._kept: dict[str, tuple[Any, ...]] = {}  # switch -> (its decisions, flows out, groups, protected, unprotected)
+
+    def fits(self, compiled: Any, source_macs: Mapping[str, int] | None = None) -> bool:
+        """Is this the analysis of ``compiled``'s fabric and address plan, with these source MACs?"""
+        return compiled.fabric is self.fabric and compiled.plan is self.plan and \
+            dict(source_macs or {}) == self.source_macs
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """What the last :meth:`update` redid (switches changed, steps, walks, ports decided, checks walked)."""
+        return dict(self.detours.stats)
+
+    def update(self, tables: Mapping[str, Iterable[FlowSpec]]) -> FastFailover:
+        """The fast-failover groups and grouped tables for ``tables`` (switch -> its flows)."""
+        flows = {n: tuple(f) for n, f in tables.items()}
+        decided = self.detours.update(flows)
+        changed = self.detours.changed
+        out_flows: dict[str, tuple[FlowSpec, ...]] = {}
+        out_groups: dict[str, tuple[GroupSpec, ...]] = {}
+        protected: dict[str, tuple[int, ...]] = {}
+        unprotected: dict[str, tuple[int, ...]] = {}
+        for sw in self.fabric.switches:
+            name = sw.name
+            kept = self._kept.get(name)
+            if kept is None or name in changed or kept[0] != decided[name]:
+                prot = tuple(p for p, alts in decided[name] if alts)
+                groups = tuple(GroupSpec(group_id(p), tuple(Bucket(x, (Output(x),)) for x in [p, *alts]))
+                               for p, alts in decided[name] if alts)
+                kept = self._kept[name] = (decided[name], regroup(flows[name], set(prot)) if prot else flows[name],
+                                           groups, prot, tuple(p for p, alts in decided[name] if not alts))
+            out_flows[name], out_groups[name], protected[name], unprotected[name] = kept[1:]
+        for name in flows:  # switches not in the fabric (should not happen) pass through
+            out_flows.setdefault(name, flows[name])
+        return FastFailover(out_flows, out_groups, protected, unprotected)
 
 
-def _traffic(fabric: Any, plan: Any, pipes: _Memo, flows: Mapping[str, tuple[FlowSpec, ...]],
-             dests: list[tuple[int, str | None]], src_of: Mapping[str, int]) -> dict[str, dict[int, dict[Frame, Any]]]:
-    """The data frames the compiled tables really send out of each fabric port: every host to every host and
-    every probe address, walked switch by switch. switch -> port -> {frame as sent, with its ingress port at
-    that switch: the host it is for (None: a probe)}. Frames are keyed without their source address when no
-    entry matches ``eth_src`` outside host ports (the source check), so one frame stands for every source."""
-    fabric_src = any(f.match.eth_src is not None and (f.match.in_port is None or fabric.peer(n, f.match.in_port) is None
-                                                      or not fabric.peer(n, f.match.in_port).is_host)
-                     for n, fl in flows.items() for f in fl)
-    bound = len(fabric.switches) + 1
-    out: dict[str, dict[int, dict[Frame, Any]]] = {}
-    for host in fabric.hosts:
-        src = src_of.get(host.name, plan.host_mac[host.name])
-        for mac, expect in dests:
-            if expect == host.name:
-                continue
-            sw, fr = host.switch, Frame(in_port=host.port, eth_src=src, eth_dst=mac)
-            for _ in range(bound):
-                res = pipes.process(sw, fr)
-                if res is None or res.punted or len(res.outputs) != 1:
-                    break
-                port, sent = res.outputs[0]
-                peer = fabric.peer(sw, port)
-                if peer is None or peer.is_host:
-                    break
-                if not fabric_src:
-                    sent = replace(sent, eth_src=0)
-                out.setdefault(sw, {}).setdefault(port, {})[replace(sent, in_port=fr.in_port)] = expect
-                sw, fr = peer.node, replace(sent, in_port=peer.port, metadata=0)
-    return out
-
-
-def _regroup(flows: tuple[FlowSpec, ...], ports: set[int]) -> tuple[FlowSpec, ...]:
+def regroup(flows: tuple[FlowSpec, ...], ports: set[int]) -> tuple[FlowSpec, ...]:
+    """``flows`` with every output to one of ``ports`` in the grouped tables through that port's group."""
     out = []
     for f in flows:
         if f.table in GROUPED_TABLES and any(isinstance(a, Output) and a.port in ports for a in f.actions):
@@ -254,31 +206,6 @@ def _regroup(flows: tuple[FlowSpec, ...], ports: set[int]) -> tuple[FlowSpec, ..
             f = replace(f, actions=acts)
         out.append(f)
     return tuple(out)
-
-
-def _detour_ok(pipes: _Memo, fabric: Any, start: str, in_port: int, frame: Frame,
-               expect: str | None, avoid: str, dead: set[tuple[str, int]]) -> bool:
-    """Does ``frame``, arriving at ``start`` on ``in_port`` with the ``dead`` link down, reach host ``expect``
-    (a probe, ``expect`` None: get dropped) without returning to ``avoid``, looping, punting or flooding?"""
-    sw, fr = start, replace(frame, in_port=in_port, metadata=0)
-    for _ in range(len(fabric.switches) + 1):
-        if sw == avoid:
-            return False
-        res = pipes.process(sw, fr)
-        if res is None or res.punted or len(res.outputs) > 1:
-            return False
-        if not res.outputs:
-            return expect is None
-        port, out = res.outputs[0]
-        if (sw, port) in dead:
-            return False
-        peer = fabric.peer(sw, port)
-        if peer is None:
-            return expect is None
-        if peer.is_host:
-            return peer.node == expect and out.vlan_pcp is None
-        sw, fr = peer.node, replace(out, in_port=peer.port, metadata=0)
-    return False
 
 
 def link_ends(link: Any) -> set[tuple[str, int]]:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from hpcfabric.errors import CompileError, VerificationError
+from hpcfabric.errors import CompileError, ConfigError, VerificationError
 from hpcfabric.rules.compiler import affected_switches
 from hpcfabric.rules.flows import FlowSpec
 from hpcfabric.topology.failures import NO_FAILURES, Failures
@@ -119,6 +119,31 @@ class Repairer:
         self.prove = prove
         self.state = state
         self._undo: Any = None
+        self.failover: Any = None  # the fast-failover analysis kept between repairs (failover_analysis)
+
+    def failover_analysis(self, compiled: Any = None) -> Any:
+        """The fast-failover analysis kept between repairs, for ``compiled``'s fabric (default: the tables in force,
+        analysed now: the planner process does this before it is ready); None with ``fast_failover = off``, or
+        for a fabric too large (:func:`~hpcfabric.config.build.adapt_tables` says why)."""
+        from hpcfabric.failover.groups import FailoverAnalysis
+
+        config = self.config
+        if not config.fast_failover:
+            return None
+        macs, target = dict(config.real_macs), compiled if compiled is not None else self.compiled
+        if self.failover is None or not self.failover.fits(target, macs):
+            try:
+                self.failover = FailoverAnalysis(target, source_macs=macs)
+            except CompileError:
+                return None
+            if compiled is None:
+                from hpcfabric.config.build import adapt_tables
+
+                try:
+                    adapt_tables(config, self.compiled, self.failover)
+                except ConfigError:  # no detour at all in the tables in force: kept all the same
+                    pass
+        return self.failover
 
     def base(self) -> Any:
         """The proof base (built now if need be: a full union walk of the tables in force)."""
@@ -175,7 +200,11 @@ class Repairer:
         regrouped: tuple[str, ...] = ()
         if config.fast_failover:  # groups (and the outputs they protect) follow the whole surviving fabric
             managed = [s.name for s in fabric.switches if config.manages(s.name)]
-            desired, groups = adapt_switches(config, compiled, managed)
+            try:
+                desired, groups = adapt_switches(config, compiled, managed, self.failover_analysis(compiled))
+            except BaseException:
+                self.failover = None  # start from scratch next time
+                raise
             regrouped = tuple(s for s in managed if s not in changed and (
                 desired[s] != self.desired.get(s) or tuple(groups.get(s, ())) != tuple(self.groups.get(s, ()))))
             desired = {s: desired[s] for s in (*mine, *regrouped)}

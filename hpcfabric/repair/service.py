@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
+    rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     if niced and not _nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
         LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
     try:

@@ -48,7 +48,8 @@ plain entries for the vectorised engine in :mod:`hpcfabric.verify.flatten`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from operator import attrgetter
+from typing import Any, Callable, Iterable
 
 from hpcfabric.errors import HpcfabricError
 from hpcfabric.rules.flows import (
@@ -92,6 +93,41 @@ class Frame:
     vlan_pcp: int | None = None
     metadata: int = 0
     reg0: int = 0
+
+    # Explicit copies: ``dataclasses.replace`` costs several times a plain constructor call, and the
+    # pipeline and the walks over it (fast-failover analysis) copy frames millions of times.
+    def as_sent(self) -> "Frame":
+        """The frame as it leaves the switch: ``metadata`` and ``reg0`` reset (itself if they are 0)."""
+        if not self.metadata and not self.reg0:
+            return self
+        return Frame(self.in_port, self.eth_src, self.eth_dst, self.eth_type, self.vlan_pcp, 0, 0)
+
+    def arriving(self, in_port: int) -> "Frame":
+        """This frame received on ``in_port`` with ``metadata`` 0 (the next switch's input)."""
+        return Frame(in_port, self.eth_src, self.eth_dst, self.eth_type, self.vlan_pcp, 0, self.reg0)
+
+    def with_in_port(self, in_port: int) -> "Frame":
+        return Frame(in_port, self.eth_src, self.eth_dst, self.eth_type, self.vlan_pcp, self.metadata, self.reg0)
+
+    def with_field(self, name: str, value: Any) -> "Frame":
+        """A copy with field ``name`` set to ``value`` (``replace(frame, name=value)``)."""
+        try:
+            return _SETTERS[name](self, value)
+        except KeyError:
+            raise TypeError(f"Frame has no field {name!r}") from None
+
+
+_SETTERS: dict[str, Callable[[Frame, Any], Frame]] = {
+    "in_port": lambda f, v: Frame(v, f.eth_src, f.eth_dst, f.eth_type, f.vlan_pcp, f.metadata, f.reg0),
+    "eth_src": lambda f, v: Frame(f.in_port, v, f.eth_dst, f.eth_type, f.vlan_pcp, f.metadata, f.reg0),
+    "eth_dst": lambda f, v: Frame(f.in_port, f.eth_src, v, f.eth_type, f.vlan_pcp, f.metadata, f.reg0),
+    "eth_type": lambda f, v: Frame(f.in_port, f.eth_src, f.eth_dst, v, f.vlan_pcp, f.metadata, f.reg0),
+    "vlan_pcp": lambda f, v: Frame(f.in_port, f.eth_src, f.eth_dst, f.eth_type, v, f.metadata, f.reg0),
+    "metadata": lambda f, v: Frame(f.in_port, f.eth_src, f.eth_dst, f.eth_type, f.vlan_pcp, v, f.reg0),
+    "reg0": lambda f, v: Frame(f.in_port, f.eth_src, f.eth_dst, f.eth_type, f.vlan_pcp, f.metadata, v),
+}
+#: the frame fields a match can look at (``Match.vlan_vid`` looks at ``vlan_pcp``: tagged or not)
+_MATCHED = ("in_port", "eth_type", "vlan_pcp", "eth_src", "eth_dst", "metadata", "reg0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +181,29 @@ def match_frame(match: Match, frame: Frame) -> bool:
     return True
 
 
+def _no_key(frame: Frame) -> None:
+    return None
+
+
 class FlowTable:
-    """One table: entries by priority, highest first; ties keep the given order."""
+    """One table: entries by priority, highest first; ties keep the given order.
+
+    Lookups are memoised on the frame fields the table's entries match at all (its *key fields*): the
+    winner depends on nothing else, so frames that differ elsewhere share one scan."""
 
     def __init__(self, table_id: int, flows: Iterable[FlowSpec]) -> None:
         self.table_id = table_id
         self.entries: tuple[FlowSpec, ...] = tuple(sorted(flows, key=lambda f: -f.priority))
+        used = set()
+        for f in self.entries:
+            m = f.match
+            used.update(n for n in _MATCHED if getattr(m, n) is not None)
+            if m.vlan_vid is not None:
+                used.add("vlan_pcp")
+        #: the frame fields some entry matches (the winner depends on these only)
+        self.key_fields: tuple[str, ...] = tuple(n for n in _MATCHED if n in used)
+        self.key: Callable[[Frame], Any] = attrgetter(*self.key_fields) if self.key_fields else _no_key
+        self._memo: dict[Any, FlowSpec | None] = {}
         for f in self.entries:
             if f.table != table_id:
                 raise PipelineError(f"entry of table {f.table} placed in table {table_id}")
@@ -162,10 +215,18 @@ class FlowTable:
 
     def lookup(self, frame: Frame) -> FlowSpec | None:
         """The winning entry for ``frame``, None on a table miss."""
+        key = self.key(frame)
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        found = None
         for f in self.entries:
             if match_frame(f.match, frame):
-                return f
-        return None
+                found = f
+                break
+        self._memo[key] = found
+        return found
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -179,6 +240,7 @@ class _Run:
     learned: list[FlowSpec]
     miss: int | None
     to_ingress: list[int] = field(default_factory=list)
+    trace: list[tuple[int, Frame]] | None = None
 
 
 def _bits(value: int, ofs: int, n_bits: int) -> int:
@@ -217,8 +279,10 @@ class Pipeline:
             by_table.setdefault(f.table, []).append(f)
         self.tables: dict[int, FlowTable] = {t: FlowTable(t, fl) for t, fl in sorted(by_table.items())}
 
-    def process(self, frame: Frame) -> Result:
-        st = _Run([], [], [], [], None)
+    def process(self, frame: Frame, trace: list[tuple[int, Frame]] | None = None) -> Result:
+        """What this switch does with ``frame``. ``trace``: a list that gets every table lookup made, as (table,
+        frame looked up), resubmits and misses included: the result is fixed by those lookups' winners."""
+        st = _Run([], [], [], [], None, trace=trace)
         self._run_from(0, frame, st, 0)
         return Result(tuple(st.outputs), bool(st.punts), tuple(st.hits), st.miss, tuple(st.punts), tuple(st.learned),
                       tuple(st.to_ingress))
@@ -227,6 +291,8 @@ class Pipeline:
         """Process ``frame`` from ``table`` on (following ``goto``); the frame as it ends."""
         while table is not None:
             ft = self.tables.get(table)
+            if st.trace is not None:
+                st.trace.append((table, frame))
             entry = ft.lookup(frame) if ft is not None else None
             if entry is None:
                 if depth == 0:
@@ -234,7 +300,10 @@ class Pipeline:
                 break
             st.hits.append(entry)
             for action in entry.actions:
-                if isinstance(action, Resubmit):
+                if type(action) is Output:  # the common case first
+                    if action.port not in self.down:  # else the link is down: this copy is lost
+                        _output(action.port, frame, st)
+                elif isinstance(action, Resubmit):
                     if depth >= MAX_RESUBMIT_DEPTH:
                         raise PipelineError(f"more than {MAX_RESUBMIT_DEPTH} nested resubmits")
                     frame = self._run_from(action.table, frame, st, depth + 1)
@@ -248,7 +317,7 @@ class Pipeline:
                     frame = _apply(action, frame, st)
             if entry.write_metadata is not None:
                 value, mask = entry.write_metadata
-                frame = replace(frame, metadata=(frame.metadata & ~mask) | (value & mask))
+                frame = frame.with_field("metadata", (frame.metadata & ~mask) | (value & mask))
             if entry.goto is not None and entry.goto <= table:  # pragma: no cover - checked at build
                 raise PipelineError(f"goto {entry.goto} from table {table} does not go forward")
             table = entry.goto
@@ -269,36 +338,40 @@ class Pipeline:
         return check_overlaps(self.flows)
 
 
+def _output(port: int, frame: Frame, st: "_Run") -> None:
+    sent = frame.as_sent()
+    if port == OFPP_CONTROLLER:
+        st.punts.append(sent)
+    elif port == OFPP_IN_PORT:
+        st.outputs.append((frame.in_port, sent))
+    elif port == frame.in_port:
+        st.to_ingress.append(port)  # OpenFlow: never back out of the ingress port by number
+    else:
+        st.outputs.append((port, sent))
+
+
 def _apply(action: object, frame: Frame, st: "_Run") -> Frame:
     if isinstance(action, Output):
-        sent = replace(frame, metadata=0, reg0=0)
-        if action.port == OFPP_CONTROLLER:
-            st.punts.append(sent)
-        elif action.port == OFPP_IN_PORT:
-            st.outputs.append((frame.in_port, sent))
-        elif action.port == frame.in_port:
-            st.to_ingress.append(action.port)  # OpenFlow: never back out of the ingress port by number
-        else:
-            st.outputs.append((action.port, sent))
+        _output(action.port, frame, st)
         return frame
     if isinstance(action, SetField):
         if action.field not in SETTABLE_FIELDS:
             raise PipelineError(f"set_field on unsupported field {action.field!r} (supported: {SETTABLE_FIELDS})")
         if action.field == "vlan_pcp" and frame.vlan_pcp is None:
             raise PipelineError("set_field vlan_pcp on an untagged frame (push a VLAN tag first)")
-        return replace(frame, **{action.field: action.value})
+        return frame.with_field(action.field, action.value)
     if isinstance(action, PushVlan):
-        return replace(frame, vlan_pcp=0 if frame.vlan_pcp is None else frame.vlan_pcp)
+        return frame if frame.vlan_pcp is not None else frame.with_field("vlan_pcp", 0)
     if isinstance(action, PopVlan):
         if frame.vlan_pcp is None:
             raise PipelineError("pop_vlan on an untagged frame")
-        return replace(frame, vlan_pcp=None)
+        return frame.with_field("vlan_pcp", None)
     if isinstance(action, LearnLoad):
         if action.dst not in ("reg0", "metadata"):
             raise PipelineError(f"load into {action.dst!r} (supported: reg0, metadata)")
         mask = ((1 << action.n_bits) - 1) << action.dst_ofs
         old = getattr(frame, action.dst)
-        return replace(frame, **{action.dst: old & ~mask | (action.value << action.dst_ofs) & mask})
+        return frame.with_field(action.dst, old & ~mask | (action.value << action.dst_ofs) & mask)
     raise PipelineError(f"unsupported action {action!r}")
 
 
