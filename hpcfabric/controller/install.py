@@ -62,14 +62,7 @@ class Installer:
                 if method != "bundle":
                     method = "flowmods"
                     self.install_flowmods(dp, d, ours_opaque, ranges)
-            xid = ch.xids(dp, 1)
-            ranges.append((xid, 1))
-            ch.wait(dp, xid, ofwire.barrier(xid), timeout=install_timeout(changes))
-            errs = ch.take_errors(dp.id, ranges)
-            if errs:
-                raise SyncError(f"{len(errs)} error(s) from the switch, first: {err_text(errs[0])}")
-            if sw.gen != gen:
-                raise Disconnected("superseded")
+            self.confirm(sw, dp, gen, ranges, changes)
             if sw.retired:
                 LOG.warning("switch dpid %016x (was %s) is no longer in the topology: %d flows of ours deleted",
                             sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
@@ -109,13 +102,25 @@ class Installer:
             sw.syncing = False
             app.mark()
 
+    def confirm(self, sw: Any, dp: Any, gen: int, ranges: list[tuple[int, int]], changes: int) -> None:
+        """A barrier after what was sent (``ranges``: its xids); raises SyncError for the switch's errors among
+        them, Disconnected if the session was superseded meanwhile."""
+        ch = self.app.channel
+        xid = ch.xids(dp, 1)
+        ranges.append((xid, 1))
+        ch.wait(dp, xid, ofwire.barrier(xid), timeout=install_timeout(changes))
+        errs = ch.take_errors(dp.id, ranges)
+        if errs:
+            raise SyncError(f"{len(errs)} error(s) from the switch, first: {err_text(errs[0])}")
+        if sw.gen != gen:
+            raise Disconnected("superseded")
+
     def apply_change(self, sw: Any, dp: Any, old: tuple[FlowSpec, ...], new: tuple[FlowSpec, ...]) -> int:
         """A confirmed switch from desired table ``old`` to ``new`` (a repair): only the entries that differ, in one
         ONF bundle (or flow-mods), its fast-failover groups first if they changed, then a barrier. No flow dump:
         ``old`` is what the switch was confirmed with. Returns the flow-mods sent; raises SyncError /
         Disconnected (the caller falls back to a full reconciliation)."""
         app = self.app
-        ch = app.channel
         gen = sw.gen
         self.sync_groups(sw, dp)
         d = diff(new, old)
@@ -126,14 +131,7 @@ class Installer:
             if not ((bundles == "on" or (bundles == "auto" and sw.bundles is not False))
                     and self.install_bundle(sw, dp, d, [], ranges)):
                 self.install_flowmods(dp, d, [], ranges)
-        xid = ch.xids(dp, 1)
-        ranges.append((xid, 1))
-        ch.wait(dp, xid, ofwire.barrier(xid), timeout=install_timeout(changes))
-        errs = ch.take_errors(dp.id, ranges)
-        if errs:
-            raise SyncError(f"{len(errs)} error(s) from the switch, first: {err_text(errs[0])}")
-        if sw.gen != gen:
-            raise Disconnected("superseded")
+        self.confirm(sw, dp, gen, ranges, changes)
         sw.rules_installed = len(new)
         sw.confirmed_at = time.time()
         app.counters["rules_sent"] += changes
