@@ -153,11 +153,12 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
         for k in range(10):
             set_links(c, [link], up=k % 2 == 1)
             time.sleep(0.1)
-        time.sleep(1.0)
+        held, t1 = False, time.monotonic()  # up again now, but held down while the hold lasts (2 s)
+        while not held and time.monotonic() - t1 < 1.5:
+            held = any((c.status(i).get("failover") or {}).get("damped") for i in range(len(c.parts)))
+            time.sleep(0.05)
         quiet_since(c, t0, quiet=1.5)
         mid = repairs(c)
-        stats = [c.status(i).get("failover") or {} for i in range(len(c.parts))]
-        held = any(s.get("damped") for s in stats)
         time.sleep(4.0)  # the hold runs out: the link is up and stable
         quiet_since(c, t0, quiet=1.5)
         after = repairs(c)
