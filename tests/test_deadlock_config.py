@@ -110,7 +110,7 @@ def test_status_and_metrics_show_scheme_levels_flow_control_and_verdict(tmp_path
     path = write(tmp_path, "routing = conditional\nreload_poll = 0\n", topo="dragonfly-a2-p1-h1.yaml")
     app = make_app(path)
     st = app.status()
-    text = render(app).decode()
+    text = render(app.sources).decode()
     line = next(l for l in text.splitlines() if l.startswith("hpcfabric_deadlock_proven{"))
     for part in ('flow_control="pfc"', 'scheme="top"', 'levels="3"', 'verdict="proven"'):
         assert part in line, line

@@ -66,7 +66,7 @@ def test_metric_values_from_the_app(tmp_path):
     hub.sleep(0.35)
     hub.kill(t)
     app.wiring.report(time.monotonic())
-    text = render(app).decode()
+    text = render(app.sources).decode()
     assert sample(text, "hpcfabric_switches_confirmed") == 6
     assert sample(text, "hpcfabric_switch_rules_installed", switch="g0s0") == len(app.desired("g0s0"))
     assert sample(text, "hpcfabric_port_paused", switch="g0s0", port="3") == 1

@@ -11,23 +11,29 @@ See docs/controller.md. The application class is defined in this module on
 purpose: os-ken's app manager only loads ``OSKenApp`` subclasses whose
 ``__module__`` is the module it was asked to load.
 
-Design. :class:`HpcfabricController` holds the state a reload replaces --
-``config``, ``fabric``, the switch maps (``switches``, ``by_dpid``,
-``retired``, ``unknown``, ``unmanaged``), ``tables``, the pure ``pause``
-(:class:`~hpcfabric.protocols.pause.PauseState`) and ``discovery``
-(:class:`~hpcfabric.controller.discovery.DiscoveryState`) -- plus the
-``counters``, the encoded flow-mod ``cache`` and the HA lease ``ha``. Its
-event handlers classify an event and hand it to the collaborator that owns
-the reaction. Each collaborator is one module with one responsibility; it is
-given the app and uses the app's public attributes and the other
-collaborators' public methods (never their underscore names), and it holds no
-reloadable object itself, so a reload is seen by all at once. The decisions
+Design. The state a reload replaces lives in one
+:class:`~hpcfabric.controller.state.State` (``config``, ``fabric``, the switch maps
+``switches``/``by_dpid``, ``tables``, the pure ``pause`` state, ``discovery``; the
+session maps ``retired``, ``unknown``, ``unmanaged``), built by
+:func:`~hpcfabric.controller.state.build_state` at start and at every reload
+and put in force by one :meth:`~hpcfabric.controller.state.State.swap`. The app
+also holds the ``counters``, the encoded flow-mod ``cache``, the HA lease
+``ha`` and ``changes`` (what the status loop polls). Its event handlers
+classify an event and hand it to the collaborator that owns the reaction. Each
+collaborator is one module with one responsibility and is given only what it
+uses -- the state, the channel, the counters, and the siblings' callables it
+really calls (the constructor calls in ``__init__`` are the arrows; the two
+back to the sessions are bound right after it) -- never the app. status and
+metrics render one snapshot (:mod:`hpcfabric.controller.snapshot`: each
+collaborator's ``as_dict()``). The decisions
 live in pure modules below the controller (:mod:`hpcfabric.openflow.reconcile`,
 :mod:`hpcfabric.protocols.pause`, :mod:`~hpcfabric.protocols.cnm`,
 :mod:`~hpcfabric.protocols.lldp`, :mod:`hpcfabric.controller.discovery`,
 :mod:`hpcfabric.repair.plan`, :mod:`hpcfabric.config`), with time passed in
 as ``now``. Collaborators (module: class as app attribute -- what it owns):
 
+* ``state``: ``State`` as ``state``, ``build_state``, ``Changes`` as ``changes``;
+* ``snapshot``: ``Sources`` as ``sources`` and ``snapshot()`` -- what status and metrics read;
 * ``framework``: the seam to os-ken or Ryu, the only module that imports them (app
   base class, events, decorators, OpenFlow 1.3 modules, hub, app manager,
   its CONF; which one: the manager that loaded the app, else ``HPCFABRIC_FRAMEWORK``);
@@ -90,7 +96,7 @@ from hpcfabric.controller.framework import (
     set_ev_cls,
     set_ev_handler,
 )
-from hpcfabric.controller.ha import HaAgent, make_ha, scoped_discovery
+from hpcfabric.controller.ha import HaAgent, make_ha
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.metrics import MetricsServer
@@ -99,12 +105,11 @@ from hpcfabric.controller.polling import StatsPoller
 from hpcfabric.controller.reload import Reloader
 from hpcfabric.controller.sessions import Sessions
 from hpcfabric.controller.status import StatusReporter
+from hpcfabric.controller.snapshot import Sources
+from hpcfabric.controller.state import STATE_ATTRS, Changes, build_state
 from hpcfabric.controller.storm import Storm
-from hpcfabric.controller.switches import SwitchState, build_switches
-from hpcfabric.controller.tables import Tables, group_buckets
 from hpcfabric.controller.wiring import Wiring
 from hpcfabric.openflow import ofwire
-from hpcfabric.protocols.pause import PauseState
 from hpcfabric.rules.flows import ETH_TYPE_CNM, ETH_TYPE_DMP, ETH_TYPE_LLDP, ETH_TYPE_PAUSE, FlowSpec
 
 #: LLDP packet-ins one receive path handles in a row before other green threads run (a datapath's read
@@ -122,41 +127,43 @@ class HpcfabricController(App):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         config = launch.startup_config()
-        self.config = config
-        self.fabric = config.fabric
         self.started = time.time()
         self.counters: collections.Counter = collections.Counter()
-        self.switches, self.by_dpid, _ = build_switches(config, {})
-        self.retired: dict[int, SwitchState] = {}  # removed from the topology by a reload, flows being cleared
-        self.unknown: dict[int, dict[str, Any]] = {}
-        self.unmanaged: dict[int, Any] = {}  # switches of the fabric another instance manages ([ha] switches)
-        self.tables = Tables(config, group_buckets(config))
-        self.pause = PauseState(config.link_speed_bps, hold=config.pause_hold_ms / 1000.0)
-        self.cache = ofwire.FlowModCache()
         self.ha = make_ha(config)
-        self.discovery = scoped_discovery(config, self.fabric, self.ha)  # a partition expects only its links
-        self.channel = Channel(self.counters, lambda dpid: self.by_dpid.get(dpid))
-        self.sessions = Sessions(self)
-        self.admission = Admission(self)
-        self._restore_listener = self.admission.install()  # before the framework's listener starts
-        self.installer = Installer(self)
-        self.pausing = Pausing(self)
-        self.storm = Storm(self)
-        self.wiring = Wiring(self)
-        self.failover = Failover(self)
-        self.ha_agent = HaAgent(self)
-        self.reloader = Reloader(self)
-        self.reporter = StatusReporter(self, launch.OVERRIDES.get("status_file"))
-        self.poller = StatsPoller(self)
-        self.metrics = MetricsServer(self)
+        self.state = state = build_state(config, self.ha)  # a reload swaps its content (State.swap)
+        self.changes = changes = Changes()
+        self.cache = cache = ofwire.FlowModCache()
+        counters, ha = self.counters, self.ha
+        active = self.running
+        self.channel = channel = Channel(counters, lambda dpid: state.by_dpid.get(dpid))
         self.heap = Heap(enabled=launch.OWN_PROCESS)
+        self.storm = Storm(state)
+        self.pausing = Pausing(state, channel, cache, counters, ha, changes, active)
+        self.installer = Installer(state, channel, cache, counters, changes, self.pausing.adopt, self.heap.confirmed)
+        self.admission = Admission(state, channel, counters, changes)
+        self._restore_listener = self.admission.install()  # before the framework's listener starts
+        self.failover = Failover(state, ha, changes, active, self.installer.apply_change)
+        self.sessions = Sessions(state, channel, ha, counters, changes, active, self.admission, self.failover,
+                                 self.installer.sync, self.pausing.forget)
+        # the two arrows back to the sessions: a session an echo probe cleared, a switch a repair could not patch
+        self.admission.admit = self.sessions.admit
+        self.failover.resync = self.sessions.resync
+        self.wiring = Wiring(state, channel, counters, ha, self.storm, changes, active)
+        self.ha_agent = HaAgent(state, ha, counters, changes, active, self.sessions.session, self.pausing.forget)
+        self.reloader = Reloader(state, ha, cache, counters, changes, active, self.sessions, self.failover.reconfigure)
+        self.poller = StatsPoller(state, channel, ha, counters, changes, self.storm, active)
+        self.sources = Sources(state, counters, cache, ha, self.heap, self.started, self.wiring, self.pausing,
+                               self.poller, self.admission, self.reloader, self.failover)
+        self.reporter = StatusReporter(self.sources, changes, active, launch.OVERRIDES.get("status_file"))
+        self.metrics = MetricsServer(self.sources)
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []
         self._restore_sighup: Any = None
+        fabric = config.fabric
         LOG.info(
             "hpcfabric controller: %s (%s, %d switches, %d hosts), %s addressing, %s routing, %d rules",
-            self.fabric.name, self.fabric.kind, len(self.fabric.switches), len(self.fabric.hosts), config.addressing,
+            fabric.name, fabric.kind, len(fabric.switches), len(fabric.hosts), config.addressing,
             config.routing, config.rules_expected,
         )
 
@@ -206,9 +213,13 @@ class HpcfabricController(App):
             LOG.exception("final status write failed")
 
     # ---------------------------------------------------------------- API
+    def running(self) -> bool:
+        """Is the app active? (the loops' condition)"""
+        return self.is_active
+
     def desired(self, name: str) -> tuple[FlowSpec, ...]:
         """The switch's desired table with PORT_STATE entries as the pause state says."""
-        return self.tables.desired(name, {p for (s, p) in self.pause.paused_ports() if s == name})
+        return self.state.desired(name)
 
     def status(self, running: bool = True) -> dict[str, Any]:
         """The status file's content (docs/controller.md)."""
@@ -223,9 +234,7 @@ class HpcfabricController(App):
 
     def mark(self, rediscover: bool = False) -> None:
         """Something the status shows changed (``rediscover``: the discovery report too)."""
-        if rediscover:
-            self.wiring.stale()
-        self.reporter.dirty = True
+        self.changes.mark(rediscover)
 
     # ------------------------------------------------------------ events
     # Latency-critical events (packet-ins, barrier replies) are handled in
@@ -317,7 +326,7 @@ class HpcfabricController(App):
             if not isinstance(in_port, int):
                 c["no_in_port"] += 1
                 return
-            sw_in = self.by_dpid.get(msg.datapath.id)
+            sw_in = self.state.by_dpid.get(msg.datapath.id)
             if (sw_in.dp is not msg.datapath) if sw_in is not None else not self.admission.admitted(msg.datapath):
                 c["unadmitted_messages"] += 1  # a refused or held session: its frames change nothing
                 return
@@ -373,3 +382,11 @@ class HpcfabricController(App):
         self.wiring.port_status(msg.datapath, msg.desc, deleted)
         self.failover.port_status(msg.datapath, msg.desc, deleted)
         self.mark()
+
+
+def _from_state(name: str) -> property:
+    return property(lambda app: getattr(app.state, name), doc=f"The running state's ``{name}`` (read only).")
+
+
+for _name in STATE_ATTRS:  # app.config, app.switches, ...: read through to the state a reload swaps
+    setattr(HpcfabricController, _name, _from_state(_name))

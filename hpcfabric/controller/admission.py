@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.config.security import may_claim
 from hpcfabric.controller.channel import SyncError
@@ -63,16 +63,24 @@ def close(dp: Any) -> None:
         pass
 
 
+def _unbound(*_args: Any) -> None:
+    raise RuntimeError("no sessions bound to take the session")
+
+
 def address(dp: Any) -> str:
     addr = getattr(dp, "address", None)
     return "%s:%s" % tuple(addr[:2]) if addr else "?"
 
 
 class Admission:
-    """Identity and liveness checks for the app ``app`` (its switch maps, ``channel``, ``counters``, ``config``)."""
+    """Identity and liveness checks of sessions against ``state`` (its switch maps, ``config``), echo probes
+    over ``channel``; ``admit(dp)``: take a session a probe cleared (the sessions' admit, which asks this
+    admission first: the app binds it once the sessions exist)."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, counters: Any, changes: Any,
+                 admit: Callable[[Any], None] | None = None) -> None:
+        self.state, self.channel, self.counters, self.changes = state, channel, counters, changes
+        self.admit: Callable[[Any], None] = admit or _unbound
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT)
         self.by_reason: collections.Counter = collections.Counter()
         self.pending: dict[int, Any] = {}  # id(dp) -> a session held while the live one is probed
@@ -88,21 +96,21 @@ class Admission:
     # ------------------------------------------------------------ queries
     def live(self, dpid: int) -> Any:
         """The admitted session of ``dpid`` (managed, retired, unknown or another instance's switch), or None."""
-        app = self.app
-        sw = app.by_dpid.get(dpid)
+        fab = self.state
+        sw = fab.by_dpid.get(dpid)
         if sw is not None and sw.dp is not None:
             return sw.dp
-        old = app.retired.get(dpid)
+        old = fab.retired.get(dpid)
         if old is not None and old.dp is not None:
             return old.dp
-        dp = app.unmanaged.get(dpid)
+        dp = fab.unmanaged.get(dpid)
         if dp is not None:
             return dp
-        return (app.unknown.get(dpid) or {}).get("dp")
+        return (fab.unknown.get(dpid) or {}).get("dp")
 
     def admitted(self, dp: Any) -> bool:
         """Is ``dp`` the session the app listens to for its dpid? Every handler asks before acting."""
-        sw = self.app.by_dpid.get(dp.id)
+        sw = self.state.by_dpid.get(dp.id)
         if sw is not None and sw.dp is dp:
             return True
         return self.live(dp.id) is dp
@@ -111,11 +119,11 @@ class Admission:
     def claim(self, dp: Any) -> bool:
         """A session reached MAIN_DISPATCHER: True if the app takes it now; False if it is refused or held
         while the dpid's live session is probed (:meth:`probe` then admits or refuses it)."""
-        app = self.app
-        switch = app.config.dpid_to_switch.get(dp.id)
-        if app.config.tls is not None:
+        fab = self.state
+        switch = fab.config.dpid_to_switch.get(dp.id)
+        if fab.config.tls is not None:
             names = getattr(getattr(dp, "socket", None), "hpcfabric_names", ())  # read by the TLS gate
-            if not may_claim(names, dp.id, switch, app.config.tls.names):
+            if not may_claim(names, dp.id, switch, fab.config.tls.names):
                 self.refuse(dp, MISMATCH, f"certificate names {', '.join(names) or 'nothing'}, the session claims "
                             f"dpid {dp.id:016x}" + (f" ({switch})" if switch else ""), names)
                 return False
@@ -123,37 +131,37 @@ class Admission:
         if live is None or live is dp or getattr(live, "state", None) == DEAD_DISPATCHER:
             return True
         self.pending[id(dp)] = dp
-        app.counters["sessions_probed"] += 1
+        self.counters["sessions_probed"] += 1
         hub.spawn(self.probe, dp, live)
         return False
 
     def probe(self, dp: Any, live: Any) -> None:
         """Echo the dpid's live session: answered -> refuse ``dp``; silent -> close it and admit ``dp``."""
-        app = self.app
+        fab = self.state
         t0 = time.monotonic()
-        answered = self.echo(live, app.config.echo_timeout)
+        answered = self.echo(live, fab.config.echo_timeout)
         ms = (time.monotonic() - t0) * 1000
         if self.pending.pop(id(dp), None) is None or getattr(dp, "state", None) == DEAD_DISPATCHER:
             return  # the newcomer left meanwhile
         if self.live(dp.id) is not live:  # the live one disconnected (or was replaced) meanwhile: judge again
             if self.claim(dp):
-                app.sessions.admit(dp)
+                self.admit(dp)
             return
         if answered:
             self.refuse(dp, DUPLICATE, f"dpid {dp.id:016x} is connected from {address(live)}, which answered an "
                         f"echo in {ms:.1f} ms")
             return
-        name = app.config.dpid_to_switch.get(dp.id, "unknown switch")
+        name = fab.config.dpid_to_switch.get(dp.id, "unknown switch")
         LOG.warning("%s (dpid %016x): the session from %s did not answer an echo within %g s: closed; the new session "
-                    "from %s takes its place", name, dp.id, address(live), app.config.echo_timeout, address(dp))
+                    "from %s takes its place", name, dp.id, address(live), fab.config.echo_timeout, address(dp))
         self.replaced += 1
-        app.counters["sessions_replaced"] += 1
+        self.counters["sessions_replaced"] += 1
         close(live)
-        app.sessions.admit(dp)
+        self.admit(dp)
 
     def echo(self, dp: Any, timeout: float) -> bool:
         """Does ``dp`` answer an echo request within ``timeout`` seconds?"""
-        ch = self.app.channel
+        ch = self.channel
         xid = ch.xids(dp, 1)
         hub.spawn(dp.send, ofwire.echo_request(xid))  # a stuck send queue must not hold the probe past its timeout
         try:
@@ -187,11 +195,11 @@ class Admission:
         self.handshakes += 1
 
     def record(self, addr: Any, reason: str, detail: str, dpid: int | None, names: tuple[str, ...] = ()) -> None:
-        app = self.app
+        fab = self.state
         where = "%s:%s" % tuple(addr[:2]) if addr else "?"
-        switch = app.config.dpid_to_switch.get(dpid) if dpid is not None else None
+        switch = fab.config.dpid_to_switch.get(dpid) if dpid is not None else None
         self.by_reason[reason] += 1
-        app.counters["refused_sessions"] += 1
+        self.counters["refused_sessions"] += 1
         self.recent.append({"time": time.time(), "dpid": None if dpid is None else f"{dpid:016x}", "switch": switch,
                             "address": where, "reason": reason, "detail": detail, "certificate": list(names)})
         key = (dpid, where.rsplit(":", 1)[0], reason)
@@ -206,10 +214,12 @@ class Admission:
             who = f"session for {switch or 'an unknown switch'} (dpid {dpid:016x})" if dpid is not None else "connection"
             LOG.warning("OpenFlow %s from %s refused: %s: %s%s", who, where, reason, detail, more)
             self.logged[key] = [now, 0]
-        app.mark()
+        self.changes.mark()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tls": self.app.config.tls is not None, "tls_handshakes": self.handshakes,
+        """The status file's ``admission`` entry, and the last refusals as ``impostors`` (the status shows them
+        at its top level)."""
+        return {"impostors": list(self.recent), "tls": self.state.config.tls is not None, "tls_handshakes": self.handshakes,
                 "refused_by_reason": dict(sorted(self.by_reason.items())), "pending": len(self.pending),
                 "replaced_dead_sessions": self.replaced,
-                "unadmitted_messages": self.app.counters["unadmitted_messages"]}
+                "unadmitted_messages": self.counters["unadmitted_messages"]}

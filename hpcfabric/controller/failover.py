@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from hpcfabric.config import ControllerConfig
 from hpcfabric.controller.channel import Disconnected, SyncError
@@ -40,11 +40,21 @@ def dead_switches(switches: Iterable[Any], now: float, grace: float) -> set[str]
             if not s.connected and s.disconnected_at is not None and now - s.disconnected_at > grace}
 
 
-class Failover:
-    """Ports down, switches gone and repairs for the app ``app`` (its ``switches``, ``tables``, ``installer``)."""
+def _unbound(*_args: Any) -> None:
+    raise RuntimeError("no sessions bound to resync a switch")
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+
+class Failover:
+    """Ports down, switches gone and repairs of ``state``'s switches and ``tables`` (only while ``ha`` says we
+    are master). ``apply_change(sw, dp, old, new)``: put a repaired table on a confirmed switch (the installer);
+    ``resync(sw)``: a full reconciliation (the sessions', which tell this failover of switches coming and going:
+    the app binds it once the sessions exist); ``active()``: the app still runs."""
+
+    def __init__(self, state: Any, ha: Any, changes: Any, active: Callable[[], bool],
+                 apply_change: Callable[[Any, Any, Any, Any], int], resync: Callable[[Any], None] | None = None) -> None:
+        self.state, self.ha, self.changes, self.active = state, ha, changes, active
+        self.apply_change = apply_change
+        self.resync: Callable[[Any], None] = resync or _unbound
         self.damper = FlapDamper()
         self.remote_ports: set[tuple[str, int]] = set()  # reported by other controllers (their switches)
         self.remote_switches: set[str] = set()
@@ -69,17 +79,17 @@ class Failover:
     def prepare(self) -> None:
         """Start the repair planner (its own process builds the proof base while the switches come up) and, for a
         partitioned fabric, the failures board (:mod:`hpcfabric.controller.board`)."""
-        app = self.app
-        config = app.config
+        fab = self.state
+        config = fab.config
         if not config.recompute or self.planner is not None:
             return
         self.planner = Planner(config)
         hub.spawn(self.planner.start)
         if self.board is None:
-            self.board = make_board(config, app.ha)
+            self.board = make_board(config, self.ha)
             if self.board is not None:
                 board = self.board
-                hub.spawn(board.watch, self.remote, lambda: app.is_active and self.board is board)
+                hub.spawn(board.watch, self.remote, lambda: self.active() and self.board is board)
 
     def stop(self) -> None:
         if self.planner is not None:
@@ -91,9 +101,9 @@ class Failover:
     # ------------------------------------------------------------ events
     def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
         """A fabric port of a managed switch changed: repair if what counts as down changed."""
-        app = self.app
-        sw = app.by_dpid.get(dp.id)
-        if sw is None or sw.dp is not dp or not app.config.recompute or desc.port_no not in app.fabric.fabric_ports(
+        fab = self.state
+        sw = fab.by_dpid.get(dp.id)
+        if sw is None or sw.dp is not dp or not fab.config.recompute or desc.port_no not in fab.fabric.fabric_ports(
                 sw.name):
             return
         o = dp.ofproto
@@ -103,11 +113,11 @@ class Failover:
     def connected(self, sw: Any, dp: Any) -> None:
         """A managed switch (re)connected: its fabric ports as its port descriptions say (a port that went down or
         came back while it had no controller is seen now)."""
-        if not self.app.config.recompute:
+        if not self.state.config.recompute:
             return
         o = dp.ofproto
         now = time.monotonic()
-        for port in self.app.fabric.fabric_ports(sw.name):
+        for port in self.state.fabric.fabric_ports(sw.name):
             desc = (dp.ports or {}).get(port)
             if desc is None:  # not described: nothing to tell
                 continue
@@ -156,11 +166,11 @@ class Failover:
 
     def switch_lost(self) -> None:
         """A switch disconnected: if it stays away longer than ``lldp_timeout``, route around it."""
-        hub.spawn_after(self.app.config.lldp_timeout + 0.05, self.check_dead)
+        hub.spawn_after(self.state.config.lldp_timeout + 0.05, self.check_dead)
 
     def check_dead(self) -> None:
-        app = self.app
-        if dead_switches(app.switches.values(), time.monotonic(), app.config.lldp_timeout) != self.dead:
+        fab = self.state
+        if dead_switches(fab.switches.values(), time.monotonic(), fab.config.lldp_timeout) != self.dead:
             self.t0 = time.monotonic()
             self.publish()
             self.schedule()
@@ -170,16 +180,16 @@ class Failover:
 
     def failures(self, now: float) -> Failures:
         """Everything out now: our ports down (damped), other controllers' reports, switches gone."""
-        app = self.app
-        dead = dead_switches(app.switches.values(), now, app.config.lldp_timeout) | self.remote_switches
-        return Failures.of(app.fabric, self.ports_down(now) | self.remote_ports, dead)
+        fab = self.state
+        dead = dead_switches(fab.switches.values(), now, fab.config.lldp_timeout) | self.remote_switches
+        return Failures.of(fab.fabric, self.ports_down(now) | self.remote_ports, dead)
 
     def publish(self) -> None:
         """Tell the other controllers what our switches see (the failures board of a partitioned fabric)."""
         if self.board is None:
             return
         now = time.monotonic()
-        mine = dead_switches(self.app.switches.values(), now, self.app.config.lldp_timeout)
+        mine = dead_switches(self.state.switches.values(), now, self.state.config.lldp_timeout)
         try:
             self.board.publish(self.ports_down(now), mine)
         except Exception as err:  # pragma: no cover - the next change publishes again
@@ -188,14 +198,14 @@ class Failover:
     # ------------------------------------------------------------ repairs
     def schedule(self, delay: float = COALESCE_S) -> None:
         """One repair soon (events in a burst share it); only a master repairs."""
-        if self.pending or not self.app.ha.master or not self.app.config.recompute:
+        if self.pending or not self.ha.master or not self.state.config.recompute:
             return
         self.pending = True
         hub.spawn_after(delay, self.repair)
 
     def repair(self) -> None:
         """Plan the repair for what is out now (off the hub), install it if proven, in its waves."""
-        app = self.app
+        fab = self.state
         self.pending = False
         if self.running:
             self.again = True
@@ -205,7 +215,7 @@ class Failover:
         try:
             now = time.monotonic()
             failures = self.failures(now)
-            config = app.config
+            config = fab.config
             if self.planner is None:
                 self.prepare()
             planner = self.planner
@@ -213,7 +223,7 @@ class Failover:
             if failures == self.in_force:
                 return
             plan = planner.plan(failures)
-            if app.config is not config or planner is not self.planner:  # reloaded meanwhile
+            if fab.config is not config or planner is not self.planner:  # reloaded meanwhile
                 planner.decide(False)
                 return
             self._applied_ports = set(self.ports_down(now))
@@ -246,8 +256,8 @@ class Failover:
             LOG.exception("repair failed")
         finally:
             self.running = False
-            app.reporter.milestone = True  # operators and benches wait for a repair: no status gap
-            app.mark()
+            self.changes.milestone = True  # operators and benches wait for a repair: no status gap
+            self.changes.mark()
         if self.again:
             self.again = False
             self.schedule()
@@ -255,50 +265,50 @@ class Failover:
     def install(self, plan: Any) -> int:
         """The plan's tables in force, wave by wave: each switch gets the entries that differ (one bundle and a
         barrier); a wave is confirmed before the next starts. Returns the flow-mods sent."""
-        app = self.app
-        tables = app.tables
-        old = {name: app.desired(name) for name in plan["desired"]}
+        fab = self.state
+        tables = fab.tables
+        old = {name: fab.desired(name) for name in plan["desired"]}
         tables.repaired.update(plan["desired"])
         if plan["groups"] or tables.groups:
             from hpcfabric.controller.tables import group_buckets
 
             tables.groups = group_buckets(plan["groups"])
         for name in list(tables.repaired):  # back to the compiled table: nothing to keep apart
-            if tables.repaired[name] == app.config.desired.get(name):
+            if tables.repaired[name] == fab.config.desired.get(name):
                 del tables.repaired[name]
         sent = 0
         for wave in plan["waves"]:
             threads = []
             for name in wave:
-                st = app.switches.get(name)
+                st = fab.switches.get(name)
                 if st is None or name not in old:
                     continue
-                if st.connected and st.dp is not None and st.confirmed and not st.syncing and app.ha.master_of(name):
-                    threads.append(hub.spawn(self._apply, st, st.dp, old[name], app.desired(name)))
+                if st.connected and st.dp is not None and st.confirmed and not st.syncing and self.ha.master_of(name):
+                    threads.append(hub.spawn(self._apply, st, st.dp, old[name], fab.desired(name)))
                 elif st.connected and st.dp is not None:
-                    app.sessions.resync(st)  # not settled: a full reconciliation
+                    self.resync(st)  # not settled: a full reconciliation
             for t in threads:
                 sent += t.wait() or 0
         return sent
 
     def _apply(self, st: Any, dp: Any, old: Any, new: Any) -> int:
         try:
-            return self.app.installer.apply_change(st, dp, old, new)
+            return self.apply_change(st, dp, old, new)
         except Disconnected:
             return 0
         except SyncError as err:
             LOG.error("failover: switch %s: repair rejected (%s): reconciling it in full", st.name, err)
-            self.app.sessions.resync(st)
+            self.resync(st)
             return 0
 
     def reconfigure(self, new: ControllerConfig) -> None:
         """After a reload: forget ports of switches no longer managed; repair the new tables around what is out."""
-        app = self.app
-        self.damper.forget(lambda k: k[0] in app.switches)
+        fab = self.state
+        self.damper.forget(lambda k: k[0] in fab.switches)
         self.stop()
         self.planner = None
         self.in_force = NO_FAILURES
-        app.tables.repaired = {}
+        fab.tables.repaired = {}
         self.prepare()
         if self.ports_down(time.monotonic()) or self.dead or self.remote_ports or self.remote_switches:
             self.t0 = time.monotonic()
@@ -306,7 +316,7 @@ class Failover:
 
     def as_dict(self) -> dict[str, Any]:
         """The status file's ``failover`` entry."""
-        config = self.app.config
+        config = self.state.config
         now = time.monotonic()
         planner = self.planner
         return {"fast_failover": config.fast_failover, "recompute": config.recompute,
@@ -315,6 +325,6 @@ class Failover:
                 "ports_down": [f"{s}:{p}" for s, p in sorted(self.ports_down(now))],
                 "damped": [f"{s}:{p}" for s, p in sorted(self.damper.damped(now))],
                 "remote": [f"{s}:{p}" for s, p in sorted(self.remote_ports)] + sorted(self.remote_switches),
-                "switches_gone": sorted(self.dead), "repaired": bool(self.app.tables.repaired),
+                "switches_gone": sorted(self.dead), "repaired": bool(self.state.tables.repaired),
                 "events": self.events, "repairs": self.repairs, "refused": self.refused, "flow_mods": self.flow_mods,
                 "last_ms": self.last_ms, "last": self.last, "unproven": self.unproven}

@@ -185,24 +185,27 @@ def make_ha(config: ControllerConfig) -> Any:
 
 
 class HaAgent:
-    """Keeps the lease of the app ``app`` (``app.ha``) and applies role changes to its switches."""
+    """Keeps the lease ``ha`` and applies role changes to ``state``'s switches: ``session(sw, dp, gen)`` starts
+    a new session (the sessions'), ``forget(dpid | None)`` drops flips in flight (the pausing's);
+    ``active()``: the app still runs."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, ha: Any, counters: Any, changes: Any, active: Callable[[], bool],
+                 session: Callable[[Any, Any, int], None], forget: Callable[[int | None], None]) -> None:
+        self.state, self.ha, self.counters, self.changes, self.active = state, ha, counters, changes, active
+        self.session, self.forget = session, forget
 
     def loop(self) -> None:
-        app = self.app
-        ha = app.ha
+        ha = self.ha
         if ha.mode == "equal":
             return
         last_ok = time.monotonic()
-        while app.is_active:
+        while self.active():
             try:
                 change = ha.tick()
                 last_ok = time.monotonic()
             except OSError as err:
                 change = None
-                app.counters["lease_errors"] += 1
+                self.counters["lease_errors"] += 1
                 LOG.error("HA lease %s: %s", getattr(ha, "lease_file", None) or "store", err)
                 if ha.role == "master" and time.monotonic() - last_ok > ha.timeout:
                     ha.set_role("slave")  # we cannot renew: the lease is gone by now, so are we
@@ -213,27 +216,27 @@ class HaAgent:
 
     def changed(self, role: str | dict[str, str]) -> None:
         """The role changed (a dict: per partition): a new session on every connected switch concerned."""
-        app = self.app
+        fab = self.state
         names = None
         if isinstance(role, dict):
             for part, r in sorted(role.items()):
-                LOG.warning("HA: this instance (%s) is now %s of partition %s", app.ha.instance, r.upper(), part)
-            names = app.ha.switches_of(role)
+                LOG.warning("HA: this instance (%s) is now %s of partition %s", self.ha.instance, r.upper(), part)
+            names = self.ha.switches_of(role)
             role = "master" if "master" in role.values() else "slave"
         else:
-            LOG.warning("HA: this instance (%s) is now %s (generation %d)", app.ha.instance, role.upper(),
-                        app.ha.generation)
-        for st in app.switches.values():
+            LOG.warning("HA: this instance (%s) is now %s (generation %d)", self.ha.instance, role.upper(),
+                        self.ha.generation)
+        for st in fab.switches.values():
             if st.connected and st.dp is not None and (names is None or st.name in names):
                 st.gen += 1
-                st.confirmed = False if not app.ha.master_of(st.name) else st.confirmed
-                hub.spawn(app.sessions.session, st, st.dp, st.gen)
-        if not app.ha.master:
-            app.pausing.forget()
+                st.confirmed = False if not self.ha.master_of(st.name) else st.confirmed
+                hub.spawn(self.session, st, st.dp, st.gen)
+        if not self.ha.master:
+            self.forget()
         else:
-            for st in app.switches.values():
-                if not app.ha.master_of(st.name):
-                    app.pausing.forget(st.dpid)
+            for st in fab.switches.values():
+                if not self.ha.master_of(st.name):
+                    self.forget(st.dpid)
         if names is not None:  # the partitions we master changed: so do the links discovery expects
-            app.discovery.set_scope(*discovery_scope(app.config, app.ha))
-        app.mark(rediscover=names is not None)
+            fab.discovery.set_scope(*discovery_scope(self.state.config, self.ha))
+        self.changes.mark(rediscover=names is not None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.controller.ofmsg import Unrepresentable, from_action, from_flow_stats
 from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError, err_text, install_timeout
@@ -26,15 +26,19 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 
 class Installer:
-    """Reconciles switches of the app ``app`` (its ``channel``, ``cache``, ``tables``, ``config``, ``pausing``)."""
+    """Reconciles ``state``'s switches with their desired tables over ``channel`` (flow-mods encoded by
+    ``cache``). ``adopt(switch, installed)``: the pausing's look at PORT_STATE entries found paused;
+    ``settled(everything)``: a switch was confirmed (everything: all of them; the heap's settle point)."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, cache: Any, counters: Any, changes: Any,
+                 adopt: Callable[[str, list[FlowSpec]], None], settled: Callable[[bool], None]) -> None:
+        self.state, self.channel, self.cache, self.counters, self.changes = state, channel, cache, counters, changes
+        self.adopt, self.settled = adopt, settled
         self.bundle_id = 0
 
     def sync(self, sw: Any, dp: Any, gen: int) -> None:
-        app = self.app
-        ch = app.channel
+        fab = self.state
+        ch = self.channel
         t0 = time.monotonic()
         ranges: list[tuple[int, int]] = []
         sw.syncing = True
@@ -46,8 +50,8 @@ class Installer:
             installed, opaque = self.dump_flows(dp, sw)
             opaque = [s for s in opaque if not is_learned(s.cookie)]  # switch-local PAUSE state, not ours to sync
             if not sw.retired:
-                app.pausing.adopt(sw.name, installed)
-            desired = () if sw.retired else app.desired(sw.name)
+                self.adopt(sw.name, installed)
+            desired = () if sw.retired else fab.desired(sw.name)
             d = diff(desired, installed)
             ours_opaque = [s for s in opaque if cookie_class(s.cookie) is not None]
             if ours_opaque:
@@ -56,7 +60,7 @@ class Installer:
             changes = d.changes + len(ours_opaque)
             method = "none"
             if changes:
-                bundles = app.config.bundles
+                bundles = fab.config.bundles
                 if bundles == "on" or (bundles == "auto" and sw.bundles is not False):
                     method = "bundle" if self.install_bundle(sw, dp, d, ours_opaque, ranges) else "flowmods"
                 if method != "bundle":
@@ -68,13 +72,13 @@ class Installer:
                             sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
             # flips that raced with the sync: re-assert the current PORT_STATE entries
             for port in sorted(sw.flipped_during_sync):
-                flow = app.tables.port_state_flow(sw.name, port, app.pause.is_paused(sw.name, port, time.monotonic()))
+                flow = fab.tables.port_state_flow(sw.name, port, fab.pause.is_paused(sw.name, port, time.monotonic()))
                 x = ch.xids(dp, 1)
-                ch.send(dp, app.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
+                ch.send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
             sw.confirmed = not sw.retired
             if sw.confirmed and sw.ready_gen != gen:  # its LLDP punts work from now: links pending from here
                 sw.ready_gen = gen
-                app.discovery.switch_ready(sw.dpid, time.monotonic())
+                fab.discovery.switch_ready(sw.dpid, time.monotonic())
             sw.rules_installed = len(desired)
             sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), len(d.delete) + len(ours_opaque), len(d.keep)
             sw.foreign = len(d.foreign) + len(opaque) - len(ours_opaque)
@@ -84,28 +88,28 @@ class Installer:
             sw.confirmed_at = time.time()
             sw.syncs += 1
             sw.error = None
-            app.counters["rules_sent"] += changes
+            self.counters["rules_sent"] += changes
             LOG.info(
                 "switch %s (dpid %016x) confirmed: %d rules (added %d, modified %d, deleted %d, kept %d) in %.3f s via %s",
                 sw.name, sw.dpid, sw.rules_installed, sw.added, sw.modified, sw.deleted, sw.kept, sw.sync_seconds,
                 method,
             )
-            everything = all(s.confirmed for s in app.switches.values())
-            app.heap.confirmed(everything)
+            everything = all(s.confirmed for s in fab.switches.values())
+            self.settled(everything)
             if everything:  # operators and benches wait for this: no status gap
-                app.reporter.milestone = True
+                self.changes.milestone = True
             if sw.foreign:
                 LOG.warning("switch %s holds %d foreign flow(s) (not ours, left alone)", sw.name, sw.foreign)
             if d.conflicts:
                 LOG.warning("switch %s: %d foreign flow(s) sat on keys we need and were replaced", sw.name, len(d.conflicts))
         finally:
             sw.syncing = False
-            app.mark()
+            self.changes.mark()
 
     def confirm(self, sw: Any, dp: Any, gen: int, ranges: list[tuple[int, int]], changes: int) -> None:
         """A barrier after what was sent (``ranges``: its xids); raises SyncError for the switch's errors among
         them, Disconnected if the session was superseded meanwhile."""
-        ch = self.app.channel
+        ch = self.channel
         xid = ch.xids(dp, 1)
         ranges.append((xid, 1))
         ch.wait(dp, xid, ofwire.barrier(xid), timeout=install_timeout(changes))
@@ -120,22 +124,22 @@ class Installer:
         ONF bundle (or flow-mods), its fast-failover groups first if they changed, then a barrier. No flow dump:
         ``old`` is what the switch was confirmed with. Returns the flow-mods sent; raises SyncError /
         Disconnected (the caller falls back to a full reconciliation)."""
-        app = self.app
+        fab = self.state
         gen = sw.gen
         self.sync_groups(sw, dp)
         d = diff(new, old)
         changes = d.changes
         ranges: list[tuple[int, int]] = []
         if changes:
-            bundles = app.config.bundles
+            bundles = fab.config.bundles
             if not ((bundles == "on" or (bundles == "auto" and sw.bundles is not False))
                     and self.install_bundle(sw, dp, d, [], ranges)):
                 self.install_flowmods(dp, d, [], ranges)
         self.confirm(sw, dp, gen, ranges, changes)
         sw.rules_installed = len(new)
         sw.confirmed_at = time.time()
-        app.counters["rules_sent"] += changes
-        app.counters["repair_flow_mods"] += changes
+        self.counters["rules_sent"] += changes
+        self.counters["repair_flow_mods"] += changes
         return changes
 
     def dump_flows(self, dp: Any, sw: Any) -> tuple[list[FlowSpec], list[Any]]:
@@ -145,7 +149,7 @@ class Installer:
         dp.set_xid(req)
         req.serialize()
         t0 = time.monotonic()
-        w = self.app.channel.wait(dp, req.xid, bytes(req.buf))
+        w = self.channel.wait(dp, req.xid, bytes(req.buf))
         if w.error is not None:
             raise SyncError(f"flow stats request rejected: {w.error}")
         t1 = time.monotonic()
@@ -170,7 +174,7 @@ class Installer:
         """Encoded flow-mods, deletions first, with consecutive xids from ``xid0``."""
         out = []
         x = xid0
-        enc = self.app.cache.encode
+        enc = self.cache.encode
         for f in d.delete:
             out.append(enc(f, x, ofwire.OFPFC_DELETE_STRICT))
             x = (x + 1) & MAX_XID
@@ -199,7 +203,7 @@ class Installer:
         return out
 
     def install_flowmods(self, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> None:
-        ch = self.app.channel
+        ch = self.channel
         n = len(d.delete) + len(opaque) + len(d.add) + len(d.modify)
         xid0 = ch.xids(dp, n)
         ranges.append((xid0, n))
@@ -207,14 +211,14 @@ class Installer:
 
     def install_bundle(self, sw: Any, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> bool:
         """Install the changes atomically in one ONF bundle; False if the switch has no bundles."""
-        ch = self.app.channel
+        ch = self.channel
         self.bundle_id = (self.bundle_id + 1) & MAX_XID
         bid = self.bundle_id
         xid = ch.xids(dp, 1)
         w = ch.wait(dp, xid, ofwire.bundle_ctrl(xid, bid, ofwire.ONF_BCT_OPEN_REQUEST))
         ch.pop_error(dp.id, xid)
         if w.error is not None:
-            if self.app.config.bundles == "on":
+            if self.state.config.bundles == "on":
                 raise SyncError(f"bundle open rejected: {err_text(w.error)}")
             LOG.info("switch %s does not take ONF bundles (%s); using plain flow-mods", sw.name, err_text(w.error))
             sw.bundles = False
@@ -251,9 +255,9 @@ class Installer:
     # ---------------------------------------------------------- meters/groups
     def sync_meters(self, sw: Any, dp: Any) -> None:
         """Install or correct the punt meters (before the flows that use them); nothing if they are right."""
-        app = self.app
-        ch = app.channel
-        wanted = {m.meter_id: (m.rate, m.burst) for m in app.config.meters}
+        fab = self.state
+        ch = self.channel
+        wanted = {m.meter_id: (m.rate, m.burst) for m in fab.config.meters}
         if not wanted or sw.installed_meters == wanted:
             return
         p, o = dp.ofproto_parser, dp.ofproto
@@ -271,15 +275,15 @@ class Installer:
         self._send_mods(dp, msgs, "meter-mod rejected ({}): does the switch support meters? "
                         "else set [guards] punt_meters = off")
         if msgs:
-            app.counters["meter_mods"] += len(msgs)
+            self.counters["meter_mods"] += len(msgs)
             LOG.info("switch %s: %d punt meter(s) installed/updated", sw.name, len(msgs))
         sw.installed_meters = wanted
 
     def sync_groups(self, sw: Any, dp: Any) -> None:
         """Install or correct the fast-failover groups the desired flows use (before the flows)."""
-        app = self.app
-        ch = app.channel
-        wanted = app.tables.groups.get(sw.name) or {}
+        fab = self.state
+        ch = self.channel
+        wanted = fab.tables.groups.get(sw.name) or {}
         if not wanted or sw.installed_groups == wanted:
             return
         p = dp.ofproto_parser
@@ -298,7 +302,7 @@ class Installer:
         self._send_mods(dp, msgs, "group-mod rejected ({}): does the switch support fast-failover "
                         "groups? else set [failover] fast_failover = off")
         if msgs:
-            app.counters["group_mods"] += len(msgs)
+            self.counters["group_mods"] += len(msgs)
             LOG.info("switch %s: %d fast-failover group(s) installed/updated", sw.name, len(msgs))
         sw.installed_groups = dict(wanted)
 
@@ -306,7 +310,7 @@ class Installer:
         """Send meter/group mods (consecutive xids) and a barrier; a rejected one raises SyncError(``error``)."""
         if not msgs:
             return
-        ch = self.app.channel
+        ch = self.channel
         xid0 = struct.unpack_from("!I", msgs[0], 4)[0]
         bx = ch.xids(dp, 1)
         ch.wait(dp, bx, b"".join(msgs) + ofwire.barrier(bx))

@@ -6,11 +6,10 @@ histogram (:class:`ReactionHistogram`) as flips complete. Every metric is
 named ``hpcfabric_*``; :data:`METRICS` lists them with their help text
 (the docs table is checked against it).
 
-The collector reads the app and its collaborators' public state
-(``switches``, ``counters``, ``pause``, ``pausing``, ``poller``, ``reloader``,
-``ha``, ``failover``, the discovery report ``wiring.last_report``), so it is
-unit-tested with the real app and fake switches. :class:`MetricsServer`
-serves it over HTTP in a green thread.
+The collector renders the same snapshot the status file is written from
+(:func:`hpcfabric.controller.snapshot.snapshot`: the state, the counters and
+each collaborator's ``as_dict()``), so it is unit-tested with the real app and
+fake switches. :class:`MetricsServer` serves it over HTTP in a green thread.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import time
 from typing import Any, Iterator
 
 from hpcfabric.controller.framework import serve_wsgi
+from hpcfabric.controller.snapshot import Sources, snapshot
 
 #: name -> (type, help). Counter names are given without the ``_total`` suffix prometheus_client adds.
 METRICS: dict[str, tuple[str, str]] = {
@@ -134,10 +134,11 @@ class ReactionHistogram:
 
 
 class FabricCollector:
-    """prometheus_client collector over a running :class:`hpcfabric.controller.HpcfabricController`."""
+    """prometheus_client collector: renders one :func:`~hpcfabric.controller.snapshot.snapshot` of ``sources``
+    at each scrape (the same snapshots the status file is written from)."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
 
     def describe(self) -> list:
         return []  # collect() builds everything at scrape time (unchecked collector)
@@ -145,8 +146,10 @@ class FabricCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-        app = self.app
-        c = app.counters
+        src = self.sources
+        fab = src.state
+        snap = snapshot(src)
+        c = src.counters
         h = METRICS
 
         def gauge(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
@@ -156,7 +159,7 @@ class FabricCollector:
         def counter(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
             return CounterMetricFamily(name, h[name][1], value=value, labels=labels)
 
-        sws = list(app.switches.values())
+        sws = list(fab.switches.values())
         yield gauge("hpcfabric_up", 1)
         yield gauge("hpcfabric_switches_expected", len(sws))
         yield gauge("hpcfabric_switches_connected", sum(1 for s in sws if s.connected))
@@ -174,42 +177,43 @@ class FabricCollector:
         yield exp
         yield inst
         yield syncs
-        rep = app.wiring.last_report or {}
-        yield gauge("hpcfabric_unknown_switches", len(app.unknown_dpids()))
-        yield gauge("hpcfabric_discovery_scope_switches", rep.get("scope_switches", len(app.fabric.switches)))
-        yield gauge("hpcfabric_links_expected", rep.get("links_expected", len(app.fabric.links)))
+        rep = snap["wiring"]["report"]
+        yield gauge("hpcfabric_unknown_switches", len(snap["wiring"]["unknown_dpids"]))
+        yield gauge("hpcfabric_discovery_scope_switches", rep.get("scope_switches", len(fab.fabric.switches)))
+        yield gauge("hpcfabric_links_expected", rep.get("links_expected", len(fab.fabric.links)))
         yield gauge("hpcfabric_links_discovered", rep.get("links_discovered", 0))
         yield gauge("hpcfabric_links_missing", len(rep.get("missing_links", ())))
         yield gauge("hpcfabric_miswired_ports", len(rep.get("miswired", ())))
         yield gauge("hpcfabric_quarantined_ports", len(rep.get("quarantined", ())))
-        yield gauge("hpcfabric_ports_down", len(app.failover.ports_down(time.monotonic())))
+        fo = snap["failover"]
+        yield gauge("hpcfabric_ports_down", len(fo["ports_down"]))
 
-        import time as _time
-
-        now = _time.monotonic()
+        now = time.monotonic()
+        pausing = snap["pausing"]
         paused = gauge("hpcfabric_port_paused", labels=["switch", "port"])
         flips = counter("hpcfabric_port_pause_flips", labels=["switch", "port"])
-        ports = set(app.pausing.port_flips) | set(app.pause.until)
+        pause, port_flips = fab.pause, pausing["port_flips"]
+        ports = set(port_flips) | set(pause.until)
         for sw, port in sorted(ports):
-            paused.add_metric([sw, str(port)], 1 if app.pause.is_paused(sw, port, now) else 0)
-            flips.add_metric([sw, str(port)], app.pausing.port_flips.get((sw, port), 0))
+            paused.add_metric([sw, str(port)], 1 if pause.is_paused(sw, port, now) else 0)
+            flips.add_metric([sw, str(port)], port_flips.get((sw, port), 0))
         yield paused
         yield flips
-        hist = app.pausing.hist
         yield HistogramMetricFamily(
             "hpcfabric_pause_reaction_seconds", h["hpcfabric_pause_reaction_seconds"][1],
-            buckets=hist.cumulative(), sum_value=hist.sum,
+            buckets=pausing["hist_buckets"], sum_value=pausing["hist_sum"],
         )
+        poller = snap["poller"]
         for name, kind in (("hpcfabric_dmp_requests_served", "dmp"), ("hpcfabric_spoofed_frames_dropped", "spoofed"),
                            ("hpcfabric_host_punts", "host_punts")):
             m = counter(name, labels=["switch", "port"])
-            for sw, kinds in sorted(app.poller.served.items()):
+            for sw, kinds in sorted(poller["served"].items()):
                 for port, n in sorted(kinds.get(kind, {}).items()):
                     m.add_metric([sw, str(port)], n)
             yield m
         m = counter("hpcfabric_meter_dropped_packets", labels=["switch", "meter"])
-        names = {mt.meter_id: mt.name for mt in app.config.meters}
-        for sw, drops in sorted(app.poller.meter_drops.items()):
+        names = {mt.meter_id: mt.name for mt in fab.config.meters}
+        for sw, drops in sorted(poller["meter_drops"].items()):
             for mid, n in sorted(drops.items()):
                 m.add_metric([sw, names.get(mid, str(mid))], n)
         yield m
@@ -226,17 +230,17 @@ class FabricCollector:
             m.add_metric([reason], c[key])
         yield m
         m = counter("hpcfabric_reloads", labels=["result"])
-        m.add_metric(["ok"], app.reloader.reloads["ok"])
-        m.add_metric(["failed"], app.reloader.reloads["failed"])
+        reloads = snap["reload"]
+        m.add_metric(["ok"], reloads["ok"])
+        m.add_metric(["failed"], reloads["failed"])
         yield m
-        last = app.reloader.reloads.get("last") or {}
-        yield gauge("hpcfabric_config_valid", 0 if last and not last.get("ok") else 1)
-        live = app.reloader.as_dict().get("last") or {}
+        live = reloads.get("last") or {}
+        yield gauge("hpcfabric_config_valid", 0 if live and not live.get("ok") else 1)
         yield gauge("hpcfabric_reload_table_diff", live.get("table_diff") or 0)
         yield gauge("hpcfabric_reload_flow_mods", live.get("flow_mods_sent") or 0)
-        dl = app.config.deadlock or {}
+        dl = fab.config.deadlock or {}
         proven = gauge("hpcfabric_deadlock_proven", labels=["flow_control", "scheme", "levels", "verdict"])
-        proven.add_metric([str(dl.get("flow_control", app.config.flow_control)), str(dl.get("scheme", "")),
+        proven.add_metric([str(dl.get("flow_control", fab.config.flow_control)), str(dl.get("scheme", "")),
                            str(dl.get("levels", "")), str(dl.get("verdict", "not checked"))],
                           1 if dl.get("proven") else 0)
         yield proven
@@ -250,51 +254,51 @@ class FabricCollector:
         yield counter("hpcfabric_switch_errors", c["switch_errors"])
         yield counter("hpcfabric_sync_failures", c["sync_failures"])
         m = counter("hpcfabric_refused_sessions", labels=["reason"])
-        for reason, n in sorted(app.admission.by_reason.items()):
+        admission = snap["admission"]
+        for reason, n in admission["refused_by_reason"].items():
             m.add_metric([reason], n)
         yield m
-        yield counter("hpcfabric_replaced_sessions", app.admission.replaced)
-        yield counter("hpcfabric_tls_handshakes", app.admission.handshakes)
-        yield gauge("hpcfabric_ha_master", 1 if app.ha.master else 0)
-        yield gauge("hpcfabric_ha_generation", app.ha.generation)
-        yield counter("hpcfabric_ha_takeovers", app.ha.takeovers)
-        yield counter("hpcfabric_link_failures", app.failover.events)
-        fo = app.failover
-        yield counter("hpcfabric_repairs", fo.repairs)
-        yield counter("hpcfabric_repairs_refused", fo.refused)
-        yield gauge("hpcfabric_repair_unproven", 1 if fo.unproven else 0)
-        yield gauge("hpcfabric_repair_seconds", (fo.last_ms or 0.0) / 1000.0)
-        yield gauge("hpcfabric_repair_proof_seconds", ((fo.last or {}).get("timings") or {}).get("prove", 0.0))
-        yield counter("hpcfabric_repair_flow_mods", fo.flow_mods)
-        yield gauge("hpcfabric_ports_damped", len(fo.damper.damped(time.monotonic())))
+        yield counter("hpcfabric_replaced_sessions", admission["replaced_dead_sessions"])
+        yield counter("hpcfabric_tls_handshakes", admission["tls_handshakes"])
+        yield gauge("hpcfabric_ha_master", 1 if snap["ha_master"] else 0)
+        yield gauge("hpcfabric_ha_generation", snap["ha"]["generation"])
+        yield counter("hpcfabric_ha_takeovers", snap["ha"]["takeovers"])
+        yield counter("hpcfabric_link_failures", fo["events"])
+        yield counter("hpcfabric_repairs", fo["repairs"])
+        yield counter("hpcfabric_repairs_refused", fo["refused"])
+        yield gauge("hpcfabric_repair_unproven", 1 if fo["unproven"] else 0)
+        yield gauge("hpcfabric_repair_seconds", (fo["last_ms"] or 0.0) / 1000.0)
+        yield gauge("hpcfabric_repair_proof_seconds", ((fo["last"] or {}).get("timings") or {}).get("prove", 0.0))
+        yield counter("hpcfabric_repair_flow_mods", fo["flow_mods"])
+        yield gauge("hpcfabric_ports_damped", len(fo["damped"]))
 
 
-def make_registry(app: Any) -> Any:
+def make_registry(sources: Sources) -> Any:
     """A fresh prometheus_client registry holding only the fabric collector (no process/GC metrics)."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FabricCollector(app))
+    registry.register(FabricCollector(sources))
     return registry
 
 
-def render(app: Any) -> bytes:
-    """The text exposition of ``app``'s metrics (what a scrape returns)."""
+def render(sources: Sources) -> bytes:
+    """The text exposition of the metrics of ``sources`` (what a scrape returns)."""
     from prometheus_client import generate_latest
 
-    return generate_latest(make_registry(app))
+    return generate_latest(make_registry(sources))
 
 
 class MetricsServer:
-    """``[metrics] listen = HOST:PORT``: the app's metrics over HTTP (``/metrics``) in a green thread."""
+    """``[metrics] listen = HOST:PORT``: the metrics of ``sources`` over HTTP (``/metrics``) in a green thread."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
         self.sock: Any = None
 
     def start(self) -> Any:
         """Listen and serve; returns the server's green thread (None without ``[metrics] listen``)."""
-        listen = self.app.config.metrics_listen
+        listen = self.sources.state.config.metrics_listen
         if listen is None:
             return None
         from prometheus_client import make_wsgi_app
@@ -302,7 +306,7 @@ class MetricsServer:
         host, port = listen
         quiet = logging.getLogger("hpcfabric.controller.metrics.http")
         quiet.setLevel(logging.WARNING)
-        self.sock, thread = serve_wsgi(host, port, socket_family(host), make_wsgi_app(make_registry(self.app)), quiet)
+        self.sock, thread = serve_wsgi(host, port, socket_family(host), make_wsgi_app(make_registry(self.sources)), quiet)
         logging.getLogger("hpcfabric.controller").info("metrics: http://%s:%d/metrics", host, port)
         return thread
 

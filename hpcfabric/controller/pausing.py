@@ -16,7 +16,7 @@ import collections
 import logging
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.controller.channel import MAX_XID, err_text
 from hpcfabric.controller.framework import hub
@@ -34,10 +34,13 @@ _BARRIER_HEAD = ofwire.barrier(0)[:4]
 
 
 class Pausing:
-    """PAUSE/PFC/CNM -> flips for the app ``app`` (its ``pause`` state, ``tables``, ``channel``, ``counters``)."""
+    """PAUSE/PFC/CNM -> flips of ``state``'s ``pause`` state, sent over ``channel`` (flow-mods encoded by
+    ``cache``) while ``ha`` says we master the switch; ``active()``: the app still runs."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, cache: Any, counters: Any, ha: Any, changes: Any,
+                 active: Callable[[], bool]) -> None:
+        self.state, self.channel, self.cache, self.counters, self.ha = state, channel, cache, counters, ha
+        self.changes, self.active = changes, active
         #: (dpid, barrier xid) -> (start, flip, flow-mod xid) of flips in flight
         self.pending: dict[tuple[int, int], tuple[float, Flip, int]] = {}
         self.reaction_ms: collections.deque[float] = collections.deque(maxlen=1000)
@@ -50,57 +53,57 @@ class Pausing:
 
     @property
     def conditional(self) -> bool:
-        return self.app.config.routing == "conditional"
+        return self.state.config.routing == "conditional"
 
     # ------------------------------------------------------------ frames
     def on_pause(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
-        app = self.app
-        c = app.counters
+        fab, mark = self.state, self.changes.mark
+        c = self.counters
         c["pause_frames"] += 1
-        sw = app.by_dpid.get(msg.datapath.id)
+        sw = fab.by_dpid.get(msg.datapath.id)
         if sw is None:
             c["pause_unknown_switch"] += 1
-            app.mark()
+            mark()
             return
-        peer = app.fabric.peer(sw.name, in_port)
+        peer = fab.fabric.peer(sw.name, in_port)
         if peer is None:
             c["pause_unknown_port"] += 1
-            app.mark()
+            mark()
             return
         if peer.is_host:
             c["pause_host_port"] += 1
-            app.mark()
+            mark()
             return
         try:
             frame = parse_mac_control(data)
         except MalformedFrame as err:
             c["pause_malformed"] += 1
             LOG.debug("switch %s port %d: malformed MAC-control frame dropped: %s", sw.name, in_port, err)
-            app.mark()
+            mark()
             return
         if not self.conditional:
             c["pause_minimal"] += 1
-            app.mark()
+            mark()
             return
-        if app.config.pause_reaction == "switch":  # the switch learned its override from this very frame
+        if fab.config.pause_reaction == "switch":  # the switch learned its override from this very frame
             c["pause_switch_local"] += 1
             self.port_pauses[(sw.name, in_port)] += 1
-            app.mark()
+            mark()
             return
         c["pause_used"] += 1
-        for flip in app.pause.on_frame(sw.name, in_port, frame, t0):
+        for flip in fab.pause.on_frame(sw.name, in_port, frame, t0):
             self.apply_flip(flip, t0)
         self._wake_for(sw.name, in_port)
-        app.mark()
+        mark()
 
     def on_cnm(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
         """An 802.1Qau CNM copied from a fabric port: the same flip as a PAUSE, held
         ``cnm_max_hold_ms * qFb / 63`` (:func:`hpcfabric.protocols.cnm.on_cnm`, docs/routing.md)."""
-        app = self.app
-        c = app.counters
+        fab = self.state
+        c = self.counters
         c["cnm_frames"] += 1
-        sw = app.by_dpid.get(msg.datapath.id)
-        peer = app.fabric.peer(sw.name, in_port) if sw is not None else None
+        sw = fab.by_dpid.get(msg.datapath.id)
+        peer = fab.fabric.peer(sw.name, in_port) if sw is not None else None
         if sw is None or peer is None:
             c["cnm_unknown_port"] += 1
         elif peer.is_host:
@@ -118,44 +121,44 @@ class Pausing:
                     c["cnm_no_feedback"] += 1
                 else:
                     c["cnm_used"] += 1
-                    flips = on_cnm(app.pause, sw.name, in_port, cnm, t0, max_hold=app.config.cnm_max_hold_ms / 1000.0)
+                    flips = on_cnm(fab.pause, sw.name, in_port, cnm, t0, max_hold=fab.config.cnm_max_hold_ms / 1000.0)
                     for flip in flips:
                         c["cnm_flips"] += 1
                         self.apply_flip(flip, t0)
                     self._wake_for(sw.name, in_port)
-        app.mark()
+        self.changes.mark()
 
     def _wake_for(self, switch: str, port: int) -> None:
-        deadline = self.app.pause.until.get((switch, port))
+        deadline = self.state.pause.until.get((switch, port))
         if deadline is not None and deadline < self.wait_until:
             self.wakeup.set()  # only an earlier deadline needs the expiry loop now
 
     # ------------------------------------------------------------- flips
     def apply_flip(self, flip: Flip, t0: float) -> None:
         """Send the flip's flow-mod and barrier (nothing while disconnected or not master: the next sync does it)."""
-        app = self.app
-        sw = app.switches.get(flip.switch)
+        fab, c = self.state, self.counters
+        sw = fab.switches.get(flip.switch)
         if sw is None:  # removed by a reload meanwhile
             return
-        app.counters["flips"] += 1
+        c["flips"] += 1
         self.port_flips[(flip.switch, flip.port)] += 1
         if flip.cause == "expiry":
-            app.counters["expiries"] += 1
+            c["expiries"] += 1
         dp = sw.dp
-        if dp is None or not app.ha.master_of(sw.name):
+        if dp is None or not self.ha.master_of(sw.name):
             return  # desired() carries the state into the next sync
         if sw.syncing:
             sw.flipped_during_sync.add(flip.port)
-        flow = app.tables.port_state_flow(sw.name, flip.port, flip.paused)
+        flow = fab.tables.port_state_flow(sw.name, flip.port, flip.paused)
         parts = self.parts.get(flow)
         if parts is None:  # the versions of a port's PORT_STATE entry, encoded once
-            parts = app.cache.parts(flow, ofwire.OFPFC_MODIFY_STRICT)
+            parts = self.cache.parts(flow, ofwire.OFPFC_MODIFY_STRICT)
             self.parts[flow] = parts
-        xid = app.channel.xids(dp, 2)
+        xid = self.channel.xids(dp, 2)
         bxid = (xid + 1) & MAX_XID
         data = b"".join((parts[0], _XID.pack(xid), parts[1], _BARRIER_HEAD, _XID.pack(bxid)))
         self.pending[(dp.id, bxid)] = (t0, flip, xid)
-        app.counters["flip_flow_mods"] += 1
+        c["flip_flow_mods"] += 1
         if not dp.send(data):
             self.pending.pop((dp.id, bxid), None)
 
@@ -166,18 +169,29 @@ class Pausing:
             return False
         t0, flip, fxid = pending
         ms = (time.monotonic() - t0) * 1000.0
-        err = self.app.channel.pop_error(dpid, fxid)
+        err = self.channel.pop_error(dpid, fxid)
         if err is not None:
             LOG.error("flip %s:%d rejected by the switch: %s", flip.switch, flip.port, err_text((fxid, *err)))
-            self.app.counters["flip_errors"] += 1
+            self.counters["flip_errors"] += 1
             return True
         if flip.cause != "expiry":
             self.reaction_ms.append(ms)
             self.hist.observe(ms / 1000.0)
         LOG.info("flip %s:%d %s (%s) reaction %.3f ms", flip.switch, flip.port, "paused" if flip.paused else "resumed",
                  flip.cause, ms)
-        self.app.mark()
+        self.changes.mark()
         return True
+
+    def in_flight(self) -> bool:
+        """Is a flip waiting for its barrier reply?"""
+        return bool(self.pending)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What status and metrics show: PAUSEs seen per port in switch mode, flips per port, the last
+        reaction times (ms), the reaction histogram (cumulative buckets, sum in seconds), flips in flight."""
+        return {"port_pauses": dict(self.port_pauses), "port_flips": dict(self.port_flips),
+                "reaction_ms": list(self.reaction_ms), "hist_buckets": self.hist.cumulative(),
+                "hist_sum": self.hist.sum, "in_flight": len(self.pending)}
 
     def forget(self, dpid: int | None = None) -> None:
         """Drop the flips in flight on ``dpid`` (a lost connection), or all of them (None: no longer master)."""
@@ -189,19 +203,18 @@ class Pausing:
 
     def loop(self) -> None:
         """Flip ports back when their pause runs out (woken early by a new, earlier deadline)."""
-        app = self.app
-        while app.is_active:
+        while self.active():
             self.wakeup.clear()
-            deadline = app.pause.next_deadline()
+            deadline = self.state.pause.next_deadline()
             now = time.monotonic()
             wait = 1.0 if deadline is None else min(max(deadline - now, 0.0), 1.0)
             self.wait_until = now + wait
             if wait > 0:
                 self.wakeup.wait(timeout=wait)
             now = time.monotonic()
-            for flip in app.pause.expire(now):
+            for flip in self.state.pause.expire(now):  # read afresh: a reload may have replaced it
                 self.apply_flip(flip, now)
-                app.mark()
+                self.changes.mark()
 
     def adopt(self, switch: str, installed: list[FlowSpec]) -> None:
         """PORT_STATE entries found paused (set by a previous controller run or the previous master) stay
@@ -209,7 +222,7 @@ class Pausing:
         expiry (or a fresh PAUSE) decides afterwards."""
         if not self.conditional:
             return
-        pause = self.app.pause
+        pause = self.state.pause
         now = time.monotonic()
         for f in installed:
             if f.table == TABLE_PORT_STATE and f.goto is not None and f.match.metadata is not None:

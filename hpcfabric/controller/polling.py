@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.controller.channel import Disconnected
 from hpcfabric.controller.framework import hub
@@ -25,39 +25,42 @@ _CLASS_MASK = COOKIE_APP_MASK | (0xFF << COOKIE_CLASS_SHIFT)
 
 
 class StatsPoller:
-    """Polls the confirmed switches of the app ``app`` (master only)."""
+    """Polls ``state``'s confirmed switches over ``channel`` while this instance is master (``ha``) and no
+    bring-up ``storm`` holds side work back; ``active()``: the app still runs."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, ha: Any, counters: Any, changes: Any, storm: Any,
+                 active: Callable[[], bool]) -> None:
+        self.state, self.channel, self.ha, self.counters = state, channel, ha, counters
+        self.changes, self.storm, self.active = changes, storm, active
         self.served: dict[str, dict[str, dict[int, int]]] = {}  # switch -> kind -> port -> packets
         self.meter_drops: dict[str, dict[int, int]] = {}  # switch -> meter -> packets dropped by its band
 
     def loop(self) -> None:
         """Flow stats of the DMP and guard entries, meter stats: for the metrics and the status file."""
-        app = self.app
-        while app.is_active:
-            hub.sleep(app.config.metrics_poll)
-            if not app.ha.master:
+        ha, counters = self.ha, self.counters
+        while self.active():
+            hub.sleep(self.state.config.metrics_poll)
+            if not ha.master:
                 continue
-            if app.storm.holding(time.monotonic()):  # a bring-up in progress: counters are 0 anyway
-                app.counters["polls_deferred"] += 1
+            if self.storm.holding(time.monotonic()):  # a bring-up in progress: counters are 0 anyway
+                counters["polls_deferred"] += 1
                 continue
-            for sw in list(app.switches.values()):
+            for sw in list(self.state.switches.values()):
                 dp = sw.dp
-                if dp is None or not sw.confirmed or not app.ha.master_of(sw.name):
+                if dp is None or not sw.confirmed or not ha.master_of(sw.name):
                     continue
                 try:
                     self.poll(sw.name, dp)
                 except Disconnected:
                     continue
                 except Exception as err:  # noqa: BLE001 - polling is best effort
-                    app.counters["poll_failures"] += 1
+                    counters["poll_failures"] += 1
                     LOG.debug("poll of %s failed: %s", sw.name, err)
-            app.mark()
+            self.changes.mark()
 
     def poll(self, name: str, dp: Any) -> None:
         """One switch's counters."""
-        multipart = self.app.channel.multipart
+        multipart = self.channel.multipart
         p, o = dp.ofproto_parser, dp.ofproto
         kinds: dict[str, dict[int, int]] = {"dmp": {}, "spoofed": {}, "host_punts": {}}
         for rc in (RuleClass.DMP, RuleClass.GUARD):
@@ -77,9 +80,14 @@ class StatsPoller:
                     if key:
                         kinds[key][port] = kinds[key].get(port, 0) + count
         self.served[name] = kinds
-        if self.app.config.meters:
+        if self.state.config.meters:
             drops = {}
             for st in multipart(dp, p.OFPMeterStatsRequest(dp, 0, o.OFPM_ALL), timeout=10.0):
                 if st.band_stats:
                     drops[st.meter_id] = sum(b.packet_band_count for b in st.band_stats)
             self.meter_drops[name] = drops
+
+    def as_dict(self) -> dict[str, Any]:
+        """The last polled counters: ``served`` (switch -> dmp/spoofed/host_punts -> port -> packets) and
+        ``meter_drops`` (switch -> meter id -> packets)."""
+        return {"served": dict(self.served), "meter_drops": dict(self.meter_drops)}

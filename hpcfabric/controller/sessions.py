@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.controller.channel import Disconnected, SyncError, err_text
 from hpcfabric.controller.framework import hub
@@ -22,37 +22,43 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 
 class Sessions:
-    """Connections and sessions of the app ``app`` (its switch maps, ``channel``, ``installer``, ``ha``)."""
+    """Connections and sessions of ``state``'s switches: ``admission`` judges a session (claim, admitted,
+    forget), ``failover`` hears of switches coming and going, ``sync(sw, dp, gen)`` reconciles one switch
+    (the installer's), ``forget(dpid)`` drops its flips in flight (the pausing's); the HA role from ``ha``;
+    ``active()``: the app still runs."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, ha: Any, counters: Any, changes: Any, active: Callable[[], bool],
+                 admission: Any, failover: Any, sync: Callable[[Any, Any, int], None],
+                 forget: Callable[[int], None]) -> None:
+        self.state, self.channel, self.ha, self.counters, self.changes = state, channel, ha, counters, changes
+        self.active, self.admission, self.failover, self.sync, self.forget = active, admission, failover, sync, forget
 
     # ---------------------------------------------------------- connections
     def connected(self, dp: Any) -> None:
         """A session reached MAIN_DISPATCHER: taken if :class:`~hpcfabric.controller.admission.Admission`
         admits it (identity, one live session per dpid), else refused or held there."""
-        if self.app.admission.claim(dp):
+        if self.admission.claim(dp):
             self.admit(dp)
 
     def admit(self, dp: Any) -> None:
         """Take session ``dp`` as its dpid's: a managed switch, another instance's, or an unknown dpid."""
-        app = self.app
+        fab = self.state
         now = time.monotonic()
-        sw = app.by_dpid.get(dp.id)
-        if sw is None and dp.id in app.config.dpid_to_switch:  # another instance manages it ([ha] switches)
-            app.unmanaged[dp.id] = dp
-            LOG.info("switch %s (dpid %016x) connected; managed by another instance", app.config.dpid_to_switch[dp.id],
+        sw = fab.by_dpid.get(dp.id)
+        if sw is None and dp.id in fab.config.dpid_to_switch:  # another instance manages it ([ha] switches)
+            fab.unmanaged[dp.id] = dp
+            LOG.info("switch %s (dpid %016x) connected; managed by another instance", fab.config.dpid_to_switch[dp.id],
                      dp.id)
             return
         if sw is None:
-            info = app.unknown.setdefault(dp.id, {"first_seen": time.time()})
+            info = fab.unknown.setdefault(dp.id, {"first_seen": time.time()})
             info["connected"] = True
             info["dp"] = dp
             info["address"] = "%s:%s" % tuple(dp.address[:2]) if dp.address else None
-            app.discovery.switch_up(dp.id, now)
+            fab.discovery.switch_up(dp.id, now)
             LOG.warning("unknown switch dpid %016x from %s connected: not in %s, nothing installed", dp.id,
-                        info["address"], app.fabric.name)
-            app.mark(rediscover=True)
+                        info["address"], fab.fabric.name)
+            self.changes.mark(rediscover=True)
             return
         if sw.dp is not None and sw.dp is not dp:  # the old session is dead (admission probed or saw it)
             LOG.info("switch %s (dpid %016x) reconnected; its dead session is dropped", sw.name, sw.dpid)
@@ -65,40 +71,40 @@ class Sessions:
         sw.gen += 1
         sw.no_fwd = {p for p, d in (dp.ports or {}).items() if d.config & OFPPC_NO_FWD}
         for port in sw.no_fwd:
-            app.discovery.adopt_quarantine(sw.name, port)
-        app.discovery.switch_up(dp.id, now)
+            fab.discovery.adopt_quarantine(sw.name, port)
+        fab.discovery.switch_up(dp.id, now)
         sw.installed_meters = None
         sw.installed_groups = None
         sw.role_gen = None
-        was_dead = sw.name in app.failover.dead
+        was_dead = sw.name in self.failover.dead
         sw.disconnected_at = None
         if was_dead:
-            app.failover.schedule()
-        app.failover.connected(sw, dp)
+            self.failover.schedule()
+        self.failover.connected(sw, dp)
         LOG.info("switch %s (dpid %016x) connected from %s", sw.name, sw.dpid, dp.address[0] if dp.address else "?")
         hub.spawn(self.session, sw, dp, sw.gen)
-        app.mark(rediscover=True)
+        self.changes.mark(rediscover=True)
 
     def disconnected(self, dp: Any) -> None:
-        app = self.app
-        if not app.admission.admitted(dp):  # refused, held, or the dead session of a switch that reconnected
-            app.admission.forget(dp)
+        fab = self.state
+        if not self.admission.admitted(dp):  # refused, held, or the dead session of a switch that reconnected
+            self.admission.forget(dp)
             return
-        if app.unmanaged.get(dp.id) is dp:
-            del app.unmanaged[dp.id]
+        if fab.unmanaged.get(dp.id) is dp:
+            del fab.unmanaged[dp.id]
             return
-        old = app.retired.get(dp.id)
+        old = fab.retired.get(dp.id)
         if old is not None and old.dp is dp:
-            del app.retired[dp.id]
+            del fab.retired[dp.id]
             old.gen += 1
             self.fail(dp.id)
-        sw = app.by_dpid.get(dp.id)
+        sw = fab.by_dpid.get(dp.id)
         if sw is None:
-            if dp.id in app.unknown:
-                app.unknown[dp.id]["connected"] = False
-                app.unknown[dp.id].pop("dp", None)
-                app.discovery.unknown.discard(dp.id)
-                app.mark(rediscover=True)
+            if dp.id in fab.unknown:
+                fab.unknown[dp.id]["connected"] = False
+                fab.unknown[dp.id].pop("dp", None)
+                fab.discovery.unknown.discard(dp.id)
+                self.changes.mark(rediscover=True)
             return
         if sw.dp is not dp:
             return  # an old connection of a switch that has reconnected
@@ -107,17 +113,17 @@ class Sessions:
         sw.confirmed = False
         sw.gen += 1
         sw.disconnected_at = time.monotonic()
-        if app.config.recompute:  # gone for longer than lldp_timeout: routed around (reconnecting restores)
-            app.failover.switch_lost()
-        app.discovery.switch_down(dp.id)
+        if fab.config.recompute:  # gone for longer than lldp_timeout: routed around (reconnecting restores)
+            self.failover.switch_lost()
+        fab.discovery.switch_down(dp.id)
         self.fail(dp.id)
         LOG.warning("switch %s (dpid %016x) disconnected", sw.name, sw.dpid)
-        app.mark(rediscover=True)
+        self.changes.mark(rediscover=True)
 
     def fail(self, dpid: int) -> None:
         """A connection of ``dpid`` is gone: its waiters fail, its flips in flight are forgotten."""
-        self.app.channel.fail(dpid)
-        self.app.pausing.forget(dpid)
+        self.channel.fail(dpid)
+        self.forget(dpid)
 
     # ------------------------------------------------------------- sessions
     def resync(self, sw: Any) -> None:
@@ -135,18 +141,18 @@ class Sessions:
             return
         except SyncError as err:
             sw.error = str(err)
-            self.app.counters["role_failures"] += 1
+            self.counters["role_failures"] += 1
             LOG.error("switch %s: role request failed: %s", sw.name, err)
-            self.app.mark()
+            self.changes.mark()
             return
         self.sync_loop(sw, dp, gen)
 
     def claim_role(self, sw: Any, dp: Any, gen: int) -> bool:
         """Send our role (HA) and wait for the reply; True if we may write to this switch."""
-        ha = self.app.ha
+        ha = self.ha
         if ha.mode == "equal":
             return True
-        ch = self.app.channel
+        ch = self.channel
         master = ha.master_of(sw.name)
         role = ofwire.OFPCR_ROLE_MASTER if master else ofwire.OFPCR_ROLE_SLAVE
         generation = ha.generation_of(sw.name)
@@ -166,20 +172,19 @@ class Sessions:
 
     def sync_loop(self, sw: Any, dp: Any, gen: int) -> None:
         """Reconcile until confirmed (retrying with backoff), superseded, disconnected or no longer master."""
-        app = self.app
         attempt = 0
-        while app.is_active and sw.gen == gen:
-            if not app.ha.master_of(sw.name):
+        while self.active() and sw.gen == gen:
+            if not self.ha.master_of(sw.name):
                 return
             try:
-                app.installer.sync(sw, dp, gen)
+                self.sync(sw, dp, gen)
                 return
             except Disconnected:
                 return
             except Exception as err:  # any failure: report, retry with backoff
                 attempt += 1
                 sw.error = str(err)
-                app.counters["sync_failures"] += 1
+                self.counters["sync_failures"] += 1
                 LOG.error("switch %s: sync failed (attempt %d): %s", sw.name, attempt, err)
-                app.mark()
+                self.changes.mark()
                 hub.sleep(min(30.0, 2.0**attempt))

@@ -1,8 +1,9 @@
 """The status of a running controller: one JSON dict, written atomically to the status file.
 
-:class:`StatusReporter` builds the dict from the app and its collaborators
-(:meth:`StatusReporter.status`) and rewrites the file when something changed
-(the app's ``mark`` sets :attr:`StatusReporter.dirty`; at most 10 writes per
+:class:`StatusReporter` builds the dict from one snapshot of the state and the
+collaborators (:func:`hpcfabric.controller.snapshot.snapshot`, each one's ``as_dict()``;
+:meth:`StatusReporter.status`) and rewrites the file when something changed
+(``Changes.mark`` sets :attr:`StatusReporter.dirty`; at most 10 writes per
 second, and never more than ~10% of the time on huge fabrics) and every
 second anyway. See docs/controller.md for the keys.
 """
@@ -13,10 +14,10 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
-from hpcfabric.config import ControllerConfig
 from hpcfabric.controller.framework import NAME, VERSION, hub
+from hpcfabric.controller.snapshot import Sources, snapshot
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -43,34 +44,49 @@ class Breather:
 
 
 class StatusReporter:
-    """The status dict and file of the app ``app``; ``path_override`` (``--status-file``) beats the config's."""
+    """The status dict and file, built from one :func:`~hpcfabric.controller.snapshot.snapshot` of ``sources``;
+    written when ``changes`` says so; ``path_override`` (``--status-file``) beats the config's;
+    ``active()``: the app still runs."""
 
-    def __init__(self, app: Any, path_override: str | None = None) -> None:
-        self.app = app
+    def __init__(self, sources: Sources, changes: Any, active: Callable[[], bool],
+                 path_override: str | None = None) -> None:
+        self.sources, self.changes, self.active = sources, changes, active
         self.path_override = path_override
-        self.path: str | None = None
-        self.dirty = False  # polled by the loop: marking never wakes a green thread
-        self.milestone = False  # e.g. the last switch confirmed: written within MILESTONE_S, not after the full gap
         self.cost = 0.0
         self.breather = Breather()
-        self.configure(app.config)
 
-    def configure(self, config: ControllerConfig) -> None:
-        self.path = self.path_override if self.path_override is not None else config.status_file
+    @property
+    def path(self) -> str | None:
+        """The status file (the running config's, unless overridden)."""
+        return self.path_override if self.path_override is not None else self.sources.state.config.status_file
+
+    @property
+    def dirty(self) -> bool:
+        """Something the status shows changed (polled by the loop: marking never wakes a green thread)."""
+        return self.changes.status
+
+    @property
+    def milestone(self) -> bool:
+        """E.g. the last switch confirmed: written within MILESTONE_S, not after the full gap."""
+        return self.changes.milestone
 
     def status(self, running: bool = True, breathe: bool = False) -> dict[str, Any]:
         """The status dict; ``breathe``: other green threads run between slices of the work (the loop's
         writes: at Table III building this took ~100-350 ms of CPU in one go, and PAUSEs waited)."""
-        app = self.app
-        config = app.config
+        src = self.sources
+        fab = src.state
+        config = fab.config
         now = time.monotonic()
         pause = self.breather if breathe else None
-        rep = app.wiring.report(now, breathe=pause)
-        sws = list(app.switches.values())
+        snap = snapshot(src, now, breathe=pause)
+        wiring, pausing, poller, admission = snap["wiring"], snap["pausing"], snap["poller"], snap["admission"]
+        rep = wiring["report"]
+        impostors = admission.pop("impostors")
+        sws = list(fab.switches.values())
         per_switch = {}
         served = {"dmp": 0, "spoofed": 0, "host_punts": 0}
         meter_drops = {}
-        polled, drops = app.poller.served, app.poller.meter_drops
+        polled, drops = poller["served"], poller["meter_drops"]
         for k, s in enumerate(sws):  # everything per switch in this one sliced pass
             if pause is not None and k % SLICE == SLICE - 1:
                 pause()
@@ -82,28 +98,28 @@ class StatusReporter:
             d = drops.get(s.name)
             if d is not None:
                 meter_drops[s.name] = {str(m): v for m, v in d.items()}
-        samples = list(app.pausing.reaction_ms)
-        c = app.counters
-        unknown = app.unknown_dpids()
+        samples = pausing["reaction_ms"]
+        c = src.counters
+        unknown = wiring["unknown_dpids"]
         return {
             "time": time.time(),
             "running": running,
             "pid": os.getpid(),
             "framework": f"{NAME} {VERSION}",
-            "started": app.started,
+            "started": src.started,
             "config": config.path,
-            "fabric": app.fabric.name,
+            "fabric": fab.fabric.name,
             "routing": config.routing,
             "addressing": config.addressing,
             "deadlock": {k: v for k, v in (config.deadlock or {"flow_control": config.flow_control,
                                                               "verdict": "not checked"}).items()},
-            "switches_expected": len(app.switches),
+            "switches_expected": len(fab.switches),
             "switches_connected": sum(1 for s in sws if s.connected),
             "switches_confirmed": sum(1 for s in sws if s.confirmed),
             "unknown_dpids": unknown,
             "refused_sessions": c["refused_sessions"],
-            "impostors": list(app.admission.recent),
-            "admission": app.admission.as_dict(),
+            "impostors": impostors,
+            "admission": admission,
             "rules_expected": sum(s.rules_expected for s in sws),
             "rules_installed": sum(s.rules_installed for s in sws if s.confirmed),
             "per_switch": per_switch,
@@ -123,17 +139,17 @@ class StatusReporter:
                 "malformed": c["lldp_malformed"],
                 "foreign": c["lldp_foreign"],
                 "probes": c["lldp_probes"],
-                "round_s": round(app.wiring.round_seconds, 4),
+                "round_s": round(wiring["round_s"], 4),
             },
             "pause": {
                 "enabled": config.routing == "conditional",
                 "reaction": config.pause_reaction,
                 "switch_local_frames": c["pause_switch_local"],
-                "switch_local_ports": {f"{s}:{p}": n for (s, p), n in sorted(app.pausing.port_pauses.items())},
+                "switch_local_ports": {f"{s}:{p}": n for (s, p), n in sorted(pausing["port_pauses"].items())},
                 "flips": c["flips"],
                 "expiries": c["expiries"],
                 "flow_mods": c["flip_flow_mods"],
-                "paused_ports": [f"{s}:{p}" for s, p in app.pause.paused_ports()],
+                "paused_ports": [f"{s}:{p}" for s, p in fab.pause.paused_ports()],
                 "reaction_ms": [round(x, 4) for x in samples],
                 "frames": c["pause_frames"],
                 "malformed": c["pause_malformed"],
@@ -154,7 +170,7 @@ class StatusReporter:
             },
             "errors": {"switch_errors": c["switch_errors"], "sync_failures": c["sync_failures"],
                        "packet_in_errors": c["packet_in_errors"], "role_failures": c["role_failures"]},
-            "flowmod_cache": {"entries": len(app.cache), "hits": app.cache.hits, "misses": app.cache.misses},
+            "flowmod_cache": snap["flowmod_cache"],
             "packet_ins": {k: c[f"packet_in_{k}"] for k in ("pause", "lldp", "cnm", "dmp", "other", "short")},
             "dropped": {
                 "short": c["short_frames"], "no_in_port": c["no_in_port"], "pause_malformed": c["pause_malformed"],
@@ -175,10 +191,10 @@ class StatusReporter:
                 "host_punts": served["host_punts"],
                 "meter_drops": dict(sorted(meter_drops.items())),
             },
-            "reload": app.reloader.as_dict(),
-            "ha": app.ha.as_dict(),
-            "heap": app.heap.as_dict(),
-            "failover": app.failover.as_dict(),
+            "reload": snap["reload"],
+            "ha": snap["ha"],
+            "heap": snap["heap"],
+            "failover": snap["failover"],
             "metrics": f"{config.metrics_listen[0]}:{config.metrics_listen[1]}" if config.metrics_listen else None,
         }
 
@@ -187,7 +203,7 @@ class StatusReporter:
         ``breathe``: built and serialised in slices with other green threads running between them."""
         if not self.path:
             if running:
-                self.app.wiring.report(time.monotonic(), breathe=self.breather if breathe else None)  # logging
+                self.sources.wiring.report(time.monotonic(), breathe=self.breather if breathe else None)  # logging
             return
         st = self.status(running, breathe=breathe)
         per = list(st.pop("per_switch").items())
@@ -204,22 +220,21 @@ class StatusReporter:
         os.replace(tmp, self.path)
 
     def loop(self) -> None:
-        app = self.app
         last = 0.0
-        while app.is_active:
+        while self.active():
             min_gap = max(STATUS_MIN_GAP, STATUS_GAP_X * self.cost)  # big fabrics: <= ~2 % of the time
             until = time.monotonic() + min_gap
-            while app.is_active and not self.milestone and (left := until - time.monotonic()) > 0:
+            while self.active() and not self.changes.milestone and (left := until - time.monotonic()) > 0:
                 hub.sleep(min(left, MILESTONE_S))  # a 300k partition's gap is a minute or more during a bring-up
-            self.milestone = False
+            self.changes.milestone = False
             if not self.dirty and time.monotonic() - last < 1.0:
                 continue
             # green threads are cooperative: never serialise the status while a flip is in flight
             for _ in range(50):
-                if not app.pausing.pending:
+                if not self.sources.pausing.in_flight():
                     break
                 hub.sleep(0.001)
-            self.dirty = False
+            self.changes.status = False
             t = time.monotonic()
             y = self.breather.yielded
             try:

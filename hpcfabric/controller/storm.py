@@ -20,10 +20,10 @@ MAX_S = 300.0
 
 
 class Storm:
-    """Judges the app ``app``'s bring-up (its ``switches``: ``connected``, ``confirmed``) at ``now``."""
+    """Judges the bring-up of ``state``'s ``switches`` (``connected``, ``confirmed``) at ``now``."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any) -> None:
+        self.state = state
         self.since: float | None = None  # when the current storm began
         self.progress_at = 0.0  # last time the number of confirmed switches changed
         self.confirmed = -1
@@ -31,7 +31,7 @@ class Storm:
     def holding(self, now: float) -> bool:
         """Should periodic side work wait now? (Counts the switches: one pass, at most once per caller round.)"""
         installing = confirmed = 0
-        for sw in self.app.switches.values():
+        for sw in self.state.switches.values():
             if sw.confirmed:
                 confirmed += 1
             elif sw.connected:

@@ -46,10 +46,13 @@ def _hw(desc: Any) -> bytes:
 
 
 class Wiring:
-    """LLDP and quarantine for the app ``app`` (its ``discovery`` state, ``switches``, ``channel``, ``counters``)."""
+    """LLDP rounds and quarantine over ``channel`` for ``state``'s switches and ``discovery`` state, while ``ha``
+    says we master them and no bring-up ``storm`` holds side work back; ``active()``: the app still runs."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, state: Any, channel: Any, counters: Any, ha: Any, storm: Any, changes: Any,
+                 active: Callable[[], bool]) -> None:
+        self.state, self.channel, self.counters, self.ha, self.storm = state, channel, counters, ha, storm
+        self.changes, self.active = changes, active
         self.nonce = secrets.token_bytes(8)  # tells our LLDP frames from forged or stale ones
         self.frames: dict[tuple[int, int, str], bytes] = {}
         self.outs: dict[tuple[int, int, str], bytes] = {}  # LLDP packet-outs, xid 0
@@ -67,7 +70,7 @@ class Wiring:
         dp = sw.dp
         if dp is None or not dp.ports:
             return []
-        hosts = set(self.app.fabric.host_ports(sw.name))
+        hosts = set(self.state.fabric.host_ports(sw.name))
         return [p for p in sorted(dp.ports) if p < 0xFFFFFF00 and p not in hosts]
 
     def frame(self, dpid: int, port: int, hw_addr: str) -> bytes:
@@ -82,7 +85,6 @@ class Wiring:
     def send_lldp(self, sw: Any, only: set[int] | None = None) -> None:
         """One LLDP round on ``sw`` (``only`` these ports): packet-outs now, probes of quarantined ports in a
         green thread."""
-        app = self.app
         dp = sw.dp
         parts = []
         probes = []
@@ -99,10 +101,10 @@ class Wiring:
             out = self.outs.get(key)
             if out is None:  # the packet-out is encoded once; only its xid changes
                 out = self.outs[key] = ofwire.packet_out(0, [port], self.frame(sw.dpid, port, desc.hw_addr))
-            parts.append(out[:4] + _XID.pack(app.channel.xids(dp, 1)) + out[8:])
-            app.counters["lldp_sent"] += 1
+            parts.append(out[:4] + _XID.pack(self.channel.xids(dp, 1)) + out[8:])
+            self.counters["lldp_sent"] += 1
         if parts:
-            app.channel.send_chunks(dp, parts)
+            self.channel.send_chunks(dp, parts)
         if probes:
             hub.spawn(self.probe, sw, dp, probes)
 
@@ -116,8 +118,8 @@ class Wiring:
         quarantined ends of a cable could never see each other again (swapped
         cables put back).
         """
-        app = self.app
-        ch = app.channel
+        fab = self.state
+        ch = self.channel
         for port in ports:
             desc = (dp.ports or {}).get(port)
             if desc is None or sw.dp is not dp or port not in sw.no_fwd:
@@ -135,37 +137,37 @@ class Wiring:
                     pass
                 frame = self.frame(sw.dpid, port, desc.hw_addr)
                 data = ofwire.packet_out(ch.xids(dp, 1), [port], frame)
-                if (sw.name, port) in app.discovery.quarantine():
+                if (sw.name, port) in fab.discovery.quarantine():
                     data += ofwire.port_mod(ch.xids(dp, 1), port, hw, OFPPC_NO_FWD, OFPPC_NO_FWD)
                 else:
                     sw.no_fwd.discard(port)  # healed meanwhile: leave it forwarding
                     LOG.info("discovery: %s port %d healed: NO_FWD cleared", sw.name, port)
-                app.counters["lldp_sent"] += 1
-                app.counters["lldp_probes"] += 1
+                self.counters["lldp_sent"] += 1
+                self.counters["lldp_probes"] += 1
                 if not dp.send(data):
                     return
             finally:
                 sw.probing.discard(port)
 
     def loop(self) -> None:
-        app = self.app
-        while app.is_active:
+        fab = self.state
+        while self.active():
             t = time.monotonic()
             # a bring-up storm (many switches connected, not yet confirmed) goes first while it progresses:
             # discovery's packet-ins would take the installs' CPU (controller.storm)
-            if app.storm.holding(t):
-                app.counters["lldp_rounds_deferred"] += 1
-                hub.sleep(min(1.0, app.config.lldp_interval))
+            if self.storm.holding(t):
+                self.counters["lldp_rounds_deferred"] += 1
+                hub.sleep(min(1.0, fab.config.lldp_interval))
                 continue
-            plan = self.round_plan() if app.ha.master else []
-            pace = ROUND_SPREAD * app.config.lldp_interval / max(1, len(plan))
+            plan = self.round_plan() if self.ha.master else []
+            pace = ROUND_SPREAD * fab.config.lldp_interval / max(1, len(plan))
             for k, (sw, only) in enumerate(plan):
                 # paced over the interval: a round's packet-ins come back spread out, so a PAUSE
                 # packet-in never queues behind a whole round of them
                 if len(plan) > PACE_ABOVE:
                     # behind schedule: still one switch at a time (catching up in one go held the hub ~46 ms)
                     hub.sleep(max(0.0, t + k * pace - time.monotonic()))
-                if sw.dp is not None and sw.connected and sw.confirmed and app.ha.master_of(sw.name):
+                if sw.dp is not None and sw.connected and sw.confirmed and self.ha.master_of(sw.name):
                     try:
                         self.send_lldp(sw, only)
                     except Disconnected:
@@ -177,16 +179,16 @@ class Wiring:
                 self.enforce(breathe=True)  # NO_FWD in line with the quarantine (e.g. ports of a reconnected switch)
             except Exception:  # pragma: no cover - keep discovering
                 LOG.exception("quarantine enforcement failed")
-            hub.sleep(max(0.01, app.config.lldp_interval - (time.monotonic() - t)))
+            hub.sleep(max(0.01, fab.config.lldp_interval - (time.monotonic() - t)))
 
     def round_plan(self) -> list[tuple[Any, set[int] | None]]:
         """The switches (and ports) of this round: every port of every confirmed switch, or -- when that
         is more than LLDP_MAX_PPS x lldp_interval frames -- the next slice of them in rotation, with the
         discovery timeout stretched to 3.5 cycles (LLDP packet-ins cost ~0.1-0.2 ms each in the controller:
         Table III's 47,472 ports per round would take a core and delay PAUSE packet-ins behind them)."""
-        app = self.app
-        confirmed = [sw for sw in app.switches.values() if sw.dp is not None and sw.connected and sw.confirmed]
-        budget = max(1, int(LLDP_MAX_PPS * app.config.lldp_interval))
+        fab = self.state
+        confirmed = [sw for sw in fab.switches.values() if sw.dp is not None and sw.connected and sw.confirmed]
+        budget = max(1, int(LLDP_MAX_PPS * fab.config.lldp_interval))
         every = []
         for k, sw in enumerate(confirmed):
             if k % SLICE == SLICE - 1:
@@ -195,10 +197,10 @@ class Wiring:
         counts = [len(p) for p in every]
         total = sum(counts)
         if total <= budget:
-            app.discovery.timeout = app.config.lldp_timeout
+            fab.discovery.timeout = fab.config.lldp_timeout
             return [(sw, None) for sw in confirmed]
         cycle = -(-total // budget)  # rounds to visit every port once
-        app.discovery.timeout = max(app.config.lldp_timeout, 3.5 * app.config.lldp_interval * cycle)
+        fab.discovery.timeout = max(fab.config.lldp_timeout, 3.5 * fab.config.lldp_interval * cycle)
         start = self.cursor % total
         self.cursor = (start + budget) % total
         plan: list[tuple[Any, set[int] | None]] = []
@@ -213,8 +215,8 @@ class Wiring:
 
     # ------------------------------------------------------------ events
     def on_lldp(self, msg: Any, data: bytes, in_port: int, now: float) -> None:
-        app = self.app
-        c = app.counters
+        fab = self.state
+        c = self.counters
         info = self.ours.get(data)
         if info is None:
             try:
@@ -226,40 +228,40 @@ class Wiring:
             c["lldp_foreign"] += 1  # somebody else's LLDP (a host, a legacy switch)
             return
         dpid = msg.datapath.id
-        sw = app.by_dpid.get(dpid)
+        sw = fab.by_dpid.get(dpid)
         trusted = info.nonce == self.nonce
         if not trusted and sw is not None:
-            peer = app.fabric.peer(sw.name, in_port)
+            peer = fab.fabric.peer(sw.name, in_port)
             if peer is not None and peer.is_host:
                 # a host can forge any LLDP; only ours (a switch cabled to a host port) tells something there
                 c["lldp_host_untrusted"] += 1
                 return
         c["lldp_received"] += 1
-        names = app.config.dpid_to_switch
+        names = fab.config.dpid_to_switch
         keys = ((names.get(info.dpid), info.port), (names.get(dpid), in_port))  # the ends this frame judges
-        before = [k in app.discovery.quarantined for k in keys]
-        app.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
+        before = [k in fab.discovery.quarantined for k in keys]
+        fab.discovery.observed(info.dpid, info.port, dpid, in_port, now, trusted=info.nonce == self.nonce)
         # port-mods only when this frame changed the quarantine: enforcing walks every switch, which per
         # LLDP packet-in made a round cost the fabric's size squared (each LLDP round also enforces once)
-        if [k in app.discovery.quarantined for k in keys] != before:
+        if [k in fab.discovery.quarantined for k in keys] != before:
             self.enforce()
-        app.mark()
+        self.changes.mark()
 
     def enforce(self, breathe: bool = False) -> None:
         """Port-mods that bring every switch's NO_FWD ports in line with the quarantine (master only);
         ``breathe``: let other green threads run every SLICE switches (the LLDP loop's pass)."""
-        app = self.app
-        if not app.ha.master:
+        fab = self.state
+        if not self.ha.master:
             return
-        wanted = app.discovery.quarantine()
+        wanted = fab.discovery.quarantine()
         by_switch: dict[str, set[tuple[str, int]]] = {}
         for n, p in wanted:
             by_switch.setdefault(n, set()).add((n, p))
-        for k, sw in enumerate(list(app.switches.values())):
+        for k, sw in enumerate(list(fab.switches.values())):
             if breathe and k % SLICE == SLICE - 1:
                 hub.sleep(0)
             dp = sw.dp
-            if dp is None or not app.ha.master_of(sw.name):
+            if dp is None or not self.ha.master_of(sw.name):
                 continue
             mine = {(n, p) for (n, p) in by_switch.get(sw.name, ()) if p not in sw.probing}
             current = {(sw.name, p) for p in sw.no_fwd if p not in sw.probing}
@@ -268,7 +270,7 @@ class Wiring:
                 desc = (dp.ports or {}).get(port)
                 if desc is None:
                     continue
-                if not dp.send(ofwire.port_mod(app.channel.xids(dp, 1), port, _hw(desc), config, OFPPC_NO_FWD)):
+                if not dp.send(ofwire.port_mod(self.channel.xids(dp, 1), port, _hw(desc), config, OFPPC_NO_FWD)):
                     break  # that switch is going away; the others still get theirs
                 if config:
                     sw.no_fwd.add(port)
@@ -279,11 +281,11 @@ class Wiring:
 
     def port_status(self, dp: Any, desc: Any, deleted: bool) -> None:
         """A port went down or away (forget its cable) or changed its config (track NO_FWD, re-enforce)."""
-        app = self.app
+        fab = self.state
         o = dp.ofproto
         if deleted or desc.state & o.OFPPS_LINK_DOWN:
-            app.discovery.port_down(dp.id, desc.port_no)
-        sw = app.by_dpid.get(dp.id)
+            fab.discovery.port_down(dp.id, desc.port_no)
+        sw = fab.by_dpid.get(dp.id)
         if sw is not None and not deleted and desc.port_no not in sw.probing:
             if desc.config & OFPPC_NO_FWD:
                 sw.no_fwd.add(desc.port_no)
@@ -301,10 +303,13 @@ class Wiring:
         """The discovery report as a dict: at most every 0.5 s, and never more than ~2 % of the time on huge
         fabrics (REPORT_GAP_X); ``breathe()`` (the status loop's write) is called every REPORT_SLICE cables to let the
         other green threads run (its ``yielded`` seconds, if it keeps them, are not counted as the cost)."""
+        if self.changes.discovery:  # marked with rediscover=True since the last report
+            self.changes.discovery = False
+            self.report_at = -1.0
         if now - self.report_at >= max(0.5, REPORT_GAP_X * self.report_cost) or not self.last_report:
             t = time.monotonic()
             y = getattr(breathe, "yielded", 0.0)
-            rep = self.app.discovery.report(now, breathe=breathe, every=REPORT_SLICE)
+            rep = self.state.discovery.report(now, breathe=breathe, every=REPORT_SLICE)
             self.last_report = rep.as_dict()
             self.report_at = now
             self.log_problems(self.last_report)
@@ -332,5 +337,12 @@ class Wiring:
     def unknown_dpids(self) -> list[str]:
         """Connected dpids the topology does not know, and those LLDP has seen (as of the last report)."""
         rep = self.last_report or {}
-        return sorted({f"{d:016x}" for d, i in self.app.unknown.items() if i.get("connected")}
+        return sorted({f"{d:016x}" for d, i in self.state.unknown.items() if i.get("connected")}
                       | set(rep.get("unknown_dpids", ())))
+
+    def as_dict(self, now: float | None = None, breathe: Callable[[], None] | None = None) -> dict[str, Any]:
+        """What status and metrics show: the discovery ``report`` (recomputed as :meth:`report` allows at
+        ``now``; without ``now`` the last one), the last LLDP round's send time ``round_s`` and the
+        ``unknown_dpids``."""
+        rep = self.report(now, breathe=breathe) if now is not None else (self.last_report or {})
+        return {"report": rep, "round_s": self.round_seconds, "unknown_dpids": self.unknown_dpids()}
