@@ -1,10 +1,10 @@
 """One switch's reconciliation: meters and groups, flow dump, diff, the changes in a bundle or as flow-mods.
 
 :meth:`Installer.sync` installs the punt meters and fast-failover groups the
-flows need (only if they differ), dumps the switch's flows, diffs them
-against the desired table (:func:`hpcfabric.openflow.reconcile.diff`) and
-sends only the difference -- deletions first -- in one ONF bundle (or plain
-flow-mods where the switch has no bundles), closed by a barrier. Never a
+flows need (only if they differ), dumps the switch's flows, plans the
+difference against the desired table (the pure :mod:`hpcfabric.openflow.syncplan`:
+what to send) and sends only that -- deletions first -- in one ONF bundle (or
+plain flow-mods where the switch has no bundles), closed by a barrier. Never a
 delete-all, so reconnects do not disturb traffic. Errors of the sent xids
 fail the sync (the session retries); flips that raced with it are re-asserted.
 """
@@ -19,8 +19,8 @@ from typing import Any, Callable
 from hpcfabric.controller.ofmsg import Unrepresentable, from_action, from_flow_stats
 from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError, err_text, install_timeout
 from hpcfabric.openflow import ofwire
-from hpcfabric.openflow.reconcile import diff, is_learned
-from hpcfabric.rules.flows import FlowSpec, cookie_class
+from hpcfabric.openflow.syncplan import ADD, DELETE, SyncPlan, plan_change, plan_groups, plan_meters, plan_sync
+from hpcfabric.rules.flows import FlowSpec
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -37,8 +37,9 @@ class Installer:
         self.bundle_id = 0
 
     def sync(self, sw: Any, dp: Any, gen: int) -> None:
+        """Reconcile ``sw`` (session ``dp``, generation ``gen``): meters and groups, flow dump, the plan
+        (:func:`~hpcfabric.openflow.syncplan.plan_sync`), its flow-mods, a barrier."""
         fab = self.state
-        ch = self.channel
         t0 = time.monotonic()
         ranges: list[tuple[int, int]] = []
         sw.syncing = True
@@ -48,40 +49,32 @@ class Installer:
                 self.sync_meters(sw, dp)
                 self.sync_groups(sw, dp)
             installed, opaque = self.dump_flows(dp, sw)
-            opaque = [s for s in opaque if not is_learned(s.cookie)]  # switch-local PAUSE state, not ours to sync
             if not sw.retired:
                 self.adopt(sw.name, installed)
             desired = () if sw.retired else fab.desired(sw.name)
-            d = diff(desired, installed)
-            ours_opaque = [s for s in opaque if cookie_class(s.cookie) is not None]
-            if ours_opaque:
+            plan = plan_sync(desired, installed, opaque)
+            d = plan.diff
+            if plan.opaque:
                 LOG.warning("switch %s: %d flow(s) with our cookie that hpcfabric cannot express: deleting them",
-                            sw.name, len(ours_opaque))
-            changes = d.changes + len(ours_opaque)
-            method = "none"
-            if changes:
-                bundles = fab.config.bundles
-                if bundles == "on" or (bundles == "auto" and sw.bundles is not False):
-                    method = "bundle" if self.install_bundle(sw, dp, d, ours_opaque, ranges) else "flowmods"
-                if method != "bundle":
-                    method = "flowmods"
-                    self.install_flowmods(dp, d, ours_opaque, ranges)
+                            sw.name, len(plan.opaque))
+            changes = plan.changes
+            method = self.send(sw, dp, plan, ranges) if changes else "none"
             self.confirm(sw, dp, gen, ranges, changes)
             if sw.retired:
                 LOG.warning("switch dpid %016x (was %s) is no longer in the topology: %d flows of ours deleted",
-                            sw.dpid, sw.name, len(d.delete) + len(ours_opaque))
+                            sw.dpid, sw.name, plan.deleted)
             # flips that raced with the sync: re-assert the current PORT_STATE entries
             for port in sorted(sw.flipped_during_sync):
                 flow = fab.tables.port_state_flow(sw.name, port, fab.pause.is_paused(sw.name, port, time.monotonic()))
-                x = ch.xids(dp, 1)
-                ch.send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
+                x = self.channel.xids(dp, 1)
+                self.channel.send(dp, self.cache.encode(flow, x, ofwire.OFPFC_MODIFY_STRICT))
             sw.confirmed = not sw.retired
             if sw.confirmed and sw.ready_gen != gen:  # its LLDP punts work from now: links pending from here
                 sw.ready_gen = gen
                 fab.discovery.switch_ready(sw.dpid, time.monotonic())
             sw.rules_installed = len(desired)
-            sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), len(d.delete) + len(ours_opaque), len(d.keep)
-            sw.foreign = len(d.foreign) + len(opaque) - len(ours_opaque)
+            sw.added, sw.modified, sw.deleted, sw.kept = len(d.add), len(d.modify), plan.deleted, len(d.keep)
+            sw.foreign = plan.foreign
             sw.conflicts = len(d.conflicts)
             sw.method = method
             sw.sync_seconds = time.monotonic() - t0
@@ -106,6 +99,16 @@ class Installer:
             sw.syncing = False
             self.changes.mark()
 
+    def send(self, sw: Any, dp: Any, plan: SyncPlan, ranges: list[tuple[int, int]]) -> str:
+        """Send the plan's flow-mods: one ONF bundle where the switch takes them (``[openflow] bundles``),
+        else plain flow-mods; their xids are added to ``ranges``. Returns the method used."""
+        bundles = self.state.config.bundles
+        if (bundles == "on" or (bundles == "auto" and sw.bundles is not False)) and self.install_bundle(
+                sw, dp, plan, ranges):
+            return "bundle"
+        self.install_flowmods(dp, plan, ranges)
+        return "flowmods"
+
     def confirm(self, sw: Any, dp: Any, gen: int, ranges: list[tuple[int, int]], changes: int) -> None:
         """A barrier after what was sent (``ranges``: its xids); raises SyncError for the switch's errors among
         them, Disconnected if the session was superseded meanwhile."""
@@ -120,21 +123,18 @@ class Installer:
             raise Disconnected("superseded")
 
     def apply_change(self, sw: Any, dp: Any, old: tuple[FlowSpec, ...], new: tuple[FlowSpec, ...]) -> int:
-        """A confirmed switch from desired table ``old`` to ``new`` (a repair): only the entries that differ, in one
-        ONF bundle (or flow-mods), its fast-failover groups first if they changed, then a barrier. No flow dump:
-        ``old`` is what the switch was confirmed with. Returns the flow-mods sent; raises SyncError /
-        Disconnected (the caller falls back to a full reconciliation)."""
-        fab = self.state
+        """A confirmed switch from desired table ``old`` to ``new`` (a repair): only the entries that differ
+        (:func:`~hpcfabric.openflow.syncplan.plan_change`), in one ONF bundle (or flow-mods), its fast-failover
+        groups first if they changed, then a barrier. No flow dump: ``old`` is what the switch was confirmed with.
+        Returns the flow-mods sent; raises SyncError / Disconnected (the caller falls back to a full
+        reconciliation)."""
         gen = sw.gen
         self.sync_groups(sw, dp)
-        d = diff(new, old)
-        changes = d.changes
+        plan = plan_change(old, new)
+        changes = plan.changes
         ranges: list[tuple[int, int]] = []
         if changes:
-            bundles = fab.config.bundles
-            if not ((bundles == "on" or (bundles == "auto" and sw.bundles is not False))
-                    and self.install_bundle(sw, dp, d, [], ranges)):
-                self.install_flowmods(dp, d, [], ranges)
+            self.send(sw, dp, plan, ranges)
         self.confirm(sw, dp, gen, ranges, changes)
         sw.rules_installed = len(new)
         sw.confirmed_at = time.time()
@@ -170,47 +170,40 @@ class Installer:
                   time.monotonic() - t1)
         return specs, opaque
 
-    def change_messages(self, dp: Any, d: Any, opaque: list[Any], xid0: int) -> list[bytes]:
-        """Encoded flow-mods, deletions first, with consecutive xids from ``xid0``."""
+    def encode(self, dp: Any, plan: SyncPlan, xid0: int) -> list[bytes]:
+        """The plan's flow-mods encoded in its order (:meth:`~hpcfabric.openflow.syncplan.SyncPlan.messages`),
+        with consecutive xids from ``xid0``."""
         out = []
-        x = xid0
         enc = self.cache.encode
-        for f in d.delete:
-            out.append(enc(f, x, ofwire.OFPFC_DELETE_STRICT))
-            x = (x + 1) & MAX_XID
-        for s in opaque:
-            if isinstance(s, ofwire.FlowStatsEntry):
-                body = ofwire.flow_mod_raw_match(s.table, s.priority, s.match_raw)
+        for i, (kind, f) in enumerate(plan.messages()):
+            x = (xid0 + i) & MAX_XID
+            if kind == ADD:  # ADD replaces the entry with the same table/priority/match
+                out.append(enc(f, x))
+            elif kind == DELETE:
+                out.append(enc(f, x, ofwire.OFPFC_DELETE_STRICT))
+            elif isinstance(f, ofwire.FlowStatsEntry):
+                body = ofwire.flow_mod_raw_match(f.table, f.priority, f.match_raw)
                 out.append(ofwire.header(ofwire.OFPT_FLOW_MOD, 8 + len(body), x) + body)
-                x = (x + 1) & MAX_XID
-                continue
-            p, o = dp.ofproto_parser, dp.ofproto
-            fm = p.OFPFlowMod(
-                dp, cookie=ofwire.OUR_COOKIE, cookie_mask=ofwire.COOKIE_APP_MASK, table_id=s.table_id,
-                command=o.OFPFC_DELETE_STRICT, priority=s.priority, out_port=o.OFPP_ANY, out_group=o.OFPG_ANY,
-                match=s.match,
-            )
-            fm.set_xid(x)
-            fm.serialize()
-            out.append(bytes(fm.buf))
-            x = (x + 1) & MAX_XID
-        for f in d.add:
-            out.append(enc(f, x))
-            x = (x + 1) & MAX_XID
-        for f in d.modify:  # ADD replaces the entry with the same table/priority/match
-            out.append(enc(f, x))
-            x = (x + 1) & MAX_XID
+            else:
+                p, o = dp.ofproto_parser, dp.ofproto
+                fm = p.OFPFlowMod(
+                    dp, cookie=ofwire.OUR_COOKIE, cookie_mask=ofwire.COOKIE_APP_MASK, table_id=f.table_id,
+                    command=o.OFPFC_DELETE_STRICT, priority=f.priority, out_port=o.OFPP_ANY, out_group=o.OFPG_ANY,
+                    match=f.match,
+                )
+                fm.set_xid(x)
+                fm.serialize()
+                out.append(bytes(fm.buf))
         return out
 
-    def install_flowmods(self, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> None:
-        ch = self.channel
-        n = len(d.delete) + len(opaque) + len(d.add) + len(d.modify)
-        xid0 = ch.xids(dp, n)
+    def install_flowmods(self, dp: Any, plan: SyncPlan, ranges: list[tuple[int, int]]) -> None:
+        n = plan.changes
+        xid0 = self.channel.xids(dp, n)
         ranges.append((xid0, n))
-        ch.send_chunks(dp, self.change_messages(dp, d, opaque, xid0))
+        self.channel.send_chunks(dp, self.encode(dp, plan, xid0))
 
-    def install_bundle(self, sw: Any, dp: Any, d: Any, opaque: list[Any], ranges: list[tuple[int, int]]) -> bool:
-        """Install the changes atomically in one ONF bundle; False if the switch has no bundles."""
+    def install_bundle(self, sw: Any, dp: Any, plan: SyncPlan, ranges: list[tuple[int, int]]) -> bool:
+        """Install the plan atomically in one ONF bundle; False if the switch has no bundles."""
         ch = self.channel
         self.bundle_id = (self.bundle_id + 1) & MAX_XID
         bid = self.bundle_id
@@ -224,16 +217,11 @@ class Installer:
             sw.bundles = False
             return False
         sw.bundles = True
-        n = len(d.delete) + len(opaque) + len(d.add) + len(d.modify)
+        n = plan.changes
         xid0 = ch.xids(dp, n)
         span = [(xid0, n)]
-        msgs = self.change_messages(dp, d, opaque, xid0)
-        x = xid0
-        wrapped = []
-        for m in msgs:
-            wrapped.append(ofwire.bundle_add(x, bid, m))
-            x = (x + 1) & MAX_XID
-        ch.send_chunks(dp, wrapped)
+        ch.send_chunks(dp, [ofwire.bundle_add((xid0 + i) & MAX_XID, bid, m)
+                            for i, m in enumerate(self.encode(dp, plan, xid0))])
         # adds are validated one by one: a barrier tells us all verdicts are in
         bx = ch.xids(dp, 1)
         ch.wait(dp, bx, ofwire.barrier(bx), timeout=install_timeout(n))
@@ -266,12 +254,10 @@ class Installer:
             if st.meter_id in wanted and st.bands and st.flags & o.OFPMF_PKTPS:
                 band = st.bands[0]
                 have[st.meter_id] = (band.rate, band.burst_size if st.flags & o.OFPMF_BURST else 0)
-        msgs = []
-        for mid, (rate, burst) in sorted(wanted.items()):
-            if have.get(mid) == (rate, burst):
-                continue
-            cmd = ofwire.OFPMC_MODIFY if mid in have else ofwire.OFPMC_ADD
-            msgs.append(ofwire.meter_mod(ch.xids(dp, 1), mid, rate, burst, cmd))
+        mods = plan_meters(wanted, have)
+        x = ch.xids(dp, len(mods)) if mods else 0
+        msgs = [ofwire.meter_mod((x + i) & MAX_XID, mid, rate, burst, cmd)
+                for i, (mid, rate, burst, cmd) in enumerate(mods)]
         self._send_mods(dp, msgs, "meter-mod rejected ({}): does the switch support meters? "
                         "else set [guards] punt_meters = off")
         if msgs:
@@ -293,12 +279,9 @@ class Installer:
                 have[st.group_id] = tuple(
                     (b.watch_port, tuple(from_action(a) for a in b.actions)) for b in st.buckets
                 )
-        msgs = []
-        for gid, buckets in sorted(wanted.items()):
-            if have.get(gid) == buckets:
-                continue
-            cmd = ofwire.OFPGC_MODIFY if gid in have else ofwire.OFPGC_ADD
-            msgs.append(ofwire.group_mod(ch.xids(dp, 1), gid, buckets, cmd))
+        mods = plan_groups(wanted, have)
+        x = ch.xids(dp, len(mods)) if mods else 0
+        msgs = [ofwire.group_mod((x + i) & MAX_XID, gid, buckets, cmd) for i, (gid, buckets, cmd) in enumerate(mods)]
         self._send_mods(dp, msgs, "group-mod rejected ({}): does the switch support fast-failover "
                         "groups? else set [failover] fast_failover = off")
         if msgs:
