@@ -31,8 +31,9 @@ import time
 from typing import Any, Callable
 
 from hpcfabric.config.security import may_claim
-from hpcfabric.controller.channel import SyncError
+from hpcfabric.controller.channel import Channel, SyncError
 from hpcfabric.controller.framework import DEAD_DISPATCHER, hub, set_accept_hook
+from hpcfabric.controller.state import Changes, State
 from hpcfabric.controller.tls import TlsGate
 from hpcfabric.openflow import ofwire
 
@@ -77,7 +78,7 @@ class Admission:
     over ``channel``; ``admit(dp)``: take a session a probe cleared (the sessions' admit, which asks this
     admission first: the app binds it once the sessions exist)."""
 
-    def __init__(self, state: Any, channel: Any, counters: Any, changes: Any,
+    def __init__(self, state: State, channel: Channel, counters: Any, changes: Changes,
                  admit: Callable[[Any], None] | None = None) -> None:
         self.state, self.channel, self.counters, self.changes = state, channel, counters, changes
         self.admit: Callable[[Any], None] = admit or _unbound

@@ -21,10 +21,11 @@ import time
 from typing import Any, Callable, Iterable
 
 from hpcfabric.config import ControllerConfig
-from hpcfabric.controller.channel import Disconnected, SyncError
 from hpcfabric.controller.board import make_board
+from hpcfabric.controller.channel import Disconnected, SyncError
 from hpcfabric.controller.framework import hub
 from hpcfabric.controller.planner import Planner
+from hpcfabric.controller.state import Changes, State
 from hpcfabric.failover.damping import FlapDamper
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 
@@ -50,7 +51,7 @@ class Failover:
     ``resync(sw)``: a full reconciliation (the sessions', which tell this failover of switches coming and going:
     the app binds it once the sessions exist); ``active()``: the app still runs."""
 
-    def __init__(self, state: Any, ha: Any, changes: Any, active: Callable[[], bool],
+    def __init__(self, state: State, ha: Any, changes: Changes, active: Callable[[], bool],
                  apply_change: Callable[[Any, Any, Any, Any], int], resync: Callable[[Any], None] | None = None) -> None:
         self.state, self.ha, self.changes, self.active = state, ha, changes, active
         self.apply_change = apply_change

@@ -16,8 +16,9 @@ import struct
 import time
 from typing import Any, Callable
 
+from hpcfabric.controller.channel import MAX_XID, Channel, Disconnected, SyncError, err_text, install_timeout
 from hpcfabric.controller.ofmsg import Unrepresentable, from_action, from_flow_stats
-from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError, err_text, install_timeout
+from hpcfabric.controller.state import Changes, State
 from hpcfabric.openflow import ofwire
 from hpcfabric.openflow.syncplan import ADD, DELETE, SyncPlan, plan_change, plan_groups, plan_meters, plan_sync
 from hpcfabric.rules.flows import FlowSpec
@@ -30,7 +31,7 @@ class Installer:
     ``cache``). ``adopt(switch, installed)``: the pausing's look at PORT_STATE entries found paused;
     ``settled(everything)``: a switch was confirmed (everything: all of them; the heap's settle point)."""
 
-    def __init__(self, state: Any, channel: Any, cache: Any, counters: Any, changes: Any,
+    def __init__(self, state: State, channel: Channel, cache: Any, counters: Any, changes: Changes,
                  adopt: Callable[[str, list[FlowSpec]], None], settled: Callable[[bool], None]) -> None:
         self.state, self.channel, self.cache, self.counters, self.changes = state, channel, cache, counters, changes
         self.adopt, self.settled = adopt, settled

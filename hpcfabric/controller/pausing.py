@@ -18,9 +18,10 @@ import struct
 import time
 from typing import Any, Callable
 
-from hpcfabric.controller.channel import MAX_XID, err_text
+from hpcfabric.controller.channel import MAX_XID, Channel, err_text
 from hpcfabric.controller.framework import hub
 from hpcfabric.controller.metrics import ReactionHistogram
+from hpcfabric.controller.state import Changes, State
 from hpcfabric.openflow import ofwire
 from hpcfabric.protocols.cnm import on_cnm, parse_cnm
 from hpcfabric.protocols.pause import Flip, MalformedFrame, parse_mac_control
@@ -37,7 +38,7 @@ class Pausing:
     """PAUSE/PFC/CNM -> flips of ``state``'s ``pause`` state, sent over ``channel`` (flow-mods encoded by
     ``cache``) while ``ha`` says we master the switch; ``active()``: the app still runs."""
 
-    def __init__(self, state: Any, channel: Any, cache: Any, counters: Any, ha: Any, changes: Any,
+    def __init__(self, state: State, channel: Channel, cache: Any, counters: Any, ha: Any, changes: Changes,
                  active: Callable[[], bool]) -> None:
         self.state, self.channel, self.cache, self.counters, self.ha = state, channel, cache, counters, ha
         self.changes, self.active = changes, active

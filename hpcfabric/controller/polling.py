@@ -13,8 +13,10 @@ import logging
 import time
 from typing import Any, Callable
 
-from hpcfabric.controller.channel import Disconnected
+from hpcfabric.controller.channel import Channel, Disconnected
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.state import Changes, State
+from hpcfabric.controller.storm import Storm
 from hpcfabric.openflow import ofwire
 from hpcfabric.rules.flows import COOKIE_APP_MASK, COOKIE_CLASS_SHIFT, ETH_TYPE_DMP, RuleClass, make_cookie
 from hpcfabric.rules.guards import GUARD_DROP, GUARD_HOST_PUNT, guard_kind
@@ -28,7 +30,7 @@ class StatsPoller:
     """Polls ``state``'s confirmed switches over ``channel`` while this instance is master (``ha``) and no
     bring-up ``storm`` holds side work back; ``active()``: the app still runs."""
 
-    def __init__(self, state: Any, channel: Any, ha: Any, counters: Any, changes: Any, storm: Any,
+    def __init__(self, state: State, channel: Channel, ha: Any, counters: Any, changes: Changes, storm: Storm,
                  active: Callable[[], bool]) -> None:
         self.state, self.channel, self.ha, self.counters = state, channel, ha, counters
         self.changes, self.storm, self.active = changes, storm, active

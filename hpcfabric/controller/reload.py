@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hpcfabric.config import ControllerConfig, load_config
 from hpcfabric.controller.framework import hub, run_native
-from hpcfabric.controller.state import build_state
+from hpcfabric.controller.sessions import Sessions
+from hpcfabric.controller.state import Changes, State, build_state
 from hpcfabric.errors import HpcfabricError
 from hpcfabric.openflow.reconcile import diff
 
@@ -68,8 +69,8 @@ class Reloader:
     ``reconfigure(config)`` tells the failover, ``cache`` (encoded flow-mods) is cleared; ``active()``: the app
     still runs."""
 
-    def __init__(self, state: Any, ha: Any, cache: Any, counters: Any, changes: Any, active: Callable[[], bool],
-                 sessions: Any, reconfigure: Callable[[ControllerConfig], None]) -> None:
+    def __init__(self, state: State, ha: Any, cache: Any, counters: Any, changes: Changes, active: Callable[[], bool],
+                 sessions: Sessions, reconfigure: Callable[[ControllerConfig], None]) -> None:
         self.state, self.ha, self.cache, self.counters, self.changes = state, ha, cache, counters, changes
         self.active, self.sessions, self.reconfigure = active, sessions, reconfigure
         self.requested = False

@@ -13,8 +13,11 @@ import logging
 import time
 from typing import Any, Callable
 
-from hpcfabric.controller.channel import Disconnected, SyncError, err_text
+from hpcfabric.controller.admission import Admission
+from hpcfabric.controller.channel import Channel, Disconnected, SyncError, err_text
+from hpcfabric.controller.failover import Failover
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.state import Changes, State
 from hpcfabric.openflow import ofwire
 from hpcfabric.openflow.ofwire import OFPPC_NO_FWD
 
@@ -27,8 +30,8 @@ class Sessions:
     (the installer's), ``forget(dpid)`` drops its flips in flight (the pausing's); the HA role from ``ha``;
     ``active()``: the app still runs."""
 
-    def __init__(self, state: Any, channel: Any, ha: Any, counters: Any, changes: Any, active: Callable[[], bool],
-                 admission: Any, failover: Any, sync: Callable[[Any, Any, int], None],
+    def __init__(self, state: State, channel: Channel, ha: Any, counters: Any, changes: Changes,
+                 active: Callable[[], bool], admission: Admission, failover: Failover, sync: Callable[[Any, Any, int], None],
                  forget: Callable[[int], None]) -> None:
         self.state, self.channel, self.ha, self.counters, self.changes = state, channel, ha, counters, changes
         self.active, self.admission, self.failover, self.sync, self.forget = active, admission, failover, sync, forget

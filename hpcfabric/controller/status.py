@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from hpcfabric.controller.framework import NAME, VERSION, hub
 from hpcfabric.controller.snapshot import Sources, snapshot
+from hpcfabric.controller.state import Changes
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -48,7 +49,7 @@ class StatusReporter:
     written when ``changes`` says so; ``path_override`` (``--status-file``) beats the config's;
     ``active()``: the app still runs."""
 
-    def __init__(self, sources: Sources, changes: Any, active: Callable[[], bool],
+    def __init__(self, sources: Sources, changes: Changes, active: Callable[[], bool],
                  path_override: str | None = None) -> None:
         self.sources, self.changes, self.active = sources, changes, active
         self.path_override = path_override

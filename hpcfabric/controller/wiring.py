@@ -17,9 +17,11 @@ import struct
 import time
 from typing import Any, Callable
 
-from hpcfabric.controller.channel import MAX_XID, Disconnected, SyncError
+from hpcfabric.controller.channel import MAX_XID, Channel, Disconnected, SyncError
 from hpcfabric.controller.discovery import quarantine_changes
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.state import Changes, State
+from hpcfabric.controller.storm import Storm
 from hpcfabric.openflow import ofwire
 from hpcfabric.openflow.ofwire import OFPPC_NO_FWD
 from hpcfabric.protocols.lldp import MalformedLLDP, build_lldp, parse_lldp
@@ -49,7 +51,7 @@ class Wiring:
     """LLDP rounds and quarantine over ``channel`` for ``state``'s switches and ``discovery`` state, while ``ha``
     says we master them and no bring-up ``storm`` holds side work back; ``active()``: the app still runs."""
 
-    def __init__(self, state: Any, channel: Any, counters: Any, ha: Any, storm: Any, changes: Any,
+    def __init__(self, state: State, channel: Channel, counters: Any, ha: Any, storm: Storm, changes: Changes,
                  active: Callable[[], bool]) -> None:
         self.state, self.channel, self.counters, self.ha, self.storm = state, channel, counters, ha, storm
         self.changes, self.active = changes, active
