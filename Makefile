@@ -14,6 +14,11 @@ BOOTSTRAP    := scripts/bootstrap.sh
 # --etcd: the HA tests' etcd cluster; --ryu: the ryu-manager test needs the Ryu venv (.venv-ryu).
 TEST_BOOTSTRAP_FLAGS ?= --etcd --ryu
 PYTEST_ARGS  ?= -q
+# pytest-xdist workers for `make test` (1: no xdist). The modules that drive Open vSwitch, Mininet, etcd, the
+# emulator or wall-clock bounds run one after another in one worker (tests/conftest.py, group "fabric");
+# the pure ones spread over the others at nice 10.
+PYTEST_WORKERS ?= 2
+XDIST        := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup,)
 TESTS        ?= tests
 
 DEMO_TOPO    ?= topologies/dragonfly-a4-p2-h2.yaml
@@ -52,7 +57,7 @@ ovs:
 # a selection (TESTS=..., -k, -m) that collects nothing is a mistake and fails
 test:
 	@bash $(BOOTSTRAP) $(TEST_BOOTSTRAP_FLAGS)
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) $(TESTS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest $(XDIST) $(PYTEST_ARGS) $(TESTS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(strip $(TESTS))" = "tests" ] && [ "$(strip $(PYTEST_ARGS))" = "-q" ]; then \
 		echo "[test] pytest collected no tests in the whole suite (exit 5): treated as success"; rc=0; \
 	elif [ $$rc -eq 5 ]; then \
