@@ -23,7 +23,7 @@ setup(
     ],
     extras_require={
         "controller": ["os-ken==3.1.0"],
-        "test": ["pytest>=7", "pytest-xdist>=3.5"],
+        "test": ["pytest>=7"],
         "etcd": ["etcd3gw>=2.4"],
         "dask": ["distributed>=2024.1"],
     },
