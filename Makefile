@@ -14,6 +14,9 @@ BOOTSTRAP    := scripts/bootstrap.sh
 # --etcd: the HA tests' etcd cluster; --ryu: the ryu-manager test needs the Ryu venv (.venv-ryu).
 TEST_BOOTSTRAP_FLAGS ?= --etcd --ryu
 PYTEST_ARGS  ?= -q
+# 2: the whole suite runs as two pytest processes side by side (scripts/pytest_pair.py: the modules that drive
+# OVS/Mininet/etcd/the emulator one after another, the pure ones beside them at nice 10); 1: one process
+PYTEST_PAIR  ?= 2
 TESTS        ?= tests
 
 DEMO_TOPO    ?= topologies/dragonfly-a4-p2-h2.yaml
@@ -32,7 +35,7 @@ EXPERIMENT_ARGS ?=
 help:
 	@echo "targets:"
 	@echo "  setup      bootstrap: apt packages, .venv, pip install -e, start OVS"
-	@echo "  test       bootstrap ($(TEST_BOOTSTRAP_FLAGS)) + pytest $(TESTS) (a selection that collects nothing fails)"
+	@echo "  test       bootstrap ($(TEST_BOOTSTRAP_FLAGS)) + pytest $(TESTS) (the whole suite as two processes side by side: scripts/pytest_pair.py; a selection that collects nothing fails)"
 	@echo "  demo       bootstrap + \$$DEMO_CMD"
 	@echo "  bench      run every $(BENCH_GLOB)"
 	@echo "  reliability  bootstrap + mininet/run_reliability.py (restart, HA failover, link failure, fuzz, spoof; JSON)"
@@ -52,7 +55,9 @@ ovs:
 # a selection (TESTS=..., -k, -m) that collects nothing is a mistake and fails
 test:
 	@bash $(BOOTSTRAP) $(TEST_BOOTSTRAP_FLAGS)
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) $(TESTS) || rc=$$?; \
+	@rc=0; if [ "$(strip $(TESTS))" = "tests" ] && [ "$(PYTEST_PAIR)" = "2" ]; then \
+		$(PY) scripts/pytest_pair.py $(PYTEST_ARGS) tests || rc=$$?; \
+	else $(PY) -m pytest $(PYTEST_ARGS) $(TESTS) || rc=$$?; fi; \
 	if [ $$rc -eq 5 ] && [ "$(strip $(TESTS))" = "tests" ] && [ "$(strip $(PYTEST_ARGS))" = "-q" ]; then \
 		echo "[test] pytest collected no tests in the whole suite (exit 5): treated as success"; rc=0; \
 	elif [ $$rc -eq 5 ]; then \

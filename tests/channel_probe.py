@@ -1,9 +1,12 @@
-"""Helpers shared by the control-channel tests (test_admission_emu, test_tls_ovs): polling, the metrics scrape,
-a sample of it, the controller's refusal lines. Polling is ``mininet/runkit.py``'s ``wait_until``."""
+"""Helpers shared by the control-channel tests (test_admission_emu, test_tls_ovs, test_ha_etcd*): polling, the
+metrics scrape, a sample of it, the controller's refusal lines, a child controller's crash. Polling is ``mininet/runkit.py``'s ``wait_until``."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import socket
 import sys
 import urllib.request
@@ -45,3 +48,10 @@ def plain_client(port: int) -> bytes:
             return s.recv(100)
         except ConnectionResetError:
             return b""
+
+
+def crash(proc: subprocess.Popen) -> None:
+    """``kill -9`` a child process and reap it; nothing when it has already exited."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -9,8 +9,6 @@ to a switch passes). Mininet scenarios with the switches' roles: mininet/run_rel
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from channel_probe import crash
 
 from hpcfabric.config import load_config
 from hpcfabric.controller.etcdha import EtcdHa
@@ -188,8 +187,7 @@ def test_kill_9_of_the_master_process_standby_takes_over(tmp_path, etcd_cluster)
         assert not b.active and b.view["p0"]["master"] == "a"  # a renews; p0's balanced owner is a
         assert b.members == ["a", "b"]
         t_kill = time.monotonic()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        crash(proc)
         took = wait(lambda: bool(b.active), 15)
         print(f"\ntakeover after kill -9: {took:.2f} s (granted ttl {b.granted} s)")
         assert run.changes[-1][1] == {"p0": "master"} and run.changes[-1][0] >= t_kill
@@ -197,9 +195,7 @@ def test_kill_9_of_the_master_process_standby_takes_over(tmp_path, etcd_cluster)
         assert gens(etcd_cluster, prefix + "/") == {"p0": 2} and b.generation_of("g0s0") == 2
         assert b.members == ["b"]  # a's member key went with its lease
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        crash(proc)
         if run is not None:
             run.stop()
             run.ha.release()

@@ -16,8 +16,6 @@ etcd_password_file``:
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from channel_probe import until
+from channel_probe import crash, until
 
 from hpcfabric.config import load_config
 from hpcfabric.controller.etcdha import EtcdHa
@@ -103,8 +101,7 @@ def test_kill_9_of_a_tls_controller_standby_takes_over(tmp_path, etcd_tls_cluste
         b = instance(tmp_path, etcd_tls_cluster, "b", p, partitions=1)
         ticking(b, seconds=1.5)
         assert not b.active and b.view["p0"]["master"] == "a"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        crash(proc)
         t0 = time.monotonic()
         while not b.active and time.monotonic() - t0 < 15:
             b.tick()
@@ -113,9 +110,7 @@ def test_kill_9_of_a_tls_controller_standby_takes_over(tmp_path, etcd_tls_cluste
         print(f"\nTLS + auth: takeover after kill -9 in {took:.2f} s")
         assert b.active and took <= b.granted + 2 and b.generation_of("g0s0") == 2
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        crash(proc)
         if b is not None:
             b.release()
 
