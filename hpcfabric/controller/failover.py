@@ -242,7 +242,8 @@ class Failover:
                 now = time.monotonic()
                 self.since = None  # events from now on: after this plan's snapshot
                 failures, ports = self.failures(now), set(self.ports_down(now))
-                if failures == self.in_force:
+                if failures == self.in_force:  # the tables in force are proven for it: nothing refused any more
+                    self.unproven = None
                     return
                 self.plans += 1
                 plan = planner.plan(failures)
