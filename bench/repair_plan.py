@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.repair.plan import Repairer  # noqa: E402
-from hpcfabric.repair.service import settle_heap  # noqa: E402
 from hpcfabric.topology.failures import NO_FAILURES, Failures  # noqa: E402
 
 
@@ -100,6 +99,8 @@ def main() -> int:
         cases.append(switch_and_ten(fabric))
     for mode in (("default", "frozen") if args.gc == "both" else (args.gc,)):
         if mode == "frozen":
+            from hpcfabric.repair.service import settle_heap
+
             settle_heap()
         for name, ports in cases:
             for kind, failures in (("failure", Failures.of(fabric, ports, [])), ("recovery", NO_FAILURES)):
