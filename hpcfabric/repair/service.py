@@ -16,9 +16,10 @@ Replies go to stdout the same way; the log goes to stderr. Both ends are trusted
 the process itself).
 
 What is built to last -- the config's compiled tables, the proof base, the tables in force after an ``apply``
--- is moved out of the cyclic garbage collector's sight (:func:`settle_heap`, ``gc.freeze``): at Table III
-that is ~1.4 M objects, and a full collection over them takes 1-4 s, which otherwise fell inside a plan
-whenever the objects a few plans had left behind crossed CPython's threshold (a quarter of the old ones).
+-- is moved out of the cyclic garbage collector's sight (:func:`settle_heap`, ``gc.freeze``), as the controller
+does for its own heap (:mod:`hpcfabric.controller.heap`): at Table III the compiled tables alone are ~1.4 M
+objects, and a full collection over them took 3.9-4.4 s (loaded machine); one falls inside a plan whenever the
+objects earlier plans left behind cross CPython's threshold (a quarter of the old ones).
 Reference counting still frees what a later plan replaces; only garbage in reference cycles among those
 objects would stay (the tables and the proof base hold none).
 """
