@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from test_ops_failover import port_status
-from test_ops_fakes import ROOT, FakeSwitch, make_app, ours, settle, wait_planner, wait_reroute
+from test_ops_fakes import fake_fabric, ours, wait_reroute
 
 from hpcfabric.openflow.reconcile import canonical, diff
 from hpcfabric.repair.plan import Repairer
@@ -23,16 +23,7 @@ from hpcfabric.topology.failures import Failures
 
 
 def controller(tmp_path: Path, settle_ms: float):
-    path = tmp_path / "c.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\n"
-                    f"routing = conditional\nreload_poll = 0\n[failover]\nsettle_ms = {settle_ms}\n")
-    app = make_app(path)
-    sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, 8))) for st in app.switches.values()}
-    for sw in sws.values():
-        sw.connect()
-    settle()
-    wait_planner(app)
-    return app, sws
+    return fake_fabric(tmp_path, f"[failover]\nsettle_ms = {settle_ms}\n")
 
 
 def switch_links(app, victim: str) -> list[tuple[str, int, str, int]]:

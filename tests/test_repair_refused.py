@@ -10,7 +10,7 @@ the redirected routes instead."""
 from __future__ import annotations
 
 from test_ops_failover import port_status
-from test_ops_fakes import ROOT, FakeSwitch, make_app, settle, wait_reroute
+from test_ops_fakes import fake_fabric, wait_reroute
 
 from hpcfabric.controller.planner import Planner
 from hpcfabric.topology.failures import parse_failures
@@ -21,15 +21,10 @@ EIGHT = ["g4s1:4", "g6s0:4", "g5s0:3", "g1s2:4", "g1s3:3", "g1s1:3", "g2s0:3", "
 def test_a_refused_repair_is_in_the_deadlock_object_with_its_cycle(tmp_path):
     from os_ken.lib import hub
 
-    path = tmp_path / "c.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\n"
-                    "routing = conditional\nreload_poll = 0\n")
-    app = make_app(path)
+    app, sws = fake_fabric(tmp_path, planner=False)
     try:
-        sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, 8))) for st in app.switches.values()}
-        for sw in sws.values():
-            sw.connect()
-        settle()
+        if app.failover.planner is not None:  # the process planner, if started: replaced by an inline one
+            app.failover.planner.stop()
         planner = app.failover.planner = Planner(app.config, process=False)
         planner.start()
         rep = planner.inline
