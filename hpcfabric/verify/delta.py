@@ -58,7 +58,6 @@ from hpcfabric.verify.unions import reach_index, walk_union
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
-ENTRY_BATCH = 1 << 22  # (column, state) pairs followed at once when looking for a change's entries
 
 
 class NotIncremental(Exception):
@@ -409,41 +408,32 @@ class ProofState:
             root &= ~np.isin(zsw, [ch.sw_index[s] for s in failed])
         out = [below[root]]
         fab = np.flatnonzero(~self.host_state[z])
-        up_sw, _ = self.upstream(z[fab])
-        ok = up_sw >= 0
-        n_cols = len(self.cols.want)
-        # per upstream switch, the columns arriving from it in ``below``: every reached state of that switch, outside
-        # ``below``, is followed one step by the old choices; the nodes it leads to that are in ``below`` are entries
-        pairs = np.unique(up_sw[ok] * n_cols + c[fab][ok])
-        pu, pc = pairs // n_cols, pairs % n_cols  # by upstream switch, then column
-        bounds = np.flatnonzero(np.concatenate([[True], pu[1:] != pu[:-1], [True]])) if len(pairs) else []
-        batch_c, batch_u, size = [], [], 0  # type: ignore[var-annotated]
-        for k in range(len(bounds) - 1):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            cand = self.states_in_reach(int(pu[lo]))
-            batch_c.append(np.repeat(pc[lo:hi], len(cand)))
-            batch_u.append(np.tile(cand, hi - lo))
-            size += (hi - lo) * len(cand)
-            if size and (size >= ENTRY_BATCH or k == len(bounds) - 2):
-                out.append(self._led_into(old, below_set, np.concatenate(batch_c), np.concatenate(batch_u)))
-                batch_c, batch_u, size = [], [], 0
+        up_sw, up_at = self.upstream(z[fab])
+        for si in np.unique(up_sw[up_sw >= 0]).tolist():
+            sel = fab[up_sw == si]
+            cand = self.states_in_reach(si)  # every reached state of the upstream switch
+            if not len(cand):
+                continue
+            # the upstream switch's choices, once per column: which of its reached states, outside ``below``,
+            # send the column's frames over the link into each arrival state of ``below``
+            cols_u, row = np.unique(c[sel], return_inverse=True)
+            cc = np.repeat(cols_u, len(cand))
+            uu = np.tile(cand, len(cols_u))
+            b, a = old.choices(cc, uu, np.full(len(cc), si))
+            shape = (len(cols_u), len(cand))
+            valid = (self.in_reach(cc, uu) & ~below_set.has(cc * n + uu)).reshape(shape)
+            b, a = b.reshape(shape), a.reshape(shape)
+            at = up_at[up_sw == si]
+            lo = int(ch.state_base[si])
+            q = (at - lo) // PCP_SLOTS
+            code = q << SLOT_BITS | (at - lo) % PCP_SLOTS  # the choice that sends a frame into it
+            live = old.egress[at] == z[sel]
+            back = (old.back_ok[si] & ~self.host_state[cand])[None, :] & \
+                (((cand - lo) // PCP_SLOTS)[None, :] == q[:, None])  # never back out of the ingress port
+            hit = ((b[row] == code[:, None]) | (a[row] == code[:, None])) & valid[row] & ~back
+            out.append(below[sel[hit.any(axis=1) & live]])
         keys = np.unique(np.concatenate(out))
         return keys // n, keys % n
-
-    def _led_into(self, old: ChangeWalk, below_set: NodeSet, cc: np.ndarray, uu: np.ndarray) -> np.ndarray:
-        """Keys of the nodes in ``below`` that reached nodes (``cc``, ``uu``) outside it lead to by the old choices
-        (unpaused or paused; an output back out of the ingress port is dropped, a dead link leads nowhere)."""
-        n = self.ch.n_states
-        keep = self.in_reach(cc, uu) & ~below_set.has(cc * n + uu)
-        cc, uu = cc[keep], uu[keep]
-        sw = np.searchsorted(self.ch.state_base, uu, side="right") - 1
-        b, a = old.choices(cc, uu, sw)
-        d = a != b
-        got = []
-        for sel, codes in ((slice(None), b), (d, a[d])):
-            keys, _ = old.next_nodes(cc[sel], uu[sel], sw[sel], codes)
-            got.append(keys[below_set.has(keys)])
-        return np.concatenate(got)
 
     def upstream(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per fabric-arrival state: (the switch index its frames come from, -1: no peer; the state at that
