@@ -334,7 +334,7 @@ def main() -> int:
     ap.add_argument("--no-flap", dest="flap", action="store_false", help="failure scenarios: skip the flapping link")
     ap.add_argument("--baseline", default="", metavar="DIR",
                     help="also run DIR/bench/control_scale.py (an older checkout) on the same fabric with the same "
-                    "options, in this run: its failure figures beside these ('baseline')")
+                    "options, in this run: its failure figures (reroute, failures) beside these ('baseline')")
     ap.add_argument("--no-restart", dest="restart", action="store_false")
     ap.add_argument("--artifact", action="store_true",
                     help="compile once (hpcfabric compile) and let every controller load its partition from it")
@@ -386,7 +386,7 @@ def baseline(args: argparse.Namespace, name: str) -> dict:
         return {"root": str(root), "error": (got.stderr or got.stdout)[-500:]}
     old = json.loads(lines[-1])
     return {"root": str(root), "connect_to_confirmed_s": old.get("connect_to_confirmed_s"),
-            "rules": old.get("rules"), "reroute": old.get("reroute")}
+            "rules": old.get("rules"), "reroute": old.get("reroute"), "failures": old.get("failures")}
 
 
 def compare_tls(tcp: dict, tls: dict) -> dict:

@@ -4,7 +4,8 @@ Per scenario (one JSON object each): the failures injected; ``confirmed_s`` (inj
 controller reports the repair installed and confirmed, from the status files: each controller writes at once
 after a repair), ``controller_ms`` (its own clock: port status -> last wave confirmed), ``last_flow_mod_s``
 (injection -> the last flow-mod a switch received, once quiet), ``flow_mods`` (received by the switches),
-``flow_mods_share`` (of the installed entries), ``verdict``, ``proof_s``, ``changed`` switches, ``waves``;
+``flow_mods_share`` (of the installed entries), ``verdict``, ``proof_s``, ``changed`` switches, ``waves``,
+``repairs`` and ``plans`` per controller (a burst settled into one plan: 1 and 1);
 then ``adaptive``: a PAUSE on a port of a repaired switch flips it with one flow-mod; then the recovery (the
 same figures) and whether every switch holds its compiled table again.
 """
@@ -21,6 +22,11 @@ Link = tuple[str, int, str, int]
 def repairs(c: Any) -> list[int]:
     return [(c.status(i).get("failover") or {}).get("repairs", 0) + (c.status(i).get("failover") or {}).get("refused", 0)
             for i in range(len(c.parts))]
+
+
+def plans(c: Any) -> list[int]:
+    """Plans each controller asked of its repair planner so far (0 where the status has no such count)."""
+    return [(c.status(i).get("failover") or {}).get("plans", 0) for i in range(len(c.parts))]
 
 
 def set_links(c: Any, links: list[Link], up: bool) -> None:
@@ -61,14 +67,15 @@ def wait_planners(c: Any, timeout: float) -> float | None:
 def one(c: Any, links: list[Link], *, installed: int, quiet_since: Callable, emu_sum: Callable,
         timeout: float = 300.0) -> dict[str, Any]:
     """Take ``links`` down (or, with ``up`` after, back); the figures of the repair that follows."""
-    before = repairs(c)
+    before, p0 = repairs(c), plans(c)
     fm0 = emu_sum(c.emu_stats(), "flow_mods")
     t0 = time.monotonic()
     set_links(c, links, up=False)
     confirmed = wait_repaired(c, before, t0, timeout, link_names(links))
     last = quiet_since(c, t0, quiet=1.5)
     fms = emu_sum(c.emu_stats(), "flow_mods") - fm0
-    return {**report(c, confirmed, last, fms, installed)}
+    return {**report(c, confirmed, last, fms, installed), "repairs": [a - b for a, b in zip(repairs(c), before)],
+            "plans": [a - b for a, b in zip(plans(c), p0)]}
 
 
 def report(c: Any, confirmed: float | None, last: float, fms: float, installed: int) -> dict[str, Any]:
@@ -136,13 +143,15 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
     for name, links in cases:
         res = one(c, links, **kw)
         res["adaptive"] = adaptive(c, links[0][0], emu_sum)
-        before = repairs(c)
+        before, p0 = repairs(c), plans(c)
         fm0 = emu_sum(c.emu_stats(), "flow_mods")
         t0 = time.monotonic()
         set_links(c, links, up=True)
         confirmed = wait_repaired(c, before, t0, timeout, [])
         last = quiet_since(c, t0, quiet=1.5)
-        res["recovery"] = report(c, confirmed, last, emu_sum(c.emu_stats(), "flow_mods") - fm0, installed)
+        res["recovery"] = {**report(c, confirmed, last, emu_sum(c.emu_stats(), "flow_mods") - fm0, installed),
+                           "repairs": [a - b for a, b in zip(repairs(c), before)],
+                           "plans": [a - b for a, b in zip(plans(c), p0)]}
         res["failures"] = [f"{a}:{ap}-{b}:{bp}" for a, ap, b, bp in links]
         out[name] = res
     if flap and by_kind.get("local"):

@@ -1,18 +1,24 @@
 """Benchmark: the repair planner alone (compile of the surviving fabric + incremental proof), no switches.
 
 Builds the proof base of a config once, then plans ``--links`` single global-link failures in turn (every
-``--stride``-th global link), each applied and followed by its recovery, and prints one JSON line per plan
-(wall seconds, the planner's timings, the proof's stage timings, changed switches, verdict). This is the
-part of a repair that ``bench/control_scale.py`` cannot separate from the install (docs/scale.md
-"Failures at Table III").
+``--stride``-th global link) and (``--many``) a switch with ten links across groups, each applied and followed
+by its recovery, and prints one JSON line per plan (wall seconds, the planner's timings, the proof's stage
+timings, changed switches, verdict, ``gc_s``: seconds the cyclic garbage collector ran inside the plan, and
+its full collections). This is the part of a repair that ``bench/control_scale.py`` cannot separate from the
+install (docs/scale.md "Failures at Table III"). ``--gc both`` (default): the whole sequence with the
+collector as CPython leaves it, then again after :func:`hpcfabric.repair.service.settle_heap` (the planner
+process's own setting: what is long-lived frozen), side by side in one run.
 
 Usage: .venv/bin/python bench/repair_plan.py [--config configs/dragonfly-table3.conf] [--links 4] [--stride 97]
+       [--many] [--gc both|default|frozen]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import random
 import os
 import sys
 import time
@@ -26,8 +32,44 @@ from hpcfabric.repair.plan import Repairer  # noqa: E402
 from hpcfabric.topology.failures import NO_FAILURES, Failures  # noqa: E402
 
 
+class GcClock:
+    """Seconds the cyclic collector ran, and its full (generation 2) collections, since :meth:`reset`."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._t = 0.0, 0, 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t
+            self.full += info.get("generation") == 2
+
+    def reset(self) -> None:
+        self.seconds, self.full = 0.0, 0
+
+
+CLOCK = GcClock()
+
+
+def switch_and_ten(fabric, seed: int = 27) -> tuple[str, list]:
+    """A switch's links and ten links in ten other groups (bench/failure_scenarios.py's scenario)."""
+    rng = random.Random(seed)
+    victim = rng.choice(fabric.switches).name
+    own = [(victim, p) for p in sorted(fabric.fabric_ports(victim))]
+    groups, ten = {fabric.switch(victim).group}, []
+    for link in rng.sample(list(fabric.links), len(fabric.links)):
+        g = fabric.switch(link.a).group
+        if g not in groups and len(ten) < 10:
+            groups.add(g)
+            ten.append((link.a, link.a_port))
+    return f"{victim} + 10 links", own + ten
+
+
 def line(kind: str, link: str, plan, wall: float) -> dict:
-    return {"plan": kind, "link": link, "wall_s": round(wall, 3), "verdict": plan.verdict.get("verdict"),
+    return {"plan": kind, "link": link, "wall_s": round(wall, 3), "gc_s": round(CLOCK.seconds, 3),
+            "gc_full": CLOCK.full, "verdict": plan.verdict.get("verdict"),
             "changed": len(plan.changed), "timings": {k: round(v, 3) for k, v in plan.timings.items()},
             "proof_stages": {k: round(v, 3) for k, v in (plan.verdict.get("timings") or {}).items()}}
 
@@ -37,6 +79,8 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "dragonfly-table3.conf"))
     ap.add_argument("--links", type=int, default=4)
     ap.add_argument("--stride", type=int, default=97)
+    ap.add_argument("--many", action="store_true", help="also a switch and ten links across groups at once")
+    ap.add_argument("--gc", choices=("both", "default", "frozen"), default="both")
     args = ap.parse_args()
     cfg = load_config(args.config)
     fabric = cfg.fabric
@@ -47,17 +91,26 @@ def main() -> int:
                       "base_s": round(time.perf_counter() - t0, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}),
           flush=True)
     globs = [link for link in fabric.links if link.kind == "global"]
+    cases = []
     for i in range(args.links):
         link = globs[(i * args.stride) % len(globs)]
-        name = f"{link.a}:{link.a_port}-{link.b}:{link.b_port}"
-        t = time.perf_counter()
-        plan = rep.plan(Failures.of(fabric, [(link.a, link.a_port)], []))
-        print(json.dumps(line("failure", name, plan, time.perf_counter() - t)), flush=True)
-        rep.apply(plan)
-        t = time.perf_counter()
-        back = rep.plan(NO_FAILURES)
-        print(json.dumps(line("recovery", name, back, time.perf_counter() - t)), flush=True)
-        rep.apply(back)
+        cases.append((f"{link.a}:{link.a_port}-{link.b}:{link.b_port}", [(link.a, link.a_port)]))
+    if args.many:
+        cases.append(switch_and_ten(fabric))
+    for mode in (("default", "frozen") if args.gc == "both" else (args.gc,)):
+        if mode == "frozen":
+            from hpcfabric.repair.service import settle_heap
+
+            settle_heap()
+        for name, ports in cases:
+            for kind, failures in (("failure", Failures.of(fabric, ports, [])), ("recovery", NO_FAILURES)):
+                CLOCK.reset()
+                t = time.perf_counter()
+                plan = rep.plan(failures)
+                print(json.dumps({"gc": mode, **line(kind, name, plan, time.perf_counter() - t)}), flush=True)
+                rep.apply(plan)
+                if mode == "frozen":
+                    gc.freeze()  # as the planner process does after an apply
     return 0
 
 

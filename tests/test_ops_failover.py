@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from test_ops_fakes import ROOT, O, FakeSwitch, make_app, ours, settle, wait_planner, wait_reroute
+from test_ops_fakes import ROOT, O, FakeSwitch, fake_fabric, make_app, ours, settle, wait_planner, wait_reroute
 
 from hpcfabric.config import load_config
 from hpcfabric.repair.plan import Repairer
@@ -139,15 +139,7 @@ def test_a_flapping_port_is_damped(tmp_path):
     """Ten down/up changes in a second: a few repairs, not twenty; held down until stable; every one proven."""
     from os_ken.lib import hub
 
-    path = tmp_path / "c.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\nrouting = conditional\n"
-                    "reload_poll = 0\n")
-    app = make_app(path)
-    sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, 8))) for st in app.switches.values()}
-    for sw in sws.values():
-        sw.connect()
-    settle()
-    wait_planner(app)
+    app, sws = fake_fabric(tmp_path)
     link = next(l for l in app.fabric.links if l.kind == "local")
     for i in range(10):
         down = i % 2 == 0

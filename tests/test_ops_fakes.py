@@ -289,6 +289,22 @@ def wait_planner(app: Any, timeout: float = 120.0) -> None:
     assert app.failover.planner.ready, "the repair planner did not get ready"
 
 
+def fake_fabric(tmp_path: Path, extra: str = "", *, planner: bool = True) -> tuple[Any, dict[str, "FakeSwitch"]]:
+    """The controller app on the demo Dragonfly (conditional routing; ``extra``: more INI lines), a connected
+    :class:`FakeSwitch` per switch (ports 1-7), and (``planner``) its repair planner ready."""
+    path = tmp_path / "c.conf"
+    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\nrouting = conditional\n"
+                    f"reload_poll = 0\n{extra}")
+    app = make_app(path)
+    sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, 8))) for st in app.switches.values()}
+    for sw in sws.values():
+        sw.connect()
+    settle()
+    if planner:
+        wait_planner(app)
+    return app, sws
+
+
 def wait_reroute(app: Any, timeout: float = 60.0) -> None:
     """Let a scheduled repair finish (planned by the planner process, installed in waves), then settle."""
     import time

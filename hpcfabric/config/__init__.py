@@ -42,6 +42,7 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
     [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups),
+                                ; settle_ms (a burst of port events gathered into one repair),
                                 ; failures_dir (partitions on one host share the failures they see)
 
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is

@@ -88,6 +88,7 @@ SCHEMA: dict[str, dict[str, str | None]] = {
     "failover": {
         "fast_failover": "off",
         "recompute": "on",
+        "settle_ms": "50",
         "failures_dir": "",
     },
 }

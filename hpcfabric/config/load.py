@@ -186,6 +186,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
                            "`hpcfabric compile` writes")
     fast_failover = on_off("failover", "fast_failover")
     recompute = on_off("failover", "recompute")
+    settle_ms = number(source, "failover.settle_ms", get_value(parser, "failover", "settle_ms"), low=0, high=10000,
+                       low_open=False)
     failures_text = get_value(parser, "failover", "failures_dir")
     failures_dir = resolve_path(base, failures_text) if failures_text else (
         f"{ha_lease_file}.failures" if ha_lease_file and (ha_switches or ha_partitions > 1) else None)
@@ -284,6 +286,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         echo_timeout=echo_timeout,
         fast_failover=fast_failover,
         recompute=recompute,
+        settle_ms=settle_ms,
         failures_dir=failures_dir,
         pause_reaction=pause_reaction,
         switch_hold_s=switch_hold_s,

@@ -66,6 +66,8 @@ class ControllerConfig:
     ha_etcd: Any = field(default=None, repr=False)
     fast_failover: bool = False
     recompute: bool = True
+    #: ``[failover] settle_ms``: port events are gathered until none came for this long (one repair for a burst)
+    settle_ms: float = 50.0
     #: ``[failover] failures_dir``: where a partition's controller (file backend) shares the failures it sees
     failures_dir: str | None = None
     #: ``[openflow] tls = on``: :class:`hpcfabric.config.security.TlsSettings` (None: plain TCP)

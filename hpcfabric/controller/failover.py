@@ -3,7 +3,10 @@
 :class:`Failover` keeps which fabric ports are down (port status of its own switches, damped when they
 flap: :class:`hpcfabric.failover.damping.FlapDamper`), the failures other controllers report
 (:meth:`remote`, through the HA backend's failures prefix), and which switches stayed disconnected
-longer than ``lldp_timeout``. On any change it schedules one repair (events in a burst share it): the
+longer than ``lldp_timeout``. On any change it schedules one repair, once the burst has settled (no event for
+``[failover] settle_ms``, at most :data:`SETTLE_CAP` times that after its first: a switch's failure is many
+port events from its neighbours); a plan that events overtook while it was planned is discarded and planned
+again for them all (at most :data:`MAX_REPLANS` times in a row), never installed and then repaired. The
 repair planner (:mod:`hpcfabric.controller.planner`: :class:`hpcfabric.repair.plan.Repairer` in a process
 of its own) compiles the surviving fabric on the switches the failures can affect and proves the new
 tables -- and every mix of old and new ones during the update -- before anything is sent (under
@@ -31,8 +34,11 @@ from hpcfabric.topology.failures import NO_FAILURES, Failures
 
 LOG = logging.getLogger("hpcfabric.controller")
 
-#: events closer than this share one repair (both ends of a link report within microseconds)
-COALESCE_S = 0.01
+#: a burst is planned at the latest this many settle windows after its first event (a steady trickle too)
+SETTLE_CAP = 20
+#: a plan overtaken by events is planned again for all of them at most this many times in a row (then installed
+#: if proven, and repaired again for what came since)
+MAX_REPLANS = 4
 
 
 def dead_switches(switches: Iterable[Any], now: float, grace: float) -> set[str]:
@@ -61,6 +67,8 @@ class Failover:
         self.remote_switches: set[str] = set()
         self.dead: set[str] = set()
         self.events = 0
+        self.plans = 0  # plans asked of the planner
+        self.superseded = 0  # plans discarded unapplied: events came while they were planned
         self.repairs = 0
         self.refused = 0
         self.flow_mods = 0
@@ -70,7 +78,8 @@ class Failover:
         self.pending = False
         self.running = False
         self.again = False
-        self.t0 = 0.0
+        self.since: float | None = None  # the first event not yet in a plan
+        self.last_event = 0.0
         self.planner: Planner | None = None
         self.board: Any = None  # the failures board of a partitioned fabric (None: one controller)
         self.in_force: Failures = NO_FAILURES  # the failures the installed tables route around
@@ -139,9 +148,8 @@ class Failover:
             LOG.info("failover: %s port %d is up again%s", switch, port,
                      " (flapping: held down)" if self.damper.is_down(key, now) else "")
         if self.damper.is_down(key, now) != before:
-            self.t0 = now
             self.publish()
-            self.schedule()
+            self.changed(now)
         self._hold_timer(now)
 
     def _hold_timer(self, now: float) -> None:
@@ -152,9 +160,8 @@ class Failover:
     def _hold_over(self) -> None:
         now = time.monotonic()
         if self.ports_down(now) != self._applied_ports:
-            self.t0 = now
             self.publish()
-            self.schedule()
+            self.changed(now)
         self._hold_timer(now)
 
     def remote(self, ports: set[tuple[str, int]], switches: set[str]) -> None:
@@ -162,8 +169,7 @@ class Failover:
         if ports == self.remote_ports and switches == self.remote_switches:
             return
         self.remote_ports, self.remote_switches = set(ports), set(switches)
-        self.t0 = time.monotonic()
-        self.schedule()
+        self.changed(time.monotonic())
 
     def switch_lost(self) -> None:
         """A switch disconnected: if it stays away longer than ``lldp_timeout``, route around it."""
@@ -172,9 +178,8 @@ class Failover:
     def check_dead(self) -> None:
         fab = self.state
         if dead_switches(fab.switches.values(), time.monotonic(), fab.config.lldp_timeout) != self.dead:
-            self.t0 = time.monotonic()
             self.publish()
-            self.schedule()
+            self.changed(time.monotonic())
 
     def ports_down(self, now: float) -> set[tuple[str, int]]:
         return self.damper.down(now)
@@ -197,12 +202,36 @@ class Failover:
             LOG.warning("failover: could not publish failures: %s", err)
 
     # ------------------------------------------------------------ repairs
-    def schedule(self, delay: float = COALESCE_S) -> None:
-        """One repair soon (events in a burst share it); only a master repairs."""
+    def changed(self, now: float) -> None:
+        """What is out changed at ``now``: one repair once the burst has settled."""
+        self.last_event = now
+        if self.since is None:
+            self.since = now
+        self.schedule()
+
+    def settle_s(self) -> float:
+        return max(0.0, float(self.state.config.settle_ms)) / 1000.0
+
+    def unsettled(self, now: float) -> float:
+        """Seconds until the burst under way counts as settled (0: it has)."""
+        if self.since is None:
+            return 0.0
+        settle = self.settle_s()
+        return max(0.0, min(self.last_event + settle, self.since + SETTLE_CAP * settle) - now)
+
+    def schedule(self) -> None:
+        """One repair once the events have settled (a burst shares it); only a master repairs."""
         if self.pending or not self.ha.master or not self.state.config.recompute:
             return
         self.pending = True
-        hub.spawn_after(delay, self.repair)
+        hub.spawn_after(max(self.unsettled(time.monotonic()), 0.001), self._settled)
+
+    def _settled(self) -> None:
+        wait = self.unsettled(time.monotonic())
+        if wait > 0:
+            hub.spawn_after(wait, self._settled)
+            return
+        self.repair()
 
     def repair(self) -> None:
         """Plan the repair for what is out now (off the hub), install it if proven, in its waves."""
@@ -212,22 +241,36 @@ class Failover:
             self.again = True
             return
         self.running = True
-        t0 = self.t0
+        t0 = self.since if self.since is not None else time.monotonic()
         try:
-            now = time.monotonic()
-            failures = self.failures(now)
             config = fab.config
             if self.planner is None:
                 self.prepare()
             planner = self.planner
             assert planner is not None
-            if failures == self.in_force:
-                return
-            plan = planner.plan(failures)
-            if fab.config is not config or planner is not self.planner:  # reloaded meanwhile
-                planner.decide(False)
-                return
-            self._applied_ports = set(self.ports_down(now))
+            replans = 0
+            while True:
+                now = time.monotonic()
+                self.since = None  # events from now on: after this plan's snapshot
+                failures, ports = self.failures(now), set(self.ports_down(now))
+                if failures == self.in_force:  # the tables in force are proven for it: nothing refused any more
+                    self.unproven = None
+                    return
+                self.plans += 1
+                plan = planner.plan(failures)
+                if fab.config is not config or planner is not self.planner:  # reloaded meanwhile
+                    planner.decide(False)
+                    return
+                if replans >= MAX_REPLANS or self.since is None or self.failures(time.monotonic()) == failures:
+                    break
+                planner.decide(False)  # overtaken: planned again for everything out now, once it has settled
+                self.superseded += 1
+                replans += 1
+                LOG.info("failover: more changed while %s was planned: planned again for all",
+                         ", ".join(failures.describe()) or "everything back")
+                while self.unsettled(time.monotonic()) > 0:
+                    hub.sleep(self.unsettled(time.monotonic()))
+            self._applied_ports = ports
             verdict = plan["verdict"]
             record = {"at": time.time(), **plan["summary"]}
             if not plan["proven"] and config.flow_control == "pfc":
@@ -312,8 +355,15 @@ class Failover:
         fab.tables.repaired = {}
         self.prepare()
         if self.ports_down(time.monotonic()) or self.dead or self.remote_ports or self.remote_switches:
-            self.t0 = time.monotonic()
-            self.schedule()
+            self.changed(time.monotonic())
+
+    def deadlock_status(self, loaded: dict[str, Any]) -> dict[str, Any]:
+        """The status file's ``deadlock`` object: ``loaded`` (the proof of the tables as loaded) and
+        ``refused_repair``: None, or the failures in force whose repair was refused as unproven, the verdict and
+        the cycle (channels) -- the last proven tables stay in force for them."""
+        got = self.unproven
+        return {**loaded, "refused_repair": None if got is None else {
+            **got, "in_force": "the last proven tables (the destinations behind the failures stay unreachable)"}}
 
     def as_dict(self) -> dict[str, Any]:
         """The status file's ``failover`` entry."""
@@ -327,5 +377,5 @@ class Failover:
                 "damped": [f"{s}:{p}" for s, p in sorted(self.damper.damped(now))],
                 "remote": [f"{s}:{p}" for s, p in sorted(self.remote_ports)] + sorted(self.remote_switches),
                 "switches_gone": sorted(self.dead), "repaired": bool(self.state.tables.repaired),
-                "events": self.events, "repairs": self.repairs, "refused": self.refused, "flow_mods": self.flow_mods,
+                "events": self.events, "plans": self.plans, "superseded": self.superseded, "repairs": self.repairs, "refused": self.refused, "flow_mods": self.flow_mods,
                 "last_ms": self.last_ms, "last": self.last, "unproven": self.unproven}
