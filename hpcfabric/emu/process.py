@@ -285,7 +285,9 @@ class EmuProcess:
                 if k < len(lst):
                     self.connect(lst[k])
         loop.add_reader(sys.stdin.fileno(), self.command_ready)
-        self.emit({"ev": "started", "index": self.index, "switches": len(self.switches)})
+        ru = resource.getrusage(resource.RUSAGE_SELF)  # TLS: the switches' contexts loaded, before any connect
+        self.emit({"ev": "started", "index": self.index, "switches": len(self.switches),
+                   "cpu_s": round(ru.ru_utime + ru.ru_stime, 3)})
 
     # ------------------------------------------------------------ commands
     def emit(self, obj: dict[str, Any]) -> None:
