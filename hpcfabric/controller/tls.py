@@ -40,8 +40,11 @@ NOT_TLS, NO_CERT, UNTRUSTED, TIMEOUT, FAILED = "not_tls", "no_certificate", "unt
     "tls_handshake"
 _NOT_TLS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "UNSUPPORTED_PROTOCOL", "VERSION_TOO_LOW",
             "NO_PROTOCOLS_AVAILABLE", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"}
-#: bytes asked of the TCP socket per read (a burst of TLS records)
-READ = 1 << 16
+#: bytes asked of the TCP socket per read: a burst of small records (~120 packet-ins) or one full record.
+#: OpenSSL's memory buffers keep the largest size they ever held, per connection: this bounds the input's,
+#: ``SLICE`` (plaintext encrypted at a time) the output's -- ~2 x 16 KiB a switch instead of its largest send
+READ = 1 << 14
+SLICE = 1 << 14
 _UNTRUSTED = {"CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE"}
 
 
@@ -194,10 +197,19 @@ class TlsSocket:
         return b"".join(parts) if len(parts) != 1 else parts[0]
 
     def sendall(self, data: Any) -> None:
+        """Encrypt ``data`` a slice at a time (the output buffer stays small) and write it in one call."""
         view = memoryview(data)
+        if len(view) <= SLICE:
+            while view:
+                view = view[self.tls.write(view):]
+            self.flush()
+            return
+        records = []
         while view:
-            view = view[self.tls.write(view):]
-        self.flush()
+            view = view[self.tls.write(view[:SLICE]):]
+            records.append(self.outgoing.read())
+        with self.writing:
+            self.sock.sendall(b"".join(records))
 
     def getpeercert(self, binary_form: bool = False) -> Any:
         return self.tls.getpeercert(binary_form)
