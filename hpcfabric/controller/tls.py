@@ -40,12 +40,12 @@ NOT_TLS, NO_CERT, UNTRUSTED, TIMEOUT, FAILED = "not_tls", "no_certificate", "unt
     "tls_handshake"
 _NOT_TLS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "UNSUPPORTED_PROTOCOL", "VERSION_TOO_LOW",
             "NO_PROTOCOLS_AVAILABLE", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"}
+_UNTRUSTED = {"CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE"}
 #: bytes asked of the TCP socket per read: a burst of small records (~120 packet-ins) or one full record.
 #: OpenSSL's memory buffers keep the largest size they ever held, per connection: this bounds the input's,
 #: ``SLICE`` (plaintext encrypted at a time) the output's -- ~2 x 16 KiB a switch instead of its largest send
 READ = 1 << 14
 SLICE = 1 << 14
-_UNTRUSTED = {"CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE"}
 
 
 def classify(err: BaseException) -> tuple[str, str]:
