@@ -71,12 +71,16 @@ def test_a_burst_of_records_is_read_in_a_few_reads_and_large_sends_arrive_whole(
     assert conn.getpeercert()["subject"] == ((("commonName", "g0s0"),),)
     assert conn.version() in ("TLSv1.2", "TLSv1.3")
     big = bytes(range(256)) * 4096  # 1 MiB: many records
-    out = threading.Thread(target=conn.sendall, args=(big,))
-    out.start()
-    back = b""
-    while len(back) < len(big):
-        back += cli.recv(1 << 16)
-    out.join()
+    back = bytearray()
+
+    def read_back():
+        while len(back) < len(big):
+            back.extend(cli.recv(1 << 16))
+
+    reader = threading.Thread(target=read_back)
+    reader.start()
+    conn.sendall(big)  # green, in this thread's hub
+    reader.join(10)
     assert back == big
     threading.Thread(target=unwrap, args=(cli,), daemon=True).start()  # close_notify
     assert conn.recv(1 << 16) == b""
