@@ -27,7 +27,13 @@ applied, LLDP delivered along the cabling). Measured:
   second. ``--baseline DIR``: the same bench of an older checkout (its ``reroute`` figures) in the same run;
 * ``restart``: controller(s) restarted onto full tables -> all confirmed, and
   the flow-mods that needed (0);
-* ``harness``: the emulator processes' own CPU and RSS (not the controller's).
+* ``harness``: the emulator processes' own CPU and RSS (not the controller's); ``bringup_harness_cpu_s``
+  counts from their start, ``harness_start_cpu_s`` is the part before they connect (TLS: loading one
+  context per switch), ``bringup_harness_cpu_after_start_s`` the rest.
+
+CPU seconds are each process's own (``/proc/PID/stat`` of the controller, ``getrusage`` of each
+emulator process): on a shared machine they separate the controller's cost from the harness's, which wall
+times cannot.
 
 Figures read after a phase (links, flips, the controller's PAUSE times) come
 from a status file written after it (waited for up to ``STATUS_WAIT_S``); its
@@ -256,6 +262,9 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
         out["bringup_controller_cpu_s"] = round(sum(s["cpu_s"] - c0 for s, c0 in zip(cs, cpu0)), 2)
         out["bringup_cpu_per_controller_s"] = [round(s["cpu_s"] - c0, 2) for s, c0 in zip(cs, cpu0)]
         out["bringup_harness_cpu_s"] = round(emu_sum(st, "cpu_s"), 2)
+        start_cpu = sum(getattr(e, "start_cpu_s", 0.0) for e in c.emus)  # TLS: loading the switches' contexts
+        out["harness_start_cpu_s"] = round(start_cpu, 2)
+        out["bringup_harness_cpu_after_start_s"] = round(emu_sum(st, "cpu_s") - start_cpu, 2)
         if args.bringup_only:
             out["controller"] = {"peak_rss_mb": round(max(s["peak_rss_mb"] for s in cs), 1)}
             out["load_avg_1m"] = round(os.getloadavg()[0], 2)
@@ -392,11 +401,14 @@ def baseline(args: argparse.Namespace, name: str) -> dict:
 def compare_tls(tcp: dict, tls: dict) -> dict:
     """Plain TCP and TLS runs of one fabric side by side: bring-up and PAUSE p50/p99, ratios, the 20 % target."""
     def pick(r: dict, key: str) -> float | None:
+        if key == "steady_cpu_share":  # the controller's, LLDP and polling running
+            return sum((r.get("controller") or {}).get(key) or []) or None
         return (r.get("pause") or {}).get(key[6:]) if key.startswith("pause_") else r.get(key)
 
     out: dict = {"bench": "control_scale_tls", "fabric": tcp.get("fabric"), "switches": tcp.get("switches"),
                  "target_ratio": TLS_RATIO}
-    for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_harness_cpu_s", "pause_p50_ms",
+    for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_harness_cpu_s",
+                "bringup_harness_cpu_after_start_s", "steady_cpu_share", "pause_p50_ms",
                 "pause_p99_ms", "pause_controller_p50_ms", "pause_controller_p99_ms"):
         a, b = pick(tcp, key), pick(tls, key)
         ratio = round(b / a, 3) if a and b is not None else None

@@ -3,9 +3,12 @@
 own (a switch's packet-ins), read by a green socket under eventlet as the controller reads them, over
 plain TCP and over TLS; one JSON line.
 
-Over TCP one ``recv`` takes a burst of messages from the kernel's buffer; over TLS each message is its
-own record and one ``recv`` returns one record. Both ends run in this process (socketpair, green
-threads), so the CPU per message is the reader's and the writer's together.
+Over TCP one ``recv`` takes a burst of messages from the kernel's buffer; over eventlet's green TLS socket
+(``tls_green_socket``) each message is its own record and one ``recv`` returns one record; the controller's
+own TLS connection (``tls``: :class:`hpcfabric.controller.tls.TlsSocket`, memory buffers over the green TCP
+socket) returns every complete record of a read. Both ends run in this process (socketpair, green threads;
+the writer is a green TLS socket in both TLS runs), so the CPU per message is the reader's and the writer's
+together.
 
     .venv/bin/python bench/tls_records.py [--messages 20000] [--size 110]
 """
@@ -31,6 +34,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpcfabric.controller.tls import TlsSocket  # noqa: E402
 from hpcfabric.emu.pki import Authority  # noqa: E402
 
 #: messages a writer sends before giving the hub back (a burst)
@@ -42,12 +46,17 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(n: int, size: int, contexts: tuple | None) -> dict:
-    """Messages of ``size`` bytes, ``n`` of them, over a socketpair (TLS with ``contexts``: server, client)."""
+def run(n: int, size: int, contexts: tuple | None, gate: bool = False) -> dict:
+    """Messages of ``size`` bytes, ``n`` of them, over a socketpair (TLS with ``contexts``: server, client;
+    ``gate``: the reader is the controller's :class:`TlsSocket`)."""
     a, b = socket.socketpair()
     if contexts:
         client = eventlet.spawn(contexts[1].wrap_socket, b)
-        a = contexts[0].wrap_socket(a, server_side=True)
+        if gate:
+            a = TlsSocket(a, contexts[0])
+            a.handshake(10.0)
+        else:
+            a = contexts[0].wrap_socket(a, server_side=True)
         b = client.wait()
     msg = b"\x04\x0a" + size.to_bytes(2, "big") + bytes(size - 4)
 
@@ -88,7 +97,8 @@ def main() -> int:
         cli.load_verify_locations(ca.ca)
         res = {"bench": "tls_records", "openssl": ssl.OPENSSL_VERSION, "messages": args.messages,
                "size": args.size, "tcp": run(args.messages, args.size, None),
-               "tls": run(args.messages, args.size, (srv, cli)), "load_avg_1m": round(os.getloadavg()[0], 2)}
+               "tls_green_socket": run(args.messages, args.size, (srv, cli)),
+               "tls": run(args.messages, args.size, (srv, cli), gate=True), "load_avg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps(res))
     return 0
 

@@ -7,7 +7,8 @@ stats, role requests, echo; packet-outs are delivered along the fabric's
 cabling as packet-ins at the peer port (so LLDP discovery closes), and PAUSE,
 PFC and port-status events are injected on command. ``switch`` is one switch's
 state machine (bytes in, bytes out), ``wire`` the messages it sends, ``process``
-one asyncio process owning a slice of the fabric (``python -m hpcfabric.emu``).
+one asyncio process owning a slice of the fabric (``python -m hpcfabric.emu``), ``tls``
+a switch's TLS client.
 
 It is a harness, not part of the product: nothing in ``controller/`` imports it.
 It imports ``topology/`` and ``protocols/`` only. Beside it, ``etcd_cluster``: a real etcd cluster

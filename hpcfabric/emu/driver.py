@@ -106,6 +106,7 @@ class Emulator:
                                   bufsize=1, cwd=ROOT)
         self.stats: "queue.Queue[dict]" = queue.Queue()
         self.events: "queue.Queue[dict]" = queue.Queue()
+        self.start_cpu_s = 0.0  # CPU seconds until it started connecting (its "started" event)
         threading.Thread(target=self.read, daemon=True).start()
 
     def read(self) -> None:
@@ -247,6 +248,7 @@ class Cluster:
             ev = e.events.get(timeout=600)
             if ev.get("ev") != "started":
                 raise RuntimeError(f"emulator did not start: {ev}")
+            e.start_cpu_s = ev.get("cpu_s", 0.0)
 
     def spawn_emulator(self, log: str, *args: str, index: int = 0, procs: int = 1, udp_base: int = 0,
                        tls: bool = True) -> Emulator:

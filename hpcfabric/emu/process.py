@@ -17,8 +17,8 @@ receives is reported as ``{"ev": "reaction", "id": N, "us": ...}``),
 ``{"op": "frame", "switch": S, "port": P, "data": HEX}`` (any frame punted as a packet-in, e.g. a
 forged LLDP), ``{"op": "dump", "switch": S}`` and ``{"op": "quit"}``.
 
-With ``--tls-ca`` it connects over TLS (the controller's certificate verified
-against that CA, no host name check, as Open vSwitch does) presenting each
+With ``--tls-ca`` it connects over TLS (:class:`~hpcfabric.emu.tls.TlsClient`; the
+controller's certificate verified against that CA, no host name check, as Open vSwitch does) presenting each
 switch's own certificate from ``--tls-dir`` (``NAME-cert.pem`` /
 ``NAME-privkey.pem``, ovs-pki's names) or one certificate for all
 (``--tls-cert`` / ``--tls-key``: an impostor's, in the tests).
@@ -41,6 +41,7 @@ from typing import Any
 
 from hpcfabric.emu import wire as W
 from hpcfabric.emu.switch import EmuSwitch, Port
+from hpcfabric.emu.tls import TlsClient
 from hpcfabric.protocols.pause import build_pause, build_pfc
 
 
@@ -221,8 +222,19 @@ class EmuProcess:
         loop = asyncio.get_event_loop()
         host, port = self.targets.get(sw.name, self.default)
         ctx = self.contexts.get(sw.name)
+        conn = Conn(self, sw)
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: Conn(self, sw), host, port, ssl=ctx), 10)
+            if ctx is None:
+                await asyncio.wait_for(loop.create_connection(lambda: conn, host, port), 10)
+            else:  # the handshake within the same 10 s
+                async def handshake() -> None:
+                    _, tls = await loop.create_connection(lambda: TlsClient(ctx, conn), host, port)
+                    try:
+                        await tls.ready
+                    except BaseException:
+                        tls.transport.close()
+                        raise
+                await asyncio.wait_for(handshake(), 10)
         except (OSError, asyncio.TimeoutError):
             self.handshake_done()
             loop.call_later(0.5, self.connect, sw)
@@ -273,7 +285,9 @@ class EmuProcess:
                 if k < len(lst):
                     self.connect(lst[k])
         loop.add_reader(sys.stdin.fileno(), self.command_ready)
-        self.emit({"ev": "started", "index": self.index, "switches": len(self.switches)})
+        ru = resource.getrusage(resource.RUSAGE_SELF)  # TLS: the switches' contexts loaded, before any connect
+        self.emit({"ev": "started", "index": self.index, "switches": len(self.switches),
+                   "cpu_s": round(ru.ru_utime + ru.ru_stime, 3)})
 
     # ------------------------------------------------------------ commands
     def emit(self, obj: dict[str, Any]) -> None:
