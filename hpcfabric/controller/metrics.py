@@ -71,6 +71,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_tls_handshakes": ("counter", "OpenFlow connections that completed the TLS handshake with a trusted "
                                  "client certificate"),
     "hpcfabric_ha_master": ("gauge", "1 if this instance may write to the switches (master or equal)"),
+    "hpcfabric_ha_partition_master": ("gauge", "1 if this instance masters the partition (label partition; etcd: every "
+                                      "partition of the fabric, else this instance's own)"),
     "hpcfabric_ha_generation": ("gauge", "OpenFlow role generation id of this instance"),
     "hpcfabric_ha_takeovers": ("counter", "Times this instance took the master lease over"),
     "hpcfabric_link_failures": ("counter", "Fabric port down events handled"),
@@ -256,6 +258,10 @@ class FabricCollector:
         yield counter("hpcfabric_replaced_sessions", app.admission.replaced)
         yield counter("hpcfabric_tls_handshakes", app.admission.handshakes)
         yield gauge("hpcfabric_ha_master", 1 if app.ha.master else 0)
+        pm = gauge("hpcfabric_ha_partition_master", labels=["partition"])
+        for part, mine in ha_partitions(app):
+            pm.add_metric([part], 1 if mine else 0)
+        yield pm
         yield gauge("hpcfabric_ha_generation", app.ha.generation)
         yield counter("hpcfabric_ha_takeovers", app.ha.takeovers)
         yield counter("hpcfabric_link_failures", app.failover.events)
@@ -267,6 +273,16 @@ class FabricCollector:
         yield gauge("hpcfabric_repair_proof_seconds", ((fo.last or {}).get("timings") or {}).get("prove", 0.0))
         yield counter("hpcfabric_repair_flow_mods", fo.flow_mods)
         yield gauge("hpcfabric_ports_damped", len(fo.damper.damped(time.monotonic())))
+
+
+def ha_partitions(app: Any) -> list[tuple[str, bool]]:
+    """(partition, mastered by this instance): under etcd every partition of the fabric (so a partition
+    nobody masters shows as 0 everywhere), else this instance's own (``p<i>``, its switch globs, or ``all``)."""
+    ha, cfg = app.ha, app.config
+    if getattr(ha, "parts", None) is not None:
+        return [(p.name, p.name in ha.active) for p in ha.parts]
+    name = f"p{cfg.ha_partition}" if cfg.ha_partition is not None else ",".join(cfg.ha_switches) or "all"
+    return [(name, bool(ha.master))]
 
 
 def make_registry(app: Any) -> Any:
