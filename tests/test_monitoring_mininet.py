@@ -29,6 +29,7 @@ from fabric_setup import Setup, setup_from_config, write_conf  # noqa: E402
 from fabric_up import fabric_up  # noqa: E402
 from pause_check import find_pause_targets  # noqa: E402
 from pause_inject import PauseTrain, pause_plan  # noqa: E402
+from runkit import wait_until  # noqa: E402
 from prom_server import Prometheus, PrometheusError, config_copy, dashboard_queries, executable  # noqa: E402
 
 from hpcfabric.controller.metrics import METRICS  # noqa: E402
@@ -51,17 +52,6 @@ class Mon:
     metrics_port: int
     up: Any
     storm: dict[str, Any] = field(default_factory=dict)  # what the PAUSE storm test measured
-
-
-def wait_for(what: str, check, timeout: float, step: float = 0.25):
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        last = check()
-        if last:
-            return last
-        time.sleep(step)
-    raise AssertionError(f"{what}: not within {timeout:g} s (last: {last})")
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +84,7 @@ def firing(prom: Prometheus) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_the_controller_and_loads_every_rule(mon: Mon):
-    target = wait_for("the controller's target up", lambda: [t for t in mon.prom.targets() if t["health"] == "up"], 20)
+    target = wait_until(lambda: [t for t in mon.prom.targets() if t["health"] == "up"], 20, "the controller's target up")
     assert len(target) == 1 and target[0]["scrapeUrl"] == f"http://127.0.0.1:{mon.metrics_port}/metrics", target
     assert target[0]["labels"]["fabric"] == TOPOLOGY
     n = len(mon.setup.fabric.switches)
@@ -102,9 +92,8 @@ def test_prometheus_scrapes_the_controller_and_loads_every_rule(mon: Mon):
     rules = mon.prom.rules()
     assert {r["name"] for r in rules} == ALERTS and all(r["type"] == "alerting" for r in rules)
     # the healthy fabric (once LLDP has seen every link): every rule evaluated, none pending or firing
-    healthy = wait_for("every rule evaluated and inactive", lambda: (
-        all(r["health"] == "ok" and r["state"] == "inactive" for r in mon.prom.rules())
-        and not mon.prom.alerts()), 60)
+    healthy = wait_until(lambda: all(r["health"] == "ok" and r["state"] == "inactive" for r in mon.prom.rules())
+                         and not mon.prom.alerts(), 60, "every rule evaluated and inactive", 0.25)
     assert healthy
 
 
@@ -116,14 +105,14 @@ def pause_storm(mon: Mon) -> dict[str, Any]:
     target = find_pause_targets(setup.fabric, setup.plan, setup.desired)[0]
     assert setup.fabric.peer(target.switch, target.port).kind == "global"
     labels = {"switch": target.switch, "port": str(target.port)}
-    wait_for("no alert before the train", lambda: not prom.alerts(), 60)
+    wait_until(lambda: not prom.alerts(), 60, "no alert before the train", 0.25)
     plan = pause_plan(LINK_SPEED_GBPS, TRAIN_S, None)
     train = PauseTrain(setup.fabric, target.switch, target.port, int(plan["quanta"]), plan["interval_s"],
                        plan["hold_s"], mon.up.net.hf_prefix, tuple(range(setup.compiled.cos_levels)))
     t0 = train.start()
     try:
-        wait_for("HpcfabricPauseStorm firing", lambda: [a for a in firing(prom)
-                                                        if a["labels"]["alertname"] == "HpcfabricPauseStorm"], plan["hold_s"] + 5)
+        wait_until(lambda: [a for a in firing(prom) if a["labels"]["alertname"] == "HpcfabricPauseStorm"],
+                   plan["hold_s"] + 5, "HpcfabricPauseStorm firing", 0.25)
         t_fire = time.monotonic() - t0
         during = {(a["labels"]["alertname"], a["labels"].get("switch"), a["labels"].get("port"), a["state"])
                   for a in prom.alerts()}  # every alert, pending or firing
@@ -132,7 +121,7 @@ def pause_storm(mon: Mon) -> dict[str, Any]:
         train.join(plan["hold_s"] + 5)
         train.stop()
     t_end = time.monotonic()
-    wait_for("the storm alert cleared", lambda: not prom.alerts(), 30)
+    wait_until(lambda: not prom.alerts(), 30, "the storm alert cleared", 0.25)
     t_clear = time.monotonic() - t_end
     mon.storm = {"labels": labels, "during": during, "fire_s": t_fire, "clear_s": t_clear, "paused_now": paused_now,
                  "sent": train.sent, "frame_s": plan["frame_s"]}
