@@ -7,6 +7,7 @@ and every alert is documented. The live check is tests/test_monitoring_mininet.p
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -114,3 +115,29 @@ def test_every_dashboard_query_parses_and_names_exported_metrics(tmp_path):
 def test_every_alert_is_documented():
     doc = (ROOT / "docs" / "operations.md").read_text()
     assert [a for a in ALERTS if f"`{a}`" not in doc] == []
+
+
+def test_prom_server_cli_starts_the_shipped_config_and_stops_it_by_pid(tmp_path):
+    """mininet/prom_server.py start: the shipped config on a free port, every rule loaded; stop PID ends it;
+    a missing config and a PID that is not Prometheus: one line, exit 2."""
+    promtool("--version")  # skips without the Debian package
+    cli = [sys.executable, str(ROOT / "mininet" / "prom_server.py")]
+    res = subprocess.run([*cli, "start", "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    try:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{info['url']}/api/v1/rules", timeout=10) as r:
+            groups = json.load(r)["data"]["groups"]
+        assert sorted(r["name"] for g in groups for r in g["rules"]) == sorted(ALERTS)
+        assert Path(f"/proc/{info['pid']}/comm").read_text().strip() == "prometheus"
+        bad = subprocess.run([*cli, "stop", str(os.getpid())], capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not prometheus" in bad.stderr, bad.stderr
+    finally:
+        stop = subprocess.run([*cli, "stop", str(info["pid"])], capture_output=True, text=True, timeout=30)
+    assert stop.returncode == 0, stop.stderr
+    assert not Path(f"/proc/{info['pid']}").exists() or "zombie" in Path(f"/proc/{info['pid']}/status").read_text()
+    res = subprocess.run([*cli, "start", "--config", str(tmp_path / "none.yml"), "--data", str(tmp_path / "d2")],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and res.stderr.strip().endswith("none.yml: no such config file") and "Traceback" not in res.stderr
