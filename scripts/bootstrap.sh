@@ -9,7 +9,7 @@
 #   scripts/bootstrap.sh --ovs-only only make sure OVS is installed and running
 #   scripts/bootstrap.sh --etcd     also etcd (Debian etcd-server 3.4, not started) + etcd3gw (docs/ha.md)
 #   scripts/bootstrap.sh --ryu      also the Ryu venv .venv-ryu (ryu-manager; make test uses it)
-#   scripts/bootstrap.sh --prometheus  also Debian prometheus 2.42 + promtool (not started; scripts/prometheus.sh)
+#   scripts/bootstrap.sh --prometheus  also Debian prometheus 2.42 + promtool (not started; mininet/prom_server.py)
 #
 # Environment:
 #   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
@@ -62,7 +62,7 @@ if [[ $DO_PY -eq 0 ]]; then
 fi
 # --etcd: the HA tests start their own 3-member cluster; the Debian service stays off (no systemd here).
 [[ $DO_ETCD -eq 1 ]] && APT_PKGS+=(etcd-server)
-# --prometheus: the monitoring test starts its own server (scripts/prometheus.sh, free port, own data dir);
+# --prometheus: the monitoring test starts its own server (mininet/prom_server.py: free port, own data dir);
 # the Debian service is not used (docs/operations.md, "Monitoring").
 [[ $DO_PROM -eq 1 ]] && APT_PKGS+=(prometheus)
 # Extra PyPI packages installed on top of setup.py's '.[controller,test,dask]'.

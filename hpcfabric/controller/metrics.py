@@ -135,6 +135,16 @@ class ReactionHistogram:
         return out
 
 
+def ha_partitions(app: Any) -> list[tuple[str, bool]]:
+    """(partition, mastered by this instance): under etcd every partition of the fabric (so a partition
+    nobody masters shows as 0 everywhere), else this instance's own (``p<i>``, its switch globs, or ``all``)."""
+    ha, cfg = app.ha, app.config
+    if getattr(ha, "parts", None) is not None:
+        return [(p.name, p.name in ha.active) for p in ha.parts]
+    name = f"p{cfg.ha_partition}" if cfg.ha_partition is not None else ",".join(cfg.ha_switches) or "all"
+    return [(name, bool(ha.master))]
+
+
 class FabricCollector:
     """prometheus_client collector over a running :class:`hpcfabric.controller.HpcfabricController`."""
 
@@ -273,16 +283,6 @@ class FabricCollector:
         yield gauge("hpcfabric_repair_proof_seconds", ((fo.last or {}).get("timings") or {}).get("prove", 0.0))
         yield counter("hpcfabric_repair_flow_mods", fo.flow_mods)
         yield gauge("hpcfabric_ports_damped", len(fo.damper.damped(time.monotonic())))
-
-
-def ha_partitions(app: Any) -> list[tuple[str, bool]]:
-    """(partition, mastered by this instance): under etcd every partition of the fabric (so a partition
-    nobody masters shows as 0 everywhere), else this instance's own (``p<i>``, its switch globs, or ``all``)."""
-    ha, cfg = app.ha, app.config
-    if getattr(ha, "parts", None) is not None:
-        return [(p.name, p.name in ha.active) for p in ha.parts]
-    name = f"p{cfg.ha_partition}" if cfg.ha_partition is not None else ",".join(cfg.ha_switches) or "all"
-    return [(name, bool(ha.master))]
 
 
 def make_registry(app: Any) -> Any:
