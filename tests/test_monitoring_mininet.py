@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = "dragonfly-a2-p1-h1"
 #: one PAUSE frame of 65535 quanta lasts 3.4 s at 0.01 Gb/s; the train refreshes it for TRAIN_S
 LINK_SPEED_GBPS = 0.01
-TRAIN_S = 6.0
+TRAIN_S = 8.0
 ALERTS = {"HpcfabricControllerDown", "HpcfabricDeadlockNotProven", "HpcfabricRepairUnproven", "HpcfabricPauseStorm",
           "HpcfabricLinkFlapping", "HpcfabricCablesMissing", "HpcfabricMiswiredPorts", "HpcfabricPartitionWithoutMaster",
           "HpcfabricRepairSlow", "HpcfabricSwitchDisconnected", "HpcfabricConfigInvalid"}
