@@ -181,3 +181,10 @@ def test_congestion_dashboard_queries_return_data(mon: Mon):
         pytest.skip(f"the controller does not export {sorted({m for *_, ms in missing for m in ms})} yet (issue 29 item 1)")
     bad, _ = evaluate(mon, pending_ok=False)
     assert not bad, bad
+    # the storm shows on the global class: its frames, its two flips and the time it was paused
+    s = mon.storm
+    value = lambda expr: [float(r["value"][1]) for r in mon.prom.query(expr)]  # noqa: E731
+    assert value('hpcfabric_link_class_pause_frames_total{cls="global"}')[0] >= s["sent"], s
+    assert value('hpcfabric_link_class_flips_total{cls="global"}') == [2.0]
+    assert value('hpcfabric_link_class_paused_seconds_total{cls="global"}')[0] >= TRAIN_S
+    assert value('hpcfabric_link_class_flips_total{cls="local"}') == [0.0]
