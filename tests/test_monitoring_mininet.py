@@ -184,6 +184,8 @@ def test_congestion_dashboard_queries_return_data(mon: Mon):
     # the storm shows on the global class: its frames, its two flips and the time it was paused
     s = mon.storm
     value = lambda expr: [float(r["value"][1]) for r in mon.prom.query(expr)]  # noqa: E731
+    print("global class after the storm:", {m: value(f'hpcfabric_link_class_{m}_total{{cls="global"}}')
+                                             for m in ("pause_frames", "flips", "paused_seconds")})
     assert value('hpcfabric_link_class_pause_frames_total{cls="global"}')[0] >= s["sent"], s
     assert value('hpcfabric_link_class_flips_total{cls="global"}') == [2.0]
     assert value('hpcfabric_link_class_paused_seconds_total{cls="global"}')[0] >= TRAIN_S
