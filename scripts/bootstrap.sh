@@ -9,6 +9,7 @@
 #   scripts/bootstrap.sh --ovs-only only make sure OVS is installed and running
 #   scripts/bootstrap.sh --etcd     also etcd (Debian etcd-server 3.4, not started) + etcd3gw (docs/ha.md)
 #   scripts/bootstrap.sh --ryu      also the Ryu venv .venv-ryu (ryu-manager; make test uses it)
+#   scripts/bootstrap.sh --prometheus  also Debian prometheus 2.42 + promtool (not started; mininet/prom_server.py)
 #
 # Environment:
 #   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
@@ -18,7 +19,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 DO_OVS=1
@@ -26,12 +27,14 @@ DO_PY=1
 DO_APT=1
 DO_ETCD=0
 DO_RYU=0
+DO_PROM=0
 for arg in "$@"; do
     case "$arg" in
         --no-ovs)   DO_OVS=0 ;;
         --ryu)      DO_RYU=1 ;;
         --ovs-only) DO_PY=0 ;;
         --etcd)     DO_ETCD=1 ;;
+        --prometheus) DO_PROM=1 ;;
         -h|--help)  usage; exit 0 ;;
         *)          usage >&2; die "unknown option: $arg" ;;
     esac
@@ -59,6 +62,9 @@ if [[ $DO_PY -eq 0 ]]; then
 fi
 # --etcd: the HA tests start their own 3-member cluster; the Debian service stays off (no systemd here).
 [[ $DO_ETCD -eq 1 ]] && APT_PKGS+=(etcd-server)
+# --prometheus: the monitoring test starts its own server (mininet/prom_server.py: free port, own data dir);
+# the Debian service is not used (docs/operations.md, "Monitoring").
+[[ $DO_PROM -eq 1 ]] && APT_PKGS+=(prometheus)
 # Extra PyPI packages installed on top of setup.py's '.[controller,test,dask]'.
 # Editing this list (i.e. this file) triggers a reinstall on the next run.
 PIP_EXTRA=(prometheus_client)
@@ -84,8 +90,8 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     command -v apt-get >/dev/null 2>&1 || die "missing packages (${missing[*]}) and no apt-get"
     log "installing apt packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq >/dev/null || die "apt-get update failed"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null || die "apt-get update failed"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
         --no-install-recommends "${missing[@]}" >/dev/null \
         || die "apt-get install ${missing[*]} failed"
     for p in "${missing[@]}"; do

@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from channel_probe import crash
@@ -24,6 +25,7 @@ from channel_probe import crash
 from hpcfabric.config import load_config
 from hpcfabric.controller.etcdha import EtcdHa
 from hpcfabric.controller.etcdstore import EtcdStore
+from hpcfabric.controller.snapshot import ha_partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "topologies" / "dragonfly-a4-p2-h2.yaml"
@@ -137,6 +139,9 @@ def test_partitions_balanced_and_claims_are_compare_and_swap(tmp_path, etcd_clus
         b.tick()
         a.tick()
     assert owners([a, b]) == {"p0": ["a"], "p1": ["a"], "p2": ["b"]}
+    # the metric hpcfabric_ha_partition_master: each instance exports every partition, 1 for its own
+    assert dict(ha_partitions(a, None)) == {"p0": True, "p1": True, "p2": False}
+    assert dict(ha_partitions(b, None)) == {"p0": False, "p1": False, "p2": True}
     assert gens(etcd_cluster, prefix + "/") == {"p0": 1, "p1": 1, "p2": 2}
     assert b.generation_of("g6s0") == 2 and a.generation_of("g6s0") == 2 and a.generation_of("g0s0") == 1
     st = b.as_dict()

@@ -82,6 +82,7 @@ def test_metric_values_from_the_app(tmp_path):
     assert sample(text, "hpcfabric_reloads_total", result="ok") == 1
     assert sample(text, "hpcfabric_reloads_total", result="failed") == 1
     assert sample(text, "hpcfabric_config_valid") == 0
+    assert sample(text, "hpcfabric_ha_partition_master", partition="all") == 1  # no HA: this instance masters all
     assert sample(text, "hpcfabric_links_expected") == 6
 
 

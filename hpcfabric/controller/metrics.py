@@ -71,6 +71,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_tls_handshakes": ("counter", "OpenFlow connections that completed the TLS handshake with a trusted "
                                  "client certificate"),
     "hpcfabric_ha_master": ("gauge", "1 if this instance may write to the switches (master or equal)"),
+    "hpcfabric_ha_partition_master": ("gauge", "1 if this instance masters the partition (label partition; etcd: every "
+                                      "partition of the fabric, else this instance's own)"),
     "hpcfabric_ha_generation": ("gauge", "OpenFlow role generation id of this instance"),
     "hpcfabric_ha_takeovers": ("counter", "Times this instance took the master lease over"),
     "hpcfabric_link_failures": ("counter", "Fabric port down events handled"),
@@ -261,6 +263,10 @@ class FabricCollector:
         yield counter("hpcfabric_replaced_sessions", admission["replaced_dead_sessions"])
         yield counter("hpcfabric_tls_handshakes", admission["tls_handshakes"])
         yield gauge("hpcfabric_ha_master", 1 if snap["ha_master"] else 0)
+        pm = gauge("hpcfabric_ha_partition_master", labels=["partition"])
+        for part, mine in snap["ha_partitions"]:
+            pm.add_metric([part], 1 if mine else 0)
+        yield pm
         yield gauge("hpcfabric_ha_generation", snap["ha"]["generation"])
         yield counter("hpcfabric_ha_takeovers", snap["ha"]["takeovers"])
         yield counter("hpcfabric_link_failures", fo["events"])

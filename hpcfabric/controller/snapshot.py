@@ -43,7 +43,17 @@ def snapshot(src: Sources, now: float | None = None, breathe: Any = None) -> dic
         "reload": src.reloader.as_dict(),
         "ha": src.ha.as_dict(),
         "ha_master": src.ha.master,
+        "ha_partitions": ha_partitions(src.ha, src.state.config),
         "heap": src.heap.as_dict(),
         "failover": src.failover.as_dict(),
         "flowmod_cache": {"entries": len(cache), "hits": cache.hits, "misses": cache.misses},
     }
+
+
+def ha_partitions(ha: Any, config: Any) -> list[tuple[str, bool]]:
+    """(partition, mastered by this instance): under etcd every partition of the fabric (so a partition
+    nobody masters shows as 0 everywhere), else this instance's own (``p<i>``, its switch globs, or ``all``)."""
+    if getattr(ha, "parts", None) is not None:
+        return [(p.name, p.name in ha.active) for p in ha.parts]
+    name = f"p{config.ha_partition}" if config.ha_partition is not None else ",".join(config.ha_switches) or "all"
+    return [(name, bool(ha.master))]
