@@ -59,7 +59,9 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
 * ``status``: ``StatusReporter`` as ``reporter`` -- the status dict and file;
 * ``polling``: ``StatsPoller`` as ``poller`` -- DMP/guard/meter counters polled;
 * ``heap``: ``Heap`` as ``heap`` -- the long-lived heap frozen out of the cyclic GC at settle points;
-* ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``;
+* ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``; ``linkmetrics``:
+  ``LinkView`` as ``links`` -- per-link congestion (``linkload``) for the metrics and the page;
+* ``web``: ``WebServer`` as ``web`` -- the read-only fabric page (``webview`` layouts, ``webfeed`` snapshots);
 * ``ofmsg``: FlowSpec <-> the framework's OpenFlow objects.
 
 Latency-critical events (packet-ins, barrier replies, errors) are handled in
@@ -93,6 +95,7 @@ from hpcfabric.controller.framework import (
 from hpcfabric.controller.ha import HaAgent, make_ha, scoped_discovery
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
+from hpcfabric.controller.linkmetrics import LinkView
 from hpcfabric.controller.metrics import MetricsServer
 from hpcfabric.controller.pausing import Pausing
 from hpcfabric.controller.polling import StatsPoller
@@ -102,6 +105,8 @@ from hpcfabric.controller.status import StatusReporter
 from hpcfabric.controller.storm import Storm
 from hpcfabric.controller.switches import SwitchState, build_switches
 from hpcfabric.controller.tables import Tables, group_buckets
+from hpcfabric.controller.web import FabricPage, WebServer
+from hpcfabric.controller.webfeed import link_inputs, live
 from hpcfabric.controller.wiring import Wiring
 from hpcfabric.openflow import ofwire
 from hpcfabric.protocols.pause import PauseState
@@ -149,6 +154,8 @@ class HpcfabricController(App):
         self.reporter = StatusReporter(self, launch.OVERRIDES.get("status_file"))
         self.poller = StatsPoller(self)
         self.metrics = MetricsServer(self)
+        self.links = LinkView(lambda: self.fabric, lambda now: link_inputs(self, now), lambda: self.config.view)
+        self.web = WebServer(config.view.web_listen, lambda: FabricPage(lambda: self.fabric, lambda: live(self), self.links))
         self.heap = Heap(enabled=launch.OWN_PROCESS)
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
@@ -172,9 +179,10 @@ class HpcfabricController(App):
                    self.ha_agent.loop):
             self._threads.append(hub.spawn(fn))
         self._restore_sighup = launch.on_sighup(self.reloader.request)  # SIGHUP = reload
-        thread = self.metrics.start()
-        if thread is not None:
-            self._threads.append(thread)
+        for server in (self.metrics, self.web):
+            thread = server.start()
+            if thread is not None:
+                self._threads.append(thread)
         self.failover.prepare()  # the repair's proof base, off the hub: the first failure finds it ready
         self.reporter.write()
         return None
@@ -184,6 +192,7 @@ class HpcfabricController(App):
         if self._restore_sighup is not None:
             self._restore_sighup()
         self.metrics.stop()
+        self.web.stop()
         self.failover.stop()
         self._restore_listener()
         self.heap.close()
@@ -358,7 +367,8 @@ class HpcfabricController(App):
             self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
 
     @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,
-                 ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
+                 ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply,
+                 ofp_event.EventOFPPortStatsReply], MAIN_DISPATCHER)
     def _multipart_reply(self, ev: Any) -> None:
         """Collect a multipart reply (flow stats, meters, groups) for the waiter of its xid."""
         if self._heard(ev.msg):

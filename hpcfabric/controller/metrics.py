@@ -21,6 +21,7 @@ import time
 from typing import Any, Iterator
 
 from hpcfabric.controller.framework import serve_wsgi
+from hpcfabric.controller.linkmetrics import LINK_METRICS
 
 #: name -> (type, help). Counter names are given without the ``_total`` suffix prometheus_client adds.
 METRICS: dict[str, tuple[str, str]] = {
@@ -81,6 +82,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_repair_proof_seconds": ("gauge", "Proof time of the last repair plan"),
     "hpcfabric_repair_flow_mods": ("counter", "Flow-mods sent by repairs (only the entries that differ)"),
     "hpcfabric_ports_damped": ("gauge", "Fabric ports up but held down because they flap"),
+    **LINK_METRICS,  # per-link congestion (controller.linkmetrics)
 }
 
 #: histogram buckets of the PAUSE reaction time, seconds
@@ -267,6 +269,7 @@ class FabricCollector:
         yield gauge("hpcfabric_repair_proof_seconds", ((fo.last or {}).get("timings") or {}).get("prove", 0.0))
         yield counter("hpcfabric_repair_flow_mods", fo.flow_mods)
         yield gauge("hpcfabric_ports_damped", len(fo.damper.damped(time.monotonic())))
+        yield from app.links.families(gauge, counter)
 
 
 def make_registry(app: Any) -> Any:

@@ -4,6 +4,8 @@ The switches answer DMP and drop spoofed frames without the controller, so
 :class:`StatsPoller` asks them every ``[metrics] poll_interval``: the packet
 counts of the DMP echo and guard entries (flow stats filtered by cookie
 class) and the meter band drops, for the metrics and the status file.
+Port statistics too: every port's ``tx_bytes`` (speeds from the port descriptions) into
+:class:`~hpcfabric.controller.linkload.PortRates`, the per-link utilisation (docs/operations.md).
 A round waits while a bring-up storm progresses (controller.storm).
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 
 from hpcfabric.controller.channel import Disconnected
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.linkload import PortRates
 from hpcfabric.openflow import ofwire
 from hpcfabric.rules.flows import COOKIE_APP_MASK, COOKIE_CLASS_SHIFT, ETH_TYPE_DMP, RuleClass, make_cookie
 from hpcfabric.rules.guards import GUARD_DROP, GUARD_HOST_PUNT, guard_kind
@@ -31,6 +34,7 @@ class StatsPoller:
         self.app = app
         self.served: dict[str, dict[str, dict[int, int]]] = {}  # switch -> kind -> port -> packets
         self.meter_drops: dict[str, dict[int, int]] = {}  # switch -> meter -> packets dropped by its band
+        self.rates = PortRates()  # tx rates and port speeds (port stats, port descriptions)
 
     def loop(self) -> None:
         """Flow stats of the DMP and guard entries, meter stats: for the metrics and the status file."""
@@ -48,6 +52,7 @@ class StatsPoller:
                     continue
                 try:
                     self.poll(sw.name, dp)
+                    self.poll_ports(sw.name, dp)
                 except Disconnected:
                     continue
                 except Exception as err:  # noqa: BLE001 - polling is best effort
@@ -83,3 +88,12 @@ class StatsPoller:
                 if st.band_stats:
                     drops[st.meter_id] = sum(b.packet_band_count for b in st.band_stats)
             self.meter_drops[name] = drops
+
+    def poll_ports(self, name: str, dp: Any) -> None:
+        """One switch's port counters (tx_bytes at now); speeds from the port descriptions the framework keeps
+        (``dp.ports``, ``curr_speed`` kb/s -> b/s)."""
+        p, o = dp.ofproto_parser, dp.ofproto
+        stats = self.app.channel.multipart(dp, p.OFPPortStatsRequest(dp, 0, o.OFPP_ANY), timeout=10.0)
+        speeds = {n: getattr(d, "curr_speed", 0) * 1000.0 for n, d in (dp.ports or {}).items()}
+        self.rates.record(name, [(st.port_no, st.tx_bytes) for st in stats if st.port_no < o.OFPP_MAX],
+                          time.monotonic(), speeds)
