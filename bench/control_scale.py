@@ -28,6 +28,10 @@ applied, LLDP delivered along the cabling). Measured:
 * ``restart``: controller(s) restarted onto full tables -> all confirmed, and
   the flow-mods that needed (0);
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
+* ``--web``: the controller serves the fabric page (``[web] listen``); after the PAUSE phase the page is
+  opened in headless Chromium (bench/page_open.py: render and drill-down times as the browser measures
+  them) and the same PAUSE phase runs again with the page open and live (``page.during``), then once more
+  without it (``pause_after``): ``pause_page`` compares the p99s side by side.
 
 Figures read after a phase (links, flips, the controller's PAUSE times) come
 from a status file written after it (waited for up to ``STATUS_WAIT_S``); its
@@ -62,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 from hpcfabric.emu.driver import Cluster  # noqa: E402
 
 import failure_scenarios  # noqa: E402  (bench/, beside this script)
+import page_open  # noqa: E402
 
 FABRICS = {
     "default": "dragonfly-a4-p2-h2.yaml",
@@ -194,7 +199,7 @@ def last_confirmed(status: dict) -> float | None:
 def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
     extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
-        f"[metrics]\npoll_interval = {args.poll_interval}\n"
+        f"[metrics]\npoll_interval = {args.poll_interval}\n" + (f"[web]\nlisten = {args.web_port}\n" if args.web else "")
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
                 lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls)
     out: dict = {"bench": "control_scale", "tls": tls, "fabric": c.fabric.name, "switches": len(c.names),
@@ -283,6 +288,13 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
         }
         if args.pauses:
             out["pause"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+            if args.web:
+                out["page"] = page_open.measure(f"http://127.0.0.1:{args.web_port}/",
+                                                lambda: pauses(c, args.pauses, args.pause_gap, 0.05), shot=args.web_shot)
+                out["pause_after"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+                p99 = [out["pause"]["p99_ms"], out["page"]["during"]["p99_ms"], out["pause_after"]["p99_ms"]]
+                out["pause_page"] = {"p99_ms_closed_open_closed": p99, "p50_ms_closed_open_closed": [
+                    out["pause"]["p50_ms"], out["page"]["during"]["p50_ms"], out["pause_after"]["p50_ms"]]}
         if args.failures:
             out["failures"] = failure_scenarios.scenarios(
                 c, quiet_since=quiet_since, emu_sum=emu_sum, installed=int(out["rules"]),
@@ -342,6 +354,9 @@ def main() -> int:
                     help="use this artifact (from hpcfabric compile with the same settings) instead of compiling")
     ap.add_argument("--no-deadlock-check", dest="deadlock_check", action="store_false",
                     help="[hpcfabric] deadlock_check = off (the union proof of the whole fabric is skipped); 300k: leave it on with --artifact (proved once in the compile: ~6 min, 6.5 GB), not per controller")
+    ap.add_argument("--web", action="store_true", help="serve the fabric page and measure PAUSE with it open")
+    ap.add_argument("--web-port", type=int, default=19480, help="--web: the page's port on 127.0.0.1")
+    ap.add_argument("--web-shot", default="", help="--web: save a screenshot of the drilled-down group here")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",
