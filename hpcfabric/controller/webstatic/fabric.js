@@ -67,7 +67,7 @@
     $("switches").textContent = `switches: ${s.confirmed}/${s.expected} confirmed, ${s.connected} connected`;
     $("ha").innerHTML = "<tr><td>partition</td><td>master</td></tr>" + (st.ha || []).map(h => `<tr><td>${esc(h.partition)}</td><td>${esc(h.master || "(none)")}</td></tr>`).join("");
     setList("paused", st.paused || []);
-    const down = (st.down || []).concat((st.switches_gone || []).map(n => n + " (switch gone)"));
+    const down = [...new Set((st.down || []).map(p => byEnd[p] || p))].concat((st.switches_gone || []).map(n => n + " (switch gone)"));
     setList("down", down);
     setList("quarantined", st.quarantined || []);
     setList("missing", st.missing || []);
