@@ -88,6 +88,7 @@ from hpcfabric.controller.framework import (
     hub,
     ofp_event,
     ofproto,
+    run_native,
     service_brick,
     set_ev_cls,
     set_ev_handler,
@@ -154,8 +155,9 @@ class HpcfabricController(App):
         self.reporter = StatusReporter(self, launch.OVERRIDES.get("status_file"))
         self.poller = StatsPoller(self)
         self.metrics = MetricsServer(self)
-        self.links = LinkView(lambda: self.fabric, lambda now: link_inputs(self, now), lambda: self.config.view)
-        self.web = WebServer(config.view.web_listen, lambda: FabricPage(lambda: self.fabric, lambda: live(self), self.links))
+        self.links = LinkView(lambda: self.fabric, lambda now: link_inputs(self, now), lambda: self.config.view, run_native)
+        self.web = WebServer(config.view.web_listen,
+                             lambda: FabricPage(lambda: self.fabric, lambda: live(self), self.links, run_native))
         self.heap = Heap(enabled=launch.OWN_PROCESS)
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection

@@ -43,8 +43,9 @@ class LinkView:
     (:class:`hpcfabric.config.view.ViewSettings`) are called when needed."""
 
     def __init__(self, fabric: Callable[[], Any], inputs: Callable[[float], LinkInputs],
-                 settings: Callable[[], Any]) -> None:
+                 settings: Callable[[], Any], offload: Callable[..., Any] | None = None) -> None:
         self.fabric, self.inputs, self.settings = fabric, inputs, settings
+        self.offload = offload or (lambda fn, *args: fn(*args))
         self._table: LinkTable | None = None
         self._rows: tuple[float, list[LinkRow]] | None = None
 
@@ -52,7 +53,7 @@ class LinkView:
     def table(self) -> LinkTable:
         fabric = self.fabric()
         if self._table is None or self._table.fabric is not fabric:  # built once per fabric (a reload may swap it)
-            self._table = LinkTable(fabric)
+            self._table = self.offload(LinkTable, fabric)
             self._rows = None
         return self._table
 
@@ -60,13 +61,14 @@ class LinkView:
         now = time.monotonic() if now is None else now
         table = self.table
         if self._rows is None or now - self._rows[0] > ROWS_TTL or now < self._rows[0]:
-            self._rows = (now, table.rows(self.inputs(now)))
+            self._rows = (now, self.offload(table.rows, self.inputs(now)))
         return self._rows[1]
 
     def families(self, gauge: Callable[..., Any], counter: Callable[..., Any]) -> Iterator[Any]:
         """The metric families (``gauge``/``counter``: the collector's family makers, as in metrics.py)."""
         rows = self.rows()
-        figures = class_figures(rows, self.table.classes)
+        settings = self.settings()
+        figures, top_n = self.offload(summary, rows, self.table.classes, settings.top_links)
         util = gauge("hpcfabric_link_class_utilisation", labels=["cls", "stat"])
         frames = counter("hpcfabric_link_class_pause_frames", labels=["cls"])
         paused = counter("hpcfabric_link_class_paused_seconds", labels=["cls"])
@@ -78,7 +80,6 @@ class LinkView:
             paused.add_metric([cls], f["paused_seconds"])
             flips.add_metric([cls], f["flips"])
         yield from (util, frames, paused, flips)
-        settings = self.settings()
         chosen = settings.links
         keys = None if chosen == "all" else set(chosen)
         per = [r for r in rows if keys is None or (r.switch, r.port) in keys]
@@ -95,6 +96,11 @@ class LinkView:
             fams[3].add_metric(labels, r.flips)
         yield from fams
         top = gauge("hpcfabric_link_top_utilisation", labels=["rank", "switch", "port", "peer"])
-        for rank, r in enumerate(top_rows(rows, settings.top_links), 1):
+        for rank, r in enumerate(top_n, 1):
             top.add_metric([str(rank), r.switch, str(r.port), r.peer], r.util)
         yield top
+
+
+def summary(rows: list[LinkRow], classes: tuple[str, ...], n: int) -> tuple[dict[str, dict[str, float]], list[LinkRow]]:
+    """Class figures and the top ``n`` of ``rows`` (one call: offloaded together)."""
+    return class_figures(rows, classes), top_rows(rows, n)

@@ -5,7 +5,8 @@
 nothing it serves can change the controller (GET only: anything else 405; unknown path 404; bad or
 unknown query 400). :class:`WebServer` serves it in a green thread through the framework seam's WSGI
 server (``framework.serve_wsgi``, eventlet's, as the metrics are: one hub, no second event loop, and
-the same server under os-ken and Ryu). Paths:
+the same server under os-ken and Ryu); layouts and loads of big fabrics are computed by ``offload``
+(the controller's native thread, ``framework.run_native``) so the hub keeps reacting to PAUSE. Paths:
 
 * ``/`` and ``/static/NAME``: the page (HTML, JS, CSS shipped in the package, no CDN);
 * ``/api/view[?group=N]``: the layout (:mod:`hpcfabric.controller.webview`), cached per fabric;
@@ -88,7 +89,9 @@ class FabricPage:
     """The page's WSGI application: ``fabric()`` the running fabric, ``live()`` its state (plain dict),
     ``links`` the link rows (:class:`~hpcfabric.controller.linkmetrics.LinkView`)."""
 
-    def __init__(self, fabric: Callable[[], Any], live: Callable[[], dict[str, Any]], links: Any) -> None:
+    def __init__(self, fabric: Callable[[], Any], live: Callable[[], dict[str, Any]], links: Any,
+                 offload: Callable[..., Any] | None = None) -> None:
+        self.offload = offload or (lambda fn, *args: fn(*args))  # heavy pure work off the hub (LinkView's)
         self._index: tuple[Any, GroupIndex | None] | None = None
         self.fabric, self.links = fabric, links
         self.files = static_files()
@@ -102,7 +105,7 @@ class FabricPage:
         """Port -> group edge of the running fabric when it opens at group level (else None)."""
         fabric = self.fabric()
         if self._index is None or self._index[0] is not fabric:
-            self._index = (fabric, GroupIndex(fabric) if len(fabric.switches) > SWITCH_VIEW_MAX else None)
+            self._index = (fabric, self.offload(GroupIndex, fabric) if len(fabric.switches) > SWITCH_VIEW_MAX else None)
         return self._index[1]
 
     def view(self, group: int | None) -> tuple[dict[str, Any], bytes]:
@@ -112,10 +115,10 @@ class FabricPage:
             if len(self._views) > 64:
                 self._views.clear()
             try:
-                v = view_for(fabric, group)
+                v, data = self.offload(_view_json, fabric, group)
             except KeyError:
                 raise BadRequest(f"group={group}: no such group in {fabric.name}") from None
-            hit = (fabric, v, json.dumps(v, separators=(",", ":")).encode())
+            hit = (fabric, v, data)
             self._views[group] = hit
         return hit[1], hit[2]
 
@@ -124,14 +127,14 @@ class FabricPage:
         key = (group, self.publisher.current()[2].get("load_round"))
         hit = self._loads.get(group)
         if hit is None or hit[0] != key:
-            loads = edge_loads(view, self.links.rows(), self.fabric())
+            loads = self.offload(edge_loads, view, self.links.rows(), self.fabric())
             hit = (key, json.dumps({"loads": {k: round(v, 4) for k, v in loads.items()}},
                                    separators=(",", ":")).encode())
             self._loads[group] = hit
         return hit[1]
 
     def top(self, n: int) -> bytes:
-        rows = top_rows(self.links.rows(), n)
+        rows = self.offload(top_rows, self.links.rows(), n)
         return json.dumps({"top": [{"switch": r.switch, "port": r.port, "peer": r.peer, "cls": r.cls,
                                     "util": round(r.util, 4), "paused": r.paused} for r in rows]}).encode()
 
@@ -198,6 +201,11 @@ class FabricPage:
                 hub.sleep(TICK)
         finally:
             self.streams -= 1
+
+
+def _view_json(fabric: Any, group: int | None) -> tuple[dict[str, Any], bytes]:
+    v = view_for(fabric, group)
+    return v, json.dumps(v, separators=(",", ":")).encode()
 
 
 def _only(query: dict[str, list[str]], *allowed: str) -> None:
