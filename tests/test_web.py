@@ -188,3 +188,15 @@ def test_running_controller_serves_the_page_on_localhost(tmp_path):
         proc.wait(15)
         log.close()
     assert "Traceback" not in (tmp_path / "log").read_text()
+
+
+def test_ha_masters_per_partition_from_the_ha_dicts():
+    from hpcfabric.controller.webfeed import masters
+
+    etcd = {"mode": "etcd", "partitions": [
+        {"partition": "p0", "covers": "groups 0-4", "switches": 20, "master": "ctl-a", "standbys": ["ctl-b"]},
+        {"partition": "p1", "covers": "groups 5-8", "switches": 16, "master": None, "standbys": []}]}
+    assert masters(etcd) == [{"partition": "p0", "master": "ctl-a", "switches": 20},
+                             {"partition": "p1", "master": "", "switches": 16}]  # p1 has no master: shown as such
+    assert masters({"role": "master", "lease_holder": "ctl-a", "instance": "ctl-a"})[0]["master"] == "ctl-a"
+    assert masters({"role": "slave", "lease_holder": None, "instance": ""})[0]["master"] == ""
