@@ -17,7 +17,10 @@ def test_rates_from_successive_counters_and_resets():
     r.record("s", [(1, 1000), (2, 0)], now=10.0, speeds={1: 1e6})
     assert r.bps == {} and r.rounds == 0  # one sample: no rate yet
     r.record("s", [(1, 1000 + 125_000), (2, 0)], now=11.0)
-    assert r.bps[("s", 1)] == pytest.approx(1e6) and r.bps[("s", 2)] == 0.0 and r.rounds == 1
+    assert r.bps[("s", 1)] == pytest.approx(1e6) and r.bps[("s", 2)] == 0.0 and r.rounds == 0
+    r.finish_round()
+    r.finish_round()  # nothing new since: the same round
+    assert r.rounds == 1
     r.record("s", [(1, 10)], now=12.0)  # counter went back: the switch restarted, no rate from that pair
     assert ("s", 1) not in r.bps
     r.record("s", [(1, 10 + 62_500)], now=13.0)

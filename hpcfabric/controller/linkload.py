@@ -35,7 +35,8 @@ class PortRates:
         self.last: dict[Key, tuple[float, int]] = {}
         self.bps: dict[Key, float] = {}
         self.speed: dict[Key, float] = {}  # port description curr_speed, bits/s (0 or absent: unknown)
-        self.rounds = 0  # record() calls that produced at least one rate: the page reloads loads on a change
+        self.rounds = 0  # poll rounds that produced rates (finish_round): the page reloads loads on a change
+        self._fresh = False
 
     def record(self, switch: str, counters: Iterable[tuple[int, int]], now: float,
                speeds: Mapping[int, float] | None = None) -> None:
@@ -55,8 +56,13 @@ class PortRates:
         for port, bps in (speeds or {}).items():
             if bps > 0:
                 self.speed[(switch, port)] = float(bps)
-        if fresh:
+        self._fresh = self._fresh or fresh
+
+    def finish_round(self) -> None:
+        """A poll round over every switch is done: a new load round if it produced rates."""
+        if self._fresh:
             self.rounds += 1
+            self._fresh = False
 
     def forget(self, switch: str) -> None:
         """The switch's counters start over (a new session)."""

@@ -58,6 +58,7 @@ class StatsPoller:
                 except Exception as err:  # noqa: BLE001 - polling is best effort
                     app.counters["poll_failures"] += 1
                     LOG.debug("poll of %s failed: %s", sw.name, err)
+            self.rates.finish_round()
             app.mark()
 
     def poll(self, name: str, dp: Any) -> None:

@@ -108,6 +108,15 @@ class FabricPage:
             self._index = (fabric, self.offload(GroupIndex, fabric) if len(fabric.switches) > SWITCH_VIEW_MAX else None)
         return self._index[1]
 
+    def warm(self) -> None:
+        """Build what the first page open needs (layout, group index, link rows) before anyone asks."""
+        try:
+            self.view(None)
+            self.group_index()
+            self.links.rows()
+        except Exception:  # pragma: no cover - a request builds it again and reports
+            LOG.exception("fabric page: warm-up failed")
+
     def view(self, group: int | None) -> tuple[dict[str, Any], bytes]:
         fabric = self.fabric()
         hit = self._views.get(group)
@@ -254,7 +263,9 @@ class WebServer:
         host, port = self.listen
         quiet = logging.getLogger("hpcfabric.controller.web.http")
         quiet.setLevel(logging.WARNING)
-        self.sock, thread = serve_wsgi(host, port, socket_family(host), self.make_page(), quiet)
+        page = self.make_page()
+        self.sock, thread = serve_wsgi(host, port, socket_family(host), page, quiet)
+        hub.spawn(page.warm)
         LOG.info("fabric page: http://%s:%d/", host if ":" not in host else f"[{host}]", port)
         return thread
 

@@ -53,6 +53,7 @@ def live(app: Any) -> dict[str, Any]:
         "quarantined": [f"{s}:{p}" for s, p in sorted(app.discovery.quarantined)],
         "missing": [f"{m.get('a')}:{m.get('a_port')}-{m.get('b')}:{m.get('b_port')}"
                     for m in rep.get("missing_links", ())[:1000]],
+        "missing_count": len(rep.get("missing_links", ())),
         "flips": app.counters["flips"],
         "deadlock": {"proven": bool(dl.get("proven")), "verdict": str(dl.get("verdict", "not checked")),
                      "flow_control": str(dl.get("flow_control", config.flow_control)),

@@ -19,7 +19,7 @@
   function esc(s) { return String(s).replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c])); }
 
   function draw(v) {
-    view = v; byEnd = {}; edgeEl = {}; nodeEl = {};
+    view = v; byEnd = {}; edgeEl = {}; nodeEl = {}; flagged = {};
     const pos = {};
     for (const n of v.nodes) pos[n.id] = [n.x * 1000, n.y * 1000];
     const parts = [];
@@ -33,14 +33,14 @@
       } else d += "L";
       d += `${b[0].toFixed(1)} ${b[1].toFixed(1)}`;
       const g = v.level === "group" ? " group" : "";
-      parts.push(`<path class="edge cls-${esc(e.cls)}${g}" data-id="${esc(e.id)}" data-cls="${esc(e.cls)}" d="${d}"><title>${esc(e.id)}${e.count ? " (" + e.count + " links)" : ""}</title></path>`);
+      parts.push(`<path class="edge cls-${esc(e.cls)}${g}" data-id="${esc(e.id)}" d="${d}"></path>`);
       for (const end of e.ends) byEnd[end] = e.id;
     }
     const r = v.nodes.length > 300 ? 4 : v.nodes.length > 60 ? 7 : 12;
     const labels = v.nodes.length <= 200;
     for (const n of v.nodes) {
       const [x, y] = pos[n.id];
-      parts.push(`<circle class="node ${n.kind}" data-id="${esc(n.id)}" data-group="${n.group}" cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${n.kind === "switch" ? r : r + 3}"><title>${esc(n.label)}${n.switches ? " (" + n.switches + " switches)" : ""}</title></circle>`);
+      parts.push(`<circle class="node ${n.kind}" data-id="${esc(n.id)}" data-group="${n.group}" cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${n.kind === "switch" ? r : r + 3}"></circle>`);
       if (labels) parts.push(`<text class="label" x="${(x + r + 2).toFixed(1)}" y="${(y - r).toFixed(1)}">${esc(n.label)}</text>`);
     }
     svg.innerHTML = parts.join("");
@@ -51,8 +51,8 @@
     $("hint").textContent = v.level === "group" ? "Group level: click a group to see its switches and links." : "";
   }
 
-  function setList(id, items) {
-    $("n-" + id).textContent = items.length;
+  function setList(id, items, total) {
+    $("n-" + id).textContent = total === undefined ? items.length : total;
     $(id).innerHTML = items.slice(0, 200).map(s => `<li>${esc(s)}</li>`).join("") + (items.length > 200 ? `<li>... ${items.length - 200} more</li>` : "");
   }
 
@@ -70,29 +70,38 @@
     const down = [...new Set((st.down || []).map(p => byEnd[p] || p))].concat((st.switches_gone || []).map(n => n + " (switch gone)"));
     setList("down", down);
     setList("quarantined", st.quarantined || []);
-    setList("missing", st.missing || []);
+    setList("missing", st.missing || [], st.missing_count);
     mark();
-    if (st.load_round !== loadRound) { loadRound = st.load_round; refreshLoad(); }
+    if (view && st.load_round !== loadRound) { loadRound = st.load_round; refreshLoad(); }
+  }
+
+  let flagged = {};  // class -> Set of element ids carrying it now (only differences touch the DOM)
+  function setFlags(cls, els) {
+    const now = new Set(els), before = flagged[cls] || new Set();
+    for (const el of before) if (!now.has(el)) el.classList.remove(cls);
+    for (const el of now) if (!before.has(el)) el.classList.add(cls);
+    flagged[cls] = now;
   }
 
   function mark() {
     if (!view || !state) return;
-    for (const el of svg.querySelectorAll(".paused,.failed,.quarantined,.missing")) el.classList.remove("paused", "failed", "quarantined", "missing");
+    const want = { paused: [], failed: [], quarantined: [], missing: [] };
     if (view.level === "group") {
       const g = state.groups || {};
-      const flag = (key, cls) => {
-        for (const id of ((g[key] || {}).edges || [])) if (edgeEl[id]) edgeEl[id].classList.add(cls);
-        for (const n of ((g[key] || {}).groups || [])) if (nodeEl["G" + n]) nodeEl["G" + n].classList.add(cls);
+      const add = (key, cls) => {
+        for (const id of ((g[key] || {}).edges || [])) if (edgeEl[id]) want[cls].push(edgeEl[id]);
+        for (const n of ((g[key] || {}).groups || [])) if (nodeEl["G" + n]) want[cls].push(nodeEl["G" + n]);
       };
-      flag("down", "failed"); flag("quarantined", "quarantined"); flag("paused", "paused");
-      return;
+      add("down", "failed"); add("quarantined", "quarantined"); add("paused", "paused");
+    } else {
+      const ends = (ports, cls) => { for (const p of ports || []) { const id = byEnd[p]; if (id && edgeEl[id]) want[cls].push(edgeEl[id]); } };
+      ends(state.down, "failed");
+      ends(state.quarantined, "quarantined");
+      ends(state.paused, "paused");
+      for (const m of state.missing || []) if (edgeEl[m]) want.missing.push(edgeEl[m]);
+      for (const n of state.switches_gone || []) if (nodeEl[n]) want.failed.push(nodeEl[n]);
     }
-    const flagEnds = (ports, cls) => { for (const p of ports || []) { const id = byEnd[p]; if (id && edgeEl[id]) edgeEl[id].classList.add(cls); } };
-    flagEnds(state.down, "failed");
-    flagEnds(state.quarantined, "quarantined");
-    for (const m of state.missing || []) if (edgeEl[m]) edgeEl[m].classList.add("missing");
-    flagEnds(state.paused, "paused");
-    for (const n of state.switches_gone || []) if (nodeEl[n]) nodeEl[n].classList.add("failed");
+    for (const cls in want) setFlags(cls, want[cls]);
   }
 
   async function refreshLoad() {
@@ -111,21 +120,37 @@
 
   async function open() {
     group = groupFromHash();
-    const v = await getJSON("/api/view" + (group === null ? "" : `?group=${group}`));
+    document.body.dataset.ready = "0";
+    const [v, st] = await Promise.all([getJSON("/api/view" + (group === null ? "" : `?group=${group}`)), getJSON("/api/state")]);
+    performance.mark("hf-fetched");
     draw(v);
-    loadRound = null;
-    applyState(await getJSON("/api/state"));
-    await refreshLoad();
+    const cur = state || st;  // the event stream's state when it came first (it is never older)
+    loadRound = cur.load_round;  // the loads are fetched once, below
+    applyState(cur);
+    performance.mark("hf-drawn");
+    // drawn with its live state: ready once the browser has laid it out and painted (next frame)
+    await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
     window.hfReady = performance.now();
     document.body.dataset.ready = "1";
+    await refreshLoad();
+    window.hfLoaded = performance.now();
   }
 
+  svg.addEventListener("mouseover", ev => {
+    const el = ev.target.closest("[data-id]");
+    if (!el || !view) return;
+    const id = el.dataset.id;
+    const e = view.edges.find(x => x.id === id), n = view.nodes.find(x => x.id === id);
+    const u = el.dataset.util !== undefined ? `, ${(el.dataset.util * 100).toFixed(1)}% busiest direction` : "";
+    $("hint").textContent = e ? `${e.id} (${e.cls}${e.count ? ", " + e.count + " links" : ""}${u})` :
+      n ? `${n.label}${n.switches ? " (" + n.switches + " switches, click to open)" : ""}` : "";
+  });
   svg.addEventListener("click", ev => {
     const el = ev.target.closest("circle.node");
     if (el && (el.classList.contains("group") || el.classList.contains("stub"))) location.hash = "group=" + el.dataset.group;
   });
   $("back").addEventListener("click", () => { location.hash = ""; });
-  window.addEventListener("hashchange", () => { document.body.dataset.ready = "0"; open(); });
+  window.addEventListener("hashchange", () => { open(); });
 
   const es = new EventSource("/events");
   es.onopen = () => { $("conn").textContent = "live"; $("conn").className = "badge ok"; };
