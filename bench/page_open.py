@@ -1,8 +1,8 @@
 """The fabric page open in a real browser (Debian's Chromium, headless, driven by selenium) for the benches.
 
 :func:`measure` opens the page, takes its render time as the browser measures it (``performance.now()``
-when the page has drawn the view, the live state and the loads: ``window.hfReady``, from navigation
-start), drills into one group and back (same measure), then runs ``during()`` with the page still open
+from navigation start until the page has drawn the view with its live state and the frame after it ran:
+``window.hfReady``; the loads' colours follow: ``window.hfLoaded``), drills into one group and back (same measure), then runs ``during()`` with the page still open
 and live (server-sent events) and returns everything. Used by ``bench/control_scale.py --web``.
 """
 
@@ -45,6 +45,7 @@ def measure(url: str, during: Callable[[], dict], group: int = 1, shot: str | No
         drv.get(url)
         render_ms = wait_ready(drv)
         wall_ms = (time.monotonic() - t) * 1000.0
+        loaded_ms = wait_loaded(drv)
         level = drv.execute_script("return document.getElementById('title').textContent")
         edges = drv.execute_script("return document.querySelectorAll('path.edge').length")
         t0 = drv.execute_script("return performance.now()")
@@ -59,11 +60,22 @@ def measure(url: str, during: Callable[[], dict], group: int = 1, shot: str | No
         events0 = drv.execute_script("return window.hfEvents || 0")
         result = during()
         events = drv.execute_script("return window.hfEvents || 0") - events0
-        return {"render_ms": round(render_ms, 1), "open_wall_ms": round(wall_ms, 1), "title": level, "edges": edges,
+        return {"render_ms": round(render_ms, 1), "open_wall_ms": round(wall_ms, 1), "loads_ms": loaded_ms, "title": level, "edges": edges,
                 "drill_ms": round(drill_at, 1), "drill_edges": drill_edges, "back_ms": round(back_at, 1),
                 "events_during": events, "during": result}
     finally:
         drv.quit()
+
+
+def wait_loaded(drv: Any, timeout: float = 30.0) -> float | None:
+    """ms since navigation start until the loads were applied (``window.hfLoaded``; None: not within timeout)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = drv.execute_script("return window.hfLoaded || null")
+        if got is not None:
+            return round(float(got), 1)
+        time.sleep(0.02)
+    return None
 
 
 def wait_ready_after(drv: Any, t0: float, timeout: float = 60.0) -> float:
