@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from pause_inject import PauseTrain, pause_plan  # noqa: E402
 from mininet.log import setLogLevel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import page_open  # noqa: E402  (bench/page_open.py)
+
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 LINK_SPEED_GBPS = 0.01  # one frame of 66 quanta lasts 3.4 ms: the 10 Gb/s situation, refreshed by the train
 setLogLevel("error")
@@ -43,18 +47,12 @@ setLogLevel("error")
 
 def browser():
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        import selenium  # noqa: F401
     except ImportError:
         pytest.skip("selenium is not installed (scripts/bootstrap.sh)")
     if not CHROMIUM or not DRIVER:
         pytest.skip("Debian's chromium and chromium-driver are not installed (scripts/bootstrap.sh)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,860",
-                "--disable-extensions", "--no-first-run"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(DRIVER), options=opts)
+    return page_open.browser()  # headless Chromium as the benches drive it (bench/page_open.py)
 
 
 def edge_classes(drv, edge_id: str) -> list[str]:
