@@ -30,8 +30,10 @@ applied, LLDP delivered along the cabling). Measured:
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's).
 * ``--web``: the controller serves the fabric page (``[web] listen``); after the PAUSE phase the page is
   opened in headless Chromium (bench/page_open.py: render and drill-down times as the browser measures
-  them) and the same PAUSE phase runs again with the page open and live (``page.during``), then once more
-  without it (``pause_after``): ``pause_page`` compares the p99s side by side.
+  them) and the same PAUSE phase runs again with the page open and live (``page.during``), then with a
+  client asking what the page asks but no browser (bench/page_client.py: the controller's own cost, apart
+  from Chromium's CPU on the same cores; ``page_client``), then once more without either (``pause_after``):
+  ``pause_page`` puts the p50/p99s side by side.
 
 Figures read after a phase (links, flips, the controller's PAUSE times) come
 from a status file written after it (waited for up to ``STATUS_WAIT_S``); its
@@ -66,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 from hpcfabric.emu.driver import Cluster  # noqa: E402
 
 import failure_scenarios  # noqa: E402  (bench/, beside this script)
+import page_client  # noqa: E402
 import page_open  # noqa: E402
 
 FABRICS = {
@@ -291,10 +294,13 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
             if args.web:
                 out["page"] = page_open.measure(f"http://127.0.0.1:{args.web_port}/",
                                                 lambda: pauses(c, args.pauses, args.pause_gap, 0.05), shot=args.web_shot)
+                with page_client.PageClient(f"http://127.0.0.1:{args.web_port}") as pc:
+                    out["page_client"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+                    out["page_client"].update(events=pc.events, fetches=pc.fetches)
                 out["pause_after"] = pauses(c, args.pauses, args.pause_gap, 0.05)
-                p99 = [out["pause"]["p99_ms"], out["page"]["during"]["p99_ms"], out["pause_after"]["p99_ms"]]
-                out["pause_page"] = {"p99_ms_closed_open_closed": p99, "p50_ms_closed_open_closed": [
-                    out["pause"]["p50_ms"], out["page"]["during"]["p50_ms"], out["pause_after"]["p50_ms"]]}
+                runs = [out["pause"], out["page"]["during"], out["page_client"], out["pause_after"]]
+                out["pause_page"] = {"order": ["closed", "browser", "client", "closed"],
+                                     "p99_ms": [r["p99_ms"] for r in runs], "p50_ms": [r["p50_ms"] for r in runs]}
         if args.failures:
             out["failures"] = failure_scenarios.scenarios(
                 c, quiet_since=quiet_since, emu_sum=emu_sum, installed=int(out["rules"]),
