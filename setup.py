@@ -12,6 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["hpcfabric", "hpcfabric.*"]),
+    package_data={"hpcfabric.controller": ["webstatic/*.html", "webstatic/*.js", "webstatic/*.css"]},
     install_requires=[
         "networkx>=3.0",
         "PyYAML>=6.0",
@@ -23,7 +24,7 @@ setup(
     ],
     extras_require={
         "controller": ["os-ken==3.1.0"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "selenium>=4.10"],
         "etcd": ["etcd3gw>=2.4"],
         "dask": ["distributed>=2024.1"],
     },

@@ -30,6 +30,12 @@ applied, LLDP delivered along the cabling). Measured:
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's); ``bringup_harness_cpu_s``
   counts from their start, ``harness_start_cpu_s`` is the part before they connect (TLS: loading one
   context per switch), ``bringup_harness_cpu_after_start_s`` the rest.
+* ``--web``: the controller serves the fabric page (``[web] listen``); after the PAUSE phase the page is
+  opened in headless Chromium (bench/page_open.py: render and drill-down times as the browser measures
+  them) and the same PAUSE phase runs again with the page open and live (``page.during``), then with a
+  client asking what the page asks but no browser (bench/page_client.py: the controller's own cost, apart
+  from Chromium's CPU on the same cores; ``page_client``), then once more without either (``pause_after``):
+  ``pause_page`` puts the p50/p99s side by side.
 
 CPU seconds are each process's own (``/proc/PID/stat`` of the controller, ``getrusage`` of each
 emulator process): on a shared machine they separate the controller's cost from the harness's, which wall
@@ -68,6 +74,8 @@ sys.path.insert(0, str(ROOT))
 from hpcfabric.emu.driver import Cluster  # noqa: E402
 
 import failure_scenarios  # noqa: E402  (bench/, beside this script)
+import page_client  # noqa: E402
+import page_open  # noqa: E402
 
 FABRICS = {
     "default": "dragonfly-a4-p2-h2.yaml",
@@ -200,7 +208,7 @@ def last_confirmed(status: dict) -> float | None:
 def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -> dict:
     topo = str(ROOT / "topologies" / FABRICS.get(name, name))
     extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
-        f"[metrics]\npoll_interval = {args.poll_interval}\n"
+        f"[metrics]\npoll_interval = {args.poll_interval}\n" + (f"[web]\nlisten = {args.web_port}\n" if args.web else "")
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
                 lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls)
     out: dict = {"bench": "control_scale", "tls": tls, "fabric": c.fabric.name, "switches": len(c.names),
@@ -292,6 +300,16 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
         }
         if args.pauses:
             out["pause"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+            if args.web:
+                out["page"] = page_open.measure(f"http://127.0.0.1:{args.web_port}/",
+                                                lambda: pauses(c, args.pauses, args.pause_gap, 0.05), shot=args.web_shot)
+                with page_client.PageClient(f"http://127.0.0.1:{args.web_port}") as pc:
+                    out["page_client"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+                    out["page_client"].update(events=pc.events, fetches=pc.fetches)
+                out["pause_after"] = pauses(c, args.pauses, args.pause_gap, 0.05)
+                runs = [out["pause"], out["page"]["during"], out["page_client"], out["pause_after"]]
+                out["pause_page"] = {"order": ["closed", "browser", "client", "closed"],
+                                     "p99_ms": [r["p99_ms"] for r in runs], "p50_ms": [r["p50_ms"] for r in runs]}
         if args.failures:
             out["failures"] = failure_scenarios.scenarios(
                 c, quiet_since=quiet_since, emu_sum=emu_sum, installed=int(out["rules"]),
@@ -351,6 +369,9 @@ def main() -> int:
                     help="use this artifact (from hpcfabric compile with the same settings) instead of compiling")
     ap.add_argument("--no-deadlock-check", dest="deadlock_check", action="store_false",
                     help="[hpcfabric] deadlock_check = off (the union proof of the whole fabric is skipped); 300k: leave it on with --artifact (proved once in the compile: ~6 min, 6.5 GB), not per controller")
+    ap.add_argument("--web", action="store_true", help="serve the fabric page and measure PAUSE with it open")
+    ap.add_argument("--web-port", type=int, default=19480, help="--web: the page's port on 127.0.0.1")
+    ap.add_argument("--web-shot", default="", help="--web: save a screenshot of the drilled-down group here")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",

@@ -54,9 +54,10 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 # Debian packages. Mininet from Debian is only importable from a venv created
 # by Debian's python with --system-site-packages (see below).
 # g++ make flex bison: BookSim2, the simulator's peer, built by tests/test_booksim_peer.py (../shared/booksim/build.sh)
+# chromium chromium-driver: the fabric page's browser test (selenium drives Debian's Chromium; no browser download)
 # python3-cryptography: the test and bench certificates (hpcfabric/emu/pki.py; ovs-pki comes with Open vSwitch)
 APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv ethtool tcpdump iproute2 procps
-          g++ make flex bison python3-cryptography)
+          g++ make flex bison python3-cryptography chromium chromium-driver)
 if [[ $DO_PY -eq 0 ]]; then
     APT_PKGS=(openvswitch-switch)
 fi

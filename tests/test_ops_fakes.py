@@ -34,7 +34,7 @@ from hpcfabric.openflow.reconcile import canonical
 ROOT = Path(__file__).resolve().parent.parent
 DESC = ProtocolDesc(O.OFP_VERSION)
 
-MP_FLOW, MP_GROUP_DESC, MP_METER, MP_METER_CONFIG = 1, 7, 9, 10
+MP_FLOW, MP_PORT_STATS, MP_GROUP_DESC, MP_METER, MP_METER_CONFIG = 1, 4, 7, 9, 10
 
 
 def make_app(config_path: str | Path, status: Path | None = None):
@@ -67,6 +67,7 @@ class FakeSwitch:
                                          config=0, state=0) for p in ports}
         self.flows: dict[tuple, FlowSpec] = {}
         self.counts: dict[tuple, int] = {}
+        self.tx: dict[int, int] = {}  # port -> tx_bytes the port statistics report
         self.meters: dict[int, tuple[int, int, int]] = {}
         self.groups: dict[int, tuple] = {}
         self.log: list[str] = []
@@ -243,6 +244,9 @@ class FakeSwitch:
         elif mp == MP_METER:
             body = [SimpleNamespace(meter_id=mid, band_stats=[SimpleNamespace(packet_band_count=7)])
                     for mid in self.meters]
+            app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
+        elif mp == MP_PORT_STATS:
+            body = [SimpleNamespace(port_no=p, tx_bytes=self.tx.get(p, 0)) for p in self.ports]
             app._multipart_reply(ev(datapath=self, xid=xid, body=body, flags=0))
         elif mp == MP_GROUP_DESC:
             body = [SimpleNamespace(group_id=gid, type=t, buckets=b) for gid, (t, b) in self.groups.items()]

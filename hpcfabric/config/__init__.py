@@ -39,7 +39,8 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
 
     ; operations (docs/operations.md): reload_poll in [hpcfabric], and
     [guards]                    ; source_check, punt_meters (on|off), fabric_punt_pps, host_punt_pps, punt_burst
-    [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval
+    [metrics]                   ; listen = HOST:PORT (empty = off), poll_interval, links = all|SW:PORT,..., top_links
+    [web]                       ; listen = HOST:PORT: the live fabric page (empty = off)
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
     [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups),
                                 ; settle_ms (a burst of port events gathered into one repair),

@@ -66,6 +66,11 @@ SCHEMA: dict[str, dict[str, str | None]] = {
     "metrics": {
         "listen": "",
         "poll_interval": "10",
+        "links": "",
+        "top_links": "10",
+    },
+    "web": {
+        "listen": "",
     },
     "ha": {
         "role": "equal",

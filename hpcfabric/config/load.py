@@ -38,6 +38,7 @@ from hpcfabric.config.ini import (
 )
 from hpcfabric.config.model import ControllerConfig
 from hpcfabric.config.security import check_tls_names, etcd_keys, tls_keys
+from hpcfabric.config.view import view_keys
 from hpcfabric.errors import HpcfabricError, read_user_file
 from hpcfabric.rules.addressing import MODES, format_mac, parse_mac
 from hpcfabric.rules.flows import PAUSE_REACTIONS
@@ -269,6 +270,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         punt_burst=punt_burst,
         metrics_listen=metrics_listen,
         metrics_poll=metrics_poll,
+        view=view_keys(source, parser, fabric, (listen_host, listen_port), metrics_listen),
         ha_role=ha_role,
         ha_lease_file=ha_lease_file,
         ha_lease_timeout=ha_lease_timeout,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
 
+from hpcfabric.config.view import ViewSettings
 from hpcfabric.rules.addressing import AddressPlan
 from hpcfabric.rules.flows import FlowSpec
 from hpcfabric.topology.model import Fabric
@@ -47,6 +48,8 @@ class ControllerConfig:
     punt_burst: int | None = None
     metrics_listen: tuple[str, int] | None = None
     metrics_poll: float = 10.0
+    #: ``[web] listen``, ``[metrics] links``/``top_links``: :class:`hpcfabric.config.view.ViewSettings`
+    view: Any = field(default_factory=ViewSettings, repr=False)
     ha_role: str = "equal"
     ha_lease_file: str | None = None
     ha_lease_timeout: float = 2.0

@@ -65,7 +65,9 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
 * ``status``: ``StatusReporter`` as ``reporter`` -- the status dict and file;
 * ``polling``: ``StatsPoller`` as ``poller`` -- DMP/guard/meter counters polled;
 * ``heap``: ``Heap`` as ``heap`` -- the long-lived heap frozen out of the cyclic GC at settle points;
-* ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``;
+* ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``; ``linkmetrics``:
+  ``LinkView`` as ``links`` -- per-link congestion (``linkload``) for the metrics and the page;
+* ``web``: ``WebServer`` as ``web`` -- the read-only fabric page (``webview`` layouts, ``webfeed`` snapshots);
 * ``ofmsg``: FlowSpec <-> the framework's OpenFlow objects.
 
 Latency-critical events (packet-ins, barrier replies, errors) are handled in
@@ -92,6 +94,7 @@ from hpcfabric.controller.framework import (
     hub,
     ofp_event,
     ofproto,
+    run_native,
     service_brick,
     set_ev_cls,
     set_ev_handler,
@@ -99,6 +102,7 @@ from hpcfabric.controller.framework import (
 from hpcfabric.controller.ha import HaAgent, make_ha
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
+from hpcfabric.controller.linkmetrics import LinkView
 from hpcfabric.controller.metrics import MetricsServer
 from hpcfabric.controller.pausing import Pausing
 from hpcfabric.controller.polling import StatsPoller
@@ -108,6 +112,8 @@ from hpcfabric.controller.status import StatusReporter
 from hpcfabric.controller.snapshot import Sources
 from hpcfabric.controller.state import STATE_ATTRS, Changes, build_state
 from hpcfabric.controller.storm import Storm
+from hpcfabric.controller.web import FabricPage, WebServer
+from hpcfabric.controller.webfeed import link_inputs, live
 from hpcfabric.controller.wiring import Wiring
 from hpcfabric.openflow import ofwire
 from hpcfabric.rules.flows import ETH_TYPE_CNM, ETH_TYPE_DMP, ETH_TYPE_LLDP, ETH_TYPE_PAUSE, FlowSpec
@@ -152,8 +158,13 @@ class HpcfabricController(App):
         self.ha_agent = HaAgent(state, ha, counters, changes, active, self.sessions.session, self.pausing.forget)
         self.reloader = Reloader(state, ha, cache, counters, changes, active, self.sessions, self.failover.reconfigure)
         self.poller = StatsPoller(state, channel, ha, counters, changes, self.storm, active)
-        self.sources = Sources(state, counters, cache, ha, self.heap, self.started, self.wiring, self.pausing,
-                               self.poller, self.admission, self.reloader, self.failover)
+        self.links = LinkView(lambda: state.fabric, lambda now: link_inputs(self.sources, now),
+                              lambda: state.config.view, run_native)
+        self.sources = sources = Sources(state, counters, cache, ha, self.heap, self.started, self.wiring,
+                                         self.pausing, self.poller, self.admission, self.reloader, self.failover,
+                                         self.links)
+        self.web = WebServer(config.view.web_listen,
+                             lambda: FabricPage(lambda: state.fabric, lambda: live(sources), self.links, run_native))
         self.reporter = StatusReporter(self.sources, changes, active, launch.OVERRIDES.get("status_file"))
         self.metrics = MetricsServer(self.sources)
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
@@ -179,9 +190,10 @@ class HpcfabricController(App):
                    self.ha_agent.loop):
             self._threads.append(hub.spawn(fn))
         self._restore_sighup = launch.on_sighup(self.reloader.request)  # SIGHUP = reload
-        thread = self.metrics.start()
-        if thread is not None:
-            self._threads.append(thread)
+        for server in (self.metrics, self.web):
+            thread = server.start()
+            if thread is not None:
+                self._threads.append(thread)
         self.failover.prepare()  # the repair's proof base, off the hub: the first failure finds it ready
         self.reporter.write()
         return None
@@ -191,6 +203,7 @@ class HpcfabricController(App):
         if self._restore_sighup is not None:
             self._restore_sighup()
         self.metrics.stop()
+        self.web.stop()
         self.failover.stop()
         self._restore_listener()
         self.heap.close()
@@ -367,7 +380,8 @@ class HpcfabricController(App):
             self.channel.wake(ev.msg.datapath.id, ev.msg.xid, reply=ev.msg)
 
     @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,
-                 ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
+                 ofp_event.EventOFPMeterStatsReply, ofp_event.EventOFPGroupDescStatsReply,
+                 ofp_event.EventOFPPortStatsReply], MAIN_DISPATCHER)
     def _multipart_reply(self, ev: Any) -> None:
         """Collect a multipart reply (flow stats, meters, groups) for the waiter of its xid."""
         if self._heard(ev.msg):

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from hpcfabric.controller.framework import serve_wsgi
 from hpcfabric.controller.snapshot import Sources, snapshot
+from hpcfabric.controller.linkmetrics import LINK_METRICS
 
 #: name -> (type, help). Counter names are given without the ``_total`` suffix prometheus_client adds.
 METRICS: dict[str, tuple[str, str]] = {
@@ -83,6 +84,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "hpcfabric_repair_proof_seconds": ("gauge", "Proof time of the last repair plan"),
     "hpcfabric_repair_flow_mods": ("counter", "Flow-mods sent by repairs (only the entries that differ)"),
     "hpcfabric_ports_damped": ("gauge", "Fabric ports up but held down because they flap"),
+    **LINK_METRICS,  # per-link congestion (controller.linkmetrics)
 }
 
 #: histogram buckets of the PAUSE reaction time, seconds
@@ -277,6 +279,8 @@ class FabricCollector:
         yield gauge("hpcfabric_repair_proof_seconds", ((fo["last"] or {}).get("timings") or {}).get("prove", 0.0))
         yield counter("hpcfabric_repair_flow_mods", fo["flow_mods"])
         yield gauge("hpcfabric_ports_damped", len(fo["damped"]))
+        if self.sources.links is not None:
+            yield from self.sources.links.families(gauge, counter)
 
 
 def make_registry(sources: Sources) -> Any:

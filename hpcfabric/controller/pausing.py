@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from hpcfabric.controller.channel import MAX_XID, Channel, err_text
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.linkload import PauseClock
 from hpcfabric.controller.metrics import ReactionHistogram
 from hpcfabric.controller.state import Changes, State
 from hpcfabric.openflow import ofwire
@@ -48,6 +49,8 @@ class Pausing:
         self.hist = ReactionHistogram()
         self.port_flips: collections.Counter = collections.Counter()  # (switch, port) -> flips
         self.port_pauses: collections.Counter = collections.Counter()  # switch mode: (switch, port) -> PAUSEs seen
+        self.port_frames: collections.Counter = collections.Counter()  # (switch, port) -> well-formed PAUSE/PFC frames
+        self.clock = PauseClock()  # seconds each port spent paused (controller.linkload)
         self.wakeup = hub.Event()
         self.wait_until = 0.0  # when the expiry loop wakes up anyway
         self.parts: dict[FlowSpec, tuple[bytes, bytes]] = {}
@@ -82,6 +85,7 @@ class Pausing:
             LOG.debug("switch %s port %d: malformed MAC-control frame dropped: %s", sw.name, in_port, err)
             mark()
             return
+        self.port_frames[(sw.name, in_port)] += 1
         if not self.conditional:
             c["pause_minimal"] += 1
             mark()
@@ -143,6 +147,7 @@ class Pausing:
             return
         c["flips"] += 1
         self.port_flips[(flip.switch, flip.port)] += 1
+        self.clock.flip((flip.switch, flip.port), flip.paused, flip.at)
         if flip.cause == "expiry":
             c["expiries"] += 1
         dp = sw.dp

@@ -4,6 +4,8 @@ The switches answer DMP and drop spoofed frames without the controller, so
 :class:`StatsPoller` asks them every ``[metrics] poll_interval``: the packet
 counts of the DMP echo and guard entries (flow stats filtered by cookie
 class) and the meter band drops, for the metrics and the status file.
+Port statistics too: every port's ``tx_bytes`` (speeds from the port descriptions) into
+:class:`~hpcfabric.controller.linkload.PortRates`, the per-link utilisation (docs/operations.md).
 A round waits while a bring-up storm progresses (controller.storm).
 """
 
@@ -15,6 +17,7 @@ from typing import Any, Callable
 
 from hpcfabric.controller.channel import Channel, Disconnected
 from hpcfabric.controller.framework import hub
+from hpcfabric.controller.linkload import PortRates
 from hpcfabric.controller.state import Changes, State
 from hpcfabric.controller.storm import Storm
 from hpcfabric.openflow import ofwire
@@ -36,6 +39,7 @@ class StatsPoller:
         self.changes, self.storm, self.active = changes, storm, active
         self.served: dict[str, dict[str, dict[int, int]]] = {}  # switch -> kind -> port -> packets
         self.meter_drops: dict[str, dict[int, int]] = {}  # switch -> meter -> packets dropped by its band
+        self.rates = PortRates()  # tx rates and port speeds (port stats, port descriptions)
 
     def loop(self) -> None:
         """Flow stats of the DMP and guard entries, meter stats: for the metrics and the status file."""
@@ -53,11 +57,13 @@ class StatsPoller:
                     continue
                 try:
                     self.poll(sw.name, dp)
+                    self.poll_ports(sw.name, dp)
                 except Disconnected:
                     continue
                 except Exception as err:  # noqa: BLE001 - polling is best effort
                     counters["poll_failures"] += 1
                     LOG.debug("poll of %s failed: %s", sw.name, err)
+            self.rates.finish_round()
             self.changes.mark()
 
     def poll(self, name: str, dp: Any) -> None:
@@ -93,3 +99,12 @@ class StatsPoller:
         """The last polled counters: ``served`` (switch -> dmp/spoofed/host_punts -> port -> packets) and
         ``meter_drops`` (switch -> meter id -> packets)."""
         return {"served": dict(self.served), "meter_drops": dict(self.meter_drops)}
+
+    def poll_ports(self, name: str, dp: Any) -> None:
+        """One switch's port counters (tx_bytes at now); speeds from the port descriptions the framework keeps
+        (``dp.ports``, ``curr_speed`` kb/s -> b/s)."""
+        p, o = dp.ofproto_parser, dp.ofproto
+        stats = self.channel.multipart(dp, p.OFPPortStatsRequest(dp, 0, o.OFPP_ANY), timeout=10.0)
+        speeds = {n: getattr(d, "curr_speed", 0) * 1000.0 for n, d in (dp.ports or {}).items()}
+        self.rates.record(name, [(st.port_no, st.tx_bytes) for st in stats if st.port_no < o.OFPP_MAX],
+                          time.monotonic(), speeds)

@@ -29,6 +29,7 @@ class Sources:
     admission: Any
     reloader: Any
     failover: Any
+    links: Any = None  # controller.linkmetrics.LinkView: the per-link congestion families (metrics only)
 
 
 def snapshot(src: Sources, now: float | None = None, breathe: Any = None) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""Per-link congestion as Prometheus metrics, with bounded label cardinality (docs/operations.md).
+
+By default only per-class aggregates (a handful of series whatever the fabric: ``cls`` is a link
+kind -- ``global``/``local``, ``dim0``.., ``edge-agg``/``agg-core`` or ``levelN-M``) and the top N
+(``[metrics] top_links``, default 10). Per-link series only for the sending ends the operator names
+(``[metrics] links = SW:PORT,...``) or for every direction (``links = all``: 47,472 per series at
+Table III). :class:`LinkView` turns the controller's per-port figures into rows
+(:mod:`hpcfabric.controller.linkload`), at most once per :data:`ROWS_TTL` seconds; it is given
+callables, never the app: the fabric, the inputs (:func:`hpcfabric.controller.webfeed.link_inputs`)
+and the view settings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+from hpcfabric.controller.linkload import LinkInputs, LinkRow, LinkTable, class_figures, top_rows
+
+#: name -> (type, help); counter names without ``_total`` (prometheus_client adds it)
+LINK_METRICS: dict[str, tuple[str, str]] = {
+    "hpcfabric_link_class_utilisation": ("gauge", "tx utilisation 0..1 over the fabric links of one class "
+                                         "(labels cls, stat = max|mean; polled port statistics)"),
+    "hpcfabric_link_class_pause_frames": ("counter", "PAUSE/PFC frames received on the fabric ports of one link class"),
+    "hpcfabric_link_class_paused_seconds": ("counter", "Seconds the fabric ports of one link class spent paused (summed)"),
+    "hpcfabric_link_class_flips": ("counter", "PAUSE flips of the fabric ports of one link class"),
+    "hpcfabric_link_utilisation": ("gauge", "tx utilisation 0..1 of one link direction (labels switch, port of the "
+                                   "sending end, peer; only [metrics] links)"),
+    "hpcfabric_link_pause_frames": ("counter", "PAUSE/PFC frames received on the sending end of one link direction "
+                                    "(only [metrics] links)"),
+    "hpcfabric_link_paused_seconds": ("counter", "Seconds one link direction was paused (only [metrics] links)"),
+    "hpcfabric_link_flips": ("counter", "PAUSE flips of one link direction (only [metrics] links)"),
+    "hpcfabric_link_top_utilisation": ("gauge", "The [metrics] top_links most utilised link directions "
+                                       "(labels rank 1..N, switch, port, peer)"),
+}
+
+#: rows are rebuilt at most this often (a scrape and the page share them)
+ROWS_TTL = 0.5
+
+
+class LinkView:
+    """Rows, class figures and top N of the current fabric: ``fabric()``, ``inputs(now)`` and ``settings()``
+    (:class:`hpcfabric.config.view.ViewSettings`) are called when needed."""
+
+    def __init__(self, fabric: Callable[[], Any], inputs: Callable[[float], LinkInputs],
+                 settings: Callable[[], Any], offload: Callable[..., Any] | None = None) -> None:
+        self.fabric, self.inputs, self.settings = fabric, inputs, settings
+        self.offload = offload or (lambda fn, *args: fn(*args))
+        self._table: LinkTable | None = None
+        self._rows: tuple[float, list[LinkRow]] | None = None
+
+    @property
+    def table(self) -> LinkTable:
+        fabric = self.fabric()
+        if self._table is None or self._table.fabric is not fabric:  # built once per fabric (a reload may swap it)
+            self._table = self.offload(LinkTable, fabric)
+            self._rows = None
+        return self._table
+
+    def rows(self, now: float | None = None) -> list[LinkRow]:
+        now = time.monotonic() if now is None else now
+        table = self.table
+        if self._rows is None or now - self._rows[0] > ROWS_TTL or now < self._rows[0]:
+            self._rows = (now, self.offload(table.rows, self.inputs(now)))
+        return self._rows[1]
+
+    def families(self, gauge: Callable[..., Any], counter: Callable[..., Any]) -> Iterator[Any]:
+        """The metric families (``gauge``/``counter``: the collector's family makers, as in metrics.py)."""
+        rows = self.rows()
+        settings = self.settings()
+        figures, top_n = self.offload(summary, rows, self.table.classes, settings.top_links)
+        util = gauge("hpcfabric_link_class_utilisation", labels=["cls", "stat"])
+        frames = counter("hpcfabric_link_class_pause_frames", labels=["cls"])
+        paused = counter("hpcfabric_link_class_paused_seconds", labels=["cls"])
+        flips = counter("hpcfabric_link_class_flips", labels=["cls"])
+        for cls, f in figures.items():
+            util.add_metric([cls, "max"], f["max"])
+            util.add_metric([cls, "mean"], f["mean"])
+            frames.add_metric([cls], f["pause_frames"])
+            paused.add_metric([cls], f["paused_seconds"])
+            flips.add_metric([cls], f["flips"])
+        yield from (util, frames, paused, flips)
+        chosen = settings.links
+        keys = None if chosen == "all" else set(chosen)
+        per = [r for r in rows if keys is None or (r.switch, r.port) in keys]
+        names = ("hpcfabric_link_utilisation", "hpcfabric_link_pause_frames", "hpcfabric_link_paused_seconds",
+                 "hpcfabric_link_flips")
+        fams = [gauge(names[0], labels=["switch", "port", "peer"])] + \
+            [counter(n, labels=["switch", "port", "peer"]) for n in names[1:]]
+        for r in per:
+            labels = [r.switch, str(r.port), r.peer]
+            if r.util is not None:
+                fams[0].add_metric(labels, r.util)
+            fams[1].add_metric(labels, r.pause_frames)
+            fams[2].add_metric(labels, r.paused_s)
+            fams[3].add_metric(labels, r.flips)
+        yield from fams
+        top = gauge("hpcfabric_link_top_utilisation", labels=["rank", "switch", "port", "peer"])
+        for rank, r in enumerate(top_n, 1):
+            top.add_metric([str(rank), r.switch, str(r.port), r.peer], r.util)
+        yield top
+
+
+def summary(rows: list[LinkRow], classes: tuple[str, ...], n: int) -> tuple[dict[str, dict[str, float]], list[LinkRow]]:
+    """Class figures and the top ``n`` of ``rows`` (one call: offloaded together)."""
+    return class_figures(rows, classes), top_rows(rows, n)
