@@ -12,8 +12,9 @@ BOOTSTRAP    := scripts/bootstrap.sh
 # Flags for the bootstrap run before `make test`.
 # The suite includes real OVS/Mininet tests, so bootstrap starts Open vSwitch;
 # --etcd: the HA tests' etcd cluster; --ryu: the ryu-manager test needs the Ryu venv (.venv-ryu);
-# --prometheus: the monitoring test's real Prometheus (tests/test_monitoring_mininet.py).
-TEST_BOOTSTRAP_FLAGS ?= --etcd --ryu --prometheus
+# --prometheus: the monitoring test's real Prometheus (tests/test_monitoring_mininet.py); --browser: Chromium for
+# the fabric page's browser test (tests/test_web_browser.py).
+TEST_BOOTSTRAP_FLAGS ?= --etcd --ryu --prometheus --browser
 PYTEST_ARGS  ?= -q
 # 2: the whole suite runs as two pytest processes side by side (scripts/pytest_pair.py: the modules that drive
 # OVS/Mininet/etcd/the emulator one after another, the pure ones beside them at nice 10); 1: one process

@@ -10,6 +10,7 @@
 #   scripts/bootstrap.sh --etcd     also etcd (Debian etcd-server 3.4, not started) + etcd3gw (docs/ha.md)
 #   scripts/bootstrap.sh --ryu      also the Ryu venv .venv-ryu (ryu-manager; make test uses it)
 #   scripts/bootstrap.sh --prometheus  also Debian prometheus 2.42 + promtool (not started; mininet/prom_server.py)
+#   scripts/bootstrap.sh --browser     also Debian chromium + chromium-driver (the fabric page's browser test)
 #
 # Environment:
 #   BOOTSTRAP_FORCE_PIP=1   reinstall Python packages even if the stamp is fresh
@@ -19,7 +20,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 DO_OVS=1
@@ -28,6 +29,7 @@ DO_APT=1
 DO_ETCD=0
 DO_RYU=0
 DO_PROM=0
+DO_BROWSER=0
 for arg in "$@"; do
     case "$arg" in
         --no-ovs)   DO_OVS=0 ;;
@@ -35,6 +37,7 @@ for arg in "$@"; do
         --ovs-only) DO_PY=0 ;;
         --etcd)     DO_ETCD=1 ;;
         --prometheus) DO_PROM=1 ;;
+        --browser)  DO_BROWSER=1 ;;
         -h|--help)  usage; exit 0 ;;
         *)          usage >&2; die "unknown option: $arg" ;;
     esac
@@ -54,10 +57,9 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 # Debian packages. Mininet from Debian is only importable from a venv created
 # by Debian's python with --system-site-packages (see below).
 # g++ make flex bison: BookSim2, the simulator's peer, built by tests/test_booksim_peer.py (../shared/booksim/build.sh)
-# chromium chromium-driver: the fabric page's browser test (selenium drives Debian's Chromium; no browser download)
 # python3-cryptography: the test and bench certificates (hpcfabric/emu/pki.py; ovs-pki comes with Open vSwitch)
 APT_PKGS=(openvswitch-switch mininet iperf3 iputils-ping fping python3-venv ethtool tcpdump iproute2 procps
-          g++ make flex bison python3-cryptography chromium chromium-driver)
+          g++ make flex bison python3-cryptography)
 if [[ $DO_PY -eq 0 ]]; then
     APT_PKGS=(openvswitch-switch)
 fi
@@ -66,6 +68,8 @@ fi
 # --prometheus: the monitoring test starts its own server (mininet/prom_server.py: free port, own data dir);
 # the Debian service is not used (docs/operations.md, "Monitoring").
 [[ $DO_PROM -eq 1 ]] && APT_PKGS+=(prometheus)
+# --browser: the fabric page's browser test (selenium drives Debian's Chromium; no browser download)
+[[ $DO_BROWSER -eq 1 ]] && APT_PKGS+=(chromium chromium-driver)
 # Extra PyPI packages installed on top of setup.py's '.[controller,test,dask]'.
 # Editing this list (i.e. this file) triggers a reinstall on the next run.
 PIP_EXTRA=(prometheus_client)

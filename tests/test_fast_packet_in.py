@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from test_ops_fakes import ROOT, FakeSwitch, make_app, settle
+from test_ops_fakes import ROOT, fake_fabric, settle
 
 from hpcfabric.controller import framework, launch
 from hpcfabric.controller.framework import ofp_event, ofproto as O, ofproto_parser as P
@@ -162,14 +162,7 @@ def test_install_keeps_the_event_dispatch() -> None:
 
 
 def test_the_app_handles_fast_parsed_packet_ins(tmp_path: Path) -> None:
-    path = tmp_path / "p.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\n"
-                    "routing = conditional\nreload_poll = 0\n")
-    app = make_app(path)
-    fakes = {st.name: FakeSwitch(app, st.dpid, [1, 2, 3]) for st in app.switches.values()}
-    for f in fakes.values():
-        f.connect()
-    settle()
+    app, fakes = fake_fabric(tmp_path, planner=False, topology="dragonfly-a2-p1-h1", ports=3)
     a, port, peer = next((name, p, peer) for name in sorted(fakes) for p, peer in sorted(app.fabric.fabric_ports(name).items())
                          if peer.port in fakes[peer.node].ports and p in fakes[name].ports)
     frame = app.wiring.frame(fakes[a].id, port, fakes[a].ports[port].hw_addr)

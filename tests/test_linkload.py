@@ -118,20 +118,14 @@ def test_bad_view_keys_name_their_field(tmp_path, extra, field):
 def test_link_metrics_from_the_app_with_fake_switches(tmp_path):
     """Port statistics polled from the (fake) switches and PAUSE packet-ins -> the link metrics of a scrape."""
     from os_ken.lib import hub
-    from test_ops_fakes import FakeSwitch, make_app, settle
+    from test_ops_fakes import fake_fabric, settle
     from test_ops_metrics import sample
 
     from hpcfabric.controller.metrics import render
     from hpcfabric.protocols.pause import build_pause
 
-    path = tmp_path / "m.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\nrouting = conditional\n"
-                    "reload_poll = 0\nlink_speed_gbps = 0.01\n[metrics]\nlinks = g0s0:2\ntop_links = 2\n")
-    app = make_app(path)
-    sws = {st.name: FakeSwitch(app, st.dpid, [1, 2, 3]) for st in app.switches.values()}
-    for sw in sws.values():
-        sw.connect()
-    settle()
+    app, sws = fake_fabric(tmp_path, "link_speed_gbps = 0.01\n[metrics]\nlinks = g0s0:2\ntop_links = 2\n",
+                           planner=False, topology="dragonfly-a2-p1-h1", ports=3)
     t0 = __import__("time").monotonic()  # before the first samples, after the second: dt >= the switch's own
     for name, sw in sws.items():
         app.poller.poll_ports(name, sw)

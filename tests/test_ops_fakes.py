@@ -293,14 +293,16 @@ def wait_planner(app: Any, timeout: float = 120.0) -> None:
     assert app.failover.planner.ready, "the repair planner did not get ready"
 
 
-def fake_fabric(tmp_path: Path, extra: str = "", *, planner: bool = True) -> tuple[Any, dict[str, "FakeSwitch"]]:
-    """The controller app on the demo Dragonfly (conditional routing; ``extra``: more INI lines), a connected
-    :class:`FakeSwitch` per switch (ports 1-7), and (``planner``) its repair planner ready."""
+def fake_fabric(tmp_path: Path, extra: str = "", *, planner: bool = True, topology: str = "dragonfly-a4-p2-h2",
+                ports: int = 7) -> tuple[Any, dict[str, "FakeSwitch"]]:
+    """The controller app on a shipped Dragonfly (default the demo's; conditional routing; ``extra``: more INI
+    lines), a connected :class:`FakeSwitch` per switch (ports 1..``ports``), and (``planner``) its repair
+    planner ready."""
     path = tmp_path / "c.conf"
-    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\nrouting = conditional\n"
+    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / (topology + '.yaml')}\nrouting = conditional\n"
                     f"reload_poll = 0\n{extra}")
     app = make_app(path)
-    sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, 8))) for st in app.switches.values()}
+    sws = {st.name: FakeSwitch(app, st.dpid, list(range(1, ports + 1))) for st in app.switches.values()}
     for sw in sws.values():
         sw.connect()
     settle()
@@ -323,3 +325,14 @@ def wait_reroute(app: Any, timeout: float = 60.0) -> None:
 
 def ours(flows) -> set:
     return {f for f in flows if cookie_class(f.cookie) is not None}
+
+
+def controller_process(conf: Path) -> tuple["subprocess.Popen", Any]:
+    """``hpcfabric controller --config conf`` as a child process, its output in ``log`` beside ``conf``: the
+    process and that open file (close it once the process has ended)."""
+    import subprocess
+    import sys
+
+    log = (conf.parent / "log").open("w")
+    return subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)],
+                            stdout=log, stderr=subprocess.STDOUT), log

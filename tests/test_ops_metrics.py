@@ -9,13 +9,11 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from test_ops_fakes import ROOT, FakeSwitch, make_app, settle
+from test_ops_fakes import ROOT, FakeSwitch, controller_process, make_app, settle
 
 from hpcfabric.controller.metrics import METRICS, render
 from hpcfabric.protocols.pause import build_pause
@@ -103,9 +101,7 @@ def test_scrape_the_running_controller(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\nstatus_file = {status}\n"
                     f"[openflow]\nlisten_port = {of_port}\n[metrics]\nlisten = 127.0.0.1:{http_port}\n")
-    log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc, log = controller_process(conf)
     try:
         text = None
         end = time.monotonic() + 30

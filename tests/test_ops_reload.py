@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from test_ops_fakes import ROOT, FakeSwitch, make_app, ours, settle
+from test_ops_fakes import ROOT, FakeSwitch, controller_process, make_app, ours, settle
 
 from hpcfabric.config import load_config
 from hpcfabric.openflow.reconcile import canonical, diff
@@ -213,9 +211,7 @@ def test_controller_process_reloads_on_sighup_and_file_change(tmp_path):
     good = (f"[hpcfabric]\ntopology = {TOPO / 'dragonfly-a2-p1-h1.yaml'}\nstatus_file = {status}\nreload_poll = 0.2\n"
             f"[openflow]\nlisten_port = {port}\n")
     conf.write_text(good)
-    log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)], stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc, log = controller_process(conf)
     try:
         _wait(status, lambda s: s.get("running"))
         proc.send_signal(signal.SIGHUP)

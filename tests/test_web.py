@@ -8,14 +8,13 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from test_ops_fakes import controller_process
 
 from hpcfabric.controller.linkload import LinkInputs
 from hpcfabric.controller.linkmetrics import LinkView
@@ -166,9 +165,7 @@ def test_running_controller_serves_the_page_on_localhost(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a2-p1-h1.yaml'}\n"
                     f"[openflow]\nlisten_port = {of_port}\n[web]\nlisten = {web_port}\n")
-    log = (tmp_path / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.cli", "controller", "--config", str(conf)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc, log = controller_process(conf)
     try:
         state = _first_answer(f"http://127.0.0.1:{web_port}/api/state", 30)
         assert state is not None, (tmp_path / "log").read_text()
