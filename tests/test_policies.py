@@ -1,8 +1,8 @@
 """Routing policies (minimal, valiant, conditional) with classes of service in the VLAN PCP.
 
 * every shipped topology (except Table III and the ~300,000-host scale builds,
-  whose per-port sweeps are benches: bench/paused_sweep.py, with the
-  incremental sweep that tests/test_sweep.py proves equal to this brute force) x every policy it
+  whose proofs are benches: bench/prove_scale.py, with the union proof that
+  tests/test_oracle.py checks against this brute force) x every policy it
   supports, CoS on: every pair delivered, untagged, no loop -- unpaused (full
   verifier, invalid probes included) and with every single fabric port paused;
 * the fast engine (VLAN PCP as part of the row state) equals the scalar

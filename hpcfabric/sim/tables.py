@@ -26,7 +26,7 @@ from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, PCP_SLOTS
-from hpcfabric.verify.columns import groups_of_hosts, structural_splits_of
+from hpcfabric.verify.pairs import groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 
 __all__ = ["SimError", "Forwarding", "PortMap", "port_map", "compile_policy", "POLICIES"]

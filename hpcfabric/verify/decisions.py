@@ -1,8 +1,7 @@
 """Per-switch decisions over destination classes: one switch's rules, on their own.
 
-The local checks (symmetries of the rules, :mod:`hpcfabric.verify.symmetry`; the up/down proof,
-:mod:`hpcfabric.verify.updown`; the per-destination proof, :mod:`hpcfabric.verify.proof`) look at
-one switch at a time and need, for it:
+The local checks (the up/down proof, :mod:`hpcfabric.verify.updown`; the per-destination proof,
+:mod:`hpcfabric.verify.proof`) look at one switch at a time and need, for it:
 
 * :func:`forward_data_flows`: per switch, the entries a data frame can meet (resubmits inlined),
   refusing what a per-switch check does not model;
@@ -10,8 +9,7 @@ one switch at a time and need, for it:
   *capture* rule below), so one representative per class decides for all;
 * :func:`port_classes`: ingress ports whose ``in_port`` entries are equal but for the port;
 * :func:`arrival_pcps`: every VLAN PCP a frame can carry (untagged, and what entries push or set);
-* :func:`decide_line`: the engine's outcome of one row for a destination set, as arrays;
-* :func:`unique_rows`: equal rows of a decision table, grouped exactly.
+* :func:`decide_line`: the engine's outcome of one row for a destination set, as arrays.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from hpcfabric.verify.codes import UNTAGGED
 from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate
 from hpcfabric.verify.pipeline import describe_flow
 
-__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line", "unique_rows"]
+__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line"]
 
 
 def arrival_pcps(relevant: dict[str, list[Any]]) -> list[int]:
@@ -88,22 +86,6 @@ def destination_classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarr
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank[inv.reshape(-1)].astype(np.int32), first[order]
-
-
-def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row, group) per row of equal rows: two 64-bit hashes group them, then every
-    row is compared with its group's first row (exact; ``np.unique(axis=0)`` if a hash collides)."""
-    rng = np.random.default_rng(0x5EED)
-    with np.errstate(over="ignore"):
-        h1 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-        h2 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-    _, first, inv = np.unique(np.stack([h1, h2], axis=1).view(np.complex128).reshape(-1),
-                              return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if not (table == table[first[inv]]).all():  # pragma: no cover - a hash collision
-        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-    return first, inv
 
 
 def port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:

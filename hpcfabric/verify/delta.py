@@ -47,7 +47,7 @@ from hpcfabric.errors import VerificationError
 from hpcfabric.topology.failures import NO_FAILURES
 from hpcfabric.verify.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
-from hpcfabric.verify.columns import structural_splits_of
+from hpcfabric.verify.pairs import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet, set_bits
 from hpcfabric.verify.depgraph import DepGraph, not_in

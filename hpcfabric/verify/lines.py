@@ -5,9 +5,8 @@ a row *is* the channel a frame arrived on, and stores one decision line per grou
 entries are equal but for ``in_port`` (:func:`row_signature`; Table III: ~14 lines per switch
 instead of 31 ports x 3 PCPs). :meth:`DecisionLines.scenario` re-decides, for one paused port,
 only the destinations that meet its PORT_STATE entry; :meth:`DecisionLines.walk` walks every host
-pair through the lines (changed lines patched in) and collects the channel dependencies. The CDG
-check (:mod:`hpcfabric.verify.cdg`) uses it directly, the paused-port sweep
-(:mod:`hpcfabric.verify.columns`) over destination classes.
+pair through the lines (changed lines patched in) and collects the channel dependencies: the
+brute-force CDG oracle (:mod:`hpcfabric.verify.cdg`).
 """
 
 from __future__ import annotations
@@ -120,10 +119,6 @@ class DecisionLines:
             got = self._ups[u] = ps[0].astype(np.int32)
         return got
 
-    def _check_row(self, row: Row, flows: list | None, cols: np.ndarray | None) -> None:
-        """Hook run on every row a scenario decides anew (``flows``: the scenario's rules, None for a
-        row created on the way; ``cols``: the columns re-decided). Subclasses raise to abort."""
-
     def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
         """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
         eng = self.eng
@@ -143,7 +138,6 @@ class DecisionLines:
                     row = eng.rows[r]
                     tmp = Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng.attrs)
                     code = memo[self.sigs[r]] = eng.decide(tmp, Destinations(self.dst.macs[cols]))
-                    self._check_row(row, relevant, cols)
                 base = self.uniq[u]
                 if (code != base[cols]).any():
                     line = base.copy()
@@ -155,7 +149,6 @@ class DecisionLines:
                 row = eng.rows[r]
                 if row.switch == switch:
                     changed[r] = eng.decide(row, self.dst)
-                    self._check_row(row, None, None)
                 r += 1
         finally:
             eng.relevant[switch] = self.base_relevant[switch]
