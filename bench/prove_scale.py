@@ -1,7 +1,7 @@
 """Benchmark: the deadlock proofs at scale, one fresh process per topology x policy.
 
 For each topology x policy (CoS: the compiler's default, ``cos=True``) runs the union proof
-(:func:`hpcfabric.verify.proof.prove`: every host pair delivered and the channel dependency graph
+(:func:`hpcfabric.verify.union.proof.prove`: every host pair delivered and the channel dependency graph
 acyclic under any set of paused ports; the symmetry reduction on) or, with ``--up-down`` (fat-tree,
 folded Clos), the per-switch up*/down* proof (:func:`hpcfabric.verify.updown.check_up_down`), and
 prints one JSON line: the verdict, ``compile_seconds``, ``seconds`` (the proof), its phase
@@ -58,7 +58,7 @@ def run_one(path: str, routing: str, up_down: bool = False) -> dict:
 
         out = check_up_down(compiled, progress=progress).as_dict()
     else:
-        from hpcfabric.verify.proof import prove
+        from hpcfabric.verify.union.proof import prove
 
         out = prove(compiled).as_dict()
         out.pop("failures", None)

@@ -32,9 +32,9 @@ from hpcfabric.rules.routing import router_for
 from hpcfabric.topology.failures import Failures, parse_failures
 from hpcfabric.topology.loader import load_topology
 from hpcfabric.verify.codes import DELIVER
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.union.proof import prove
 from hpcfabric.verify.scenarios import apply_paused
-from hpcfabric.verify.walk import walk_pair
+from hpcfabric.verify.reference.walk import walk_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 REFUSALS = {"cycle", "misrouted", "no proven update order", "not proven", "not modelled", "not repairable"}

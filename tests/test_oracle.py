@@ -1,4 +1,4 @@
-"""The union proof (hpcfabric/verify/proof.py) agrees with the brute-force CDG oracle (hpcfabric/verify/cdg.py).
+"""The union proof (hpcfabric/verify/union/proof.py) agrees with the brute-force CDG oracle (hpcfabric/verify/oracle/cdg.py).
 
 The oracle walks every host pair in every scenario (the unpaused fabric and each port paused alone) and
 builds the union channel dependency graph; its per-scenario delivery is checked against the all-pairs
@@ -16,9 +16,9 @@ import pytest
 from test_policies import compiled
 
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.union.proof import prove
 
 
 def assert_oracle_is_brute_force(comp, ports, oracle):

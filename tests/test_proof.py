@@ -1,4 +1,4 @@
-"""The union proof (hpcfabric/verify/proof.py) against today's checks.
+"""The union proof (hpcfabric/verify/union/proof.py) against today's checks.
 
 Cross-checks on the shipped small fabrics, every policy, CoS on and off: the proof's verdicts
 (delivered, acyclic) equal those of the brute-force CDG oracle over every single paused port (every
@@ -22,13 +22,13 @@ from test_oracle import MUTATIONS, _mutate, valiant_without_row_condition
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, Output, SetField
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DROP, FLOOD, PUNT
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.union.proof import prove
 
 ROOT = Path(__file__).resolve().parent.parent
 FABRICS = ["dragonfly-a4-p2-h2", "fb-2d-3x3", "fb-3d-4x4x4", "fat-tree-k4"]

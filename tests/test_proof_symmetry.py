@@ -1,10 +1,10 @@
-"""The union proof's symmetry reduction (hpcfabric/verify/orbits.py): one destination column per orbit.
+"""The union proof's symmetry reduction (hpcfabric/verify/union/orbits.py): one destination column per orbit.
 
 With the reduction (the default) and without it (``symmetry=False``) the verdicts must be the same;
 where a candidate symmetry does not hold on the rules, the check must drop it with a reason and
 the proof must walk every column; where the quotient is cyclic, the full walk's report is returned;
 where walks fail under an acyclic quotient, the walked columns' failures count once per orbit member.
-The candidates (hpcfabric/verify/automorphism.py) are checked against the topology; the rules decide
+The candidates (hpcfabric/verify/union/automorphism.py) are checked against the topology; the rules decide
 which of them hold (a changed entry drops every symmetry through its switch, naming it); a cyclic union
 shows with the symmetry kept but unused; the reduced proof agrees with the brute-force CDG oracle.
 """
@@ -23,10 +23,10 @@ from hpcfabric.rules.flows import TABLE_ROUTE, Output
 from hpcfabric.topology.loader import parse_topology
 from hpcfabric.rules.flows import RuleClass
 from hpcfabric.topology.generators import dragonfly_fabric, flattened_butterfly_fabric
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.automorphism import automorphism, candidate_generators
-from hpcfabric.verify.cdg import check_deadlock_freedom
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.union.automorphism import automorphism, candidate_generators
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom
+from hpcfabric.verify.union.proof import prove
 
 PALMTREE = "kind: dragonfly\nname: df-a4p2h2-palmtree\na: 4\np: 2\nh: 2\narrangement: palmtree\n"
 

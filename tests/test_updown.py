@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 from test_policies import TOPOLOGIES, compiled, fabric
 
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.cli import main
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
 from hpcfabric.verify.updown import check_up_down
-from hpcfabric.verify.allpairs import apply_paused, verify
+from hpcfabric.verify.oracle.allpairs import apply_paused, verify
 
 UPDOWN = ["fat-tree-k4", "clos-4stage-small"]
 

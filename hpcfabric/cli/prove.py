@@ -1,5 +1,5 @@
 """``hpcfabric prove FILE``: delivery and deadlock freedom under any set of paused ports
-(:func:`hpcfabric.verify.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
+(:func:`hpcfabric.verify.union.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
 | SWITCH ...]``: the tables the controller installs -- with those links and switches out, the repair it would
 install (:class:`hpcfabric.repair.plan.Repairer`: compiled for the surviving fabric, proven with its
 update order; docs/routing.md "Failures") -- or why none can be proven. ``--up-down``: the up*/down* proof of a
@@ -49,7 +49,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcfabric.verify.proof import prove
+    from hpcfabric.verify.union.proof import prove
 
     if args.config or args.fail:
         return run_config(args)

@@ -1,6 +1,6 @@
 """``hpcfabric sweep``: deprecated alias of ``hpcfabric prove --json``.
 
-The single-paused-port sweep is retired: the union proof (:func:`hpcfabric.verify.proof.prove`) covers every
+The single-paused-port sweep is retired: the union proof (:func:`hpcfabric.verify.union.proof.prove`) covers every
 single paused port and any set of them, and ``prove --fallback cdg`` (the default) runs the brute-force CDG
 oracle over single paused ports when the union fails. Kept as an alias, not removed, so that scripts calling
 ``sweep`` (JSON, exit 0 ok / 1 not / 2 bad input) keep working: one deprecation line on stderr, then prove's

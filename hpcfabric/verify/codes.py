@@ -3,7 +3,7 @@
 A decision of the vectorised engine (:mod:`hpcfabric.verify.engine`) is an ``int32``: ``>= 0`` is
 the next decision row (the frame crosses a link and arrives there), a negative value is final:
 one of the constants below, or ``DELIVER - h`` for "delivered to host id ``h``" (host ids are
-positions in ``fabric.hosts``). The scalar reference walk (:mod:`hpcfabric.verify.walk`) reports
+positions in ``fabric.hosts``). The scalar reference walk (:mod:`hpcfabric.verify.reference.walk`) reports
 the same codes, so both engines' outcomes compare directly (:func:`outcome_kind`).
 
 A *channel* is (switch, egress port, VLAN PCP): the lossless queue a frame waits in before it

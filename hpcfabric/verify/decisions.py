@@ -1,7 +1,7 @@
 """Per-switch decisions over destination classes: one switch's rules, on their own.
 
 The local checks (the up/down proof, :mod:`hpcfabric.verify.updown`; the per-destination proof,
-:mod:`hpcfabric.verify.proof`) look at one switch at a time and need, for it:
+:mod:`hpcfabric.verify.union.proof`) look at one switch at a time and need, for it:
 
 * :func:`forward_data_flows`: per switch, the entries a data frame can meet (resubmits inlined),
   refusing what a per-switch check does not model;
@@ -22,7 +22,7 @@ from hpcfabric.rules.flows import OFPP_IN_PORT, Output, PopVlan, PushVlan, SetFi
 from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.codes import UNTAGGED
 from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate
-from hpcfabric.verify.pipeline import describe_flow
+from hpcfabric.verify.reference.pipeline import describe_flow
 
 __all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line"]
 

@@ -1,8 +1,8 @@
 """Up*/down* proof for fat-trees and folded Clos: delivery and deadlock freedom under
 *any* set of paused ports, from a check of each switch's rules on its own.
 
-The union proof (:mod:`hpcfabric.verify.proof`) walks every destination column through
-every reachable line; symmetries (:mod:`hpcfabric.verify.orbits`) cut that down for
+The union proof (:mod:`hpcfabric.verify.union.proof`) walks every destination column through
+every reachable line; symmetries (:mod:`hpcfabric.verify.union.orbits`) cut that down for
 Dragonflies and Flattened Butterflies, but a 4-stage folded Clos with the paper's truncated
 wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
@@ -44,7 +44,7 @@ The check is sound, not complete: a rule set can fail it and still work
 (e.g. a detour through a lower level). The per-switch decisions come from
 the same vectorised engine as the verifier (:mod:`hpcfabric.verify.engine`), and
 ``tests/test_updown.py`` cross-checks the verdict against the brute-force
-CDG oracle (:mod:`hpcfabric.verify.cdg`) on the small shipped fabrics and on broken rule sets.
+CDG oracle (:mod:`hpcfabric.verify.oracle.cdg`) on the small shipped fabrics and on broken rule sets.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Every check of :mod:`hpcfabric.verify` that walks frames in bulk (the all-pairs verifier, the
 channel dependency graph, the paused-port sweeps, the symmetry and up/down proofs, the
-per-destination proof) is built on this package; :mod:`hpcfabric.verify.pipeline` (one frame
-through one switch) and :mod:`hpcfabric.verify.walk` (one frame through the fabric) are the
+per-destination proof) is built on this package; :mod:`hpcfabric.verify.reference.pipeline` (one frame
+through one switch) and :mod:`hpcfabric.verify.reference.walk` (one frame through the fabric) are the
 scalar reference it is cross-checked against.
 
 Premise: forwarding of a data frame at a switch depends only on its ingress port, the VLAN PCP

@@ -22,8 +22,8 @@ from hpcfabric.rules.flows import OFPP_IN_PORT, FlowSpec, Output, PopVlan, PushV
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, LOOP, NEW_ROW, PCP_SLOTS, PUNT, SCALAR, SINK, TAGGED, UNTAGGED
 from hpcfabric.verify.engine.rows import Row, data_flows, data_relevant, evaluate, rewrites_pcp
 from hpcfabric.verify.engine.views import Destinations, Unsupported
-from hpcfabric.verify.pipeline import Frame, PipelineError, describe_flow
-from hpcfabric.verify.walk import Pipelines, host_ids
+from hpcfabric.verify.reference.pipeline import Frame, PipelineError, describe_flow
+from hpcfabric.verify.reference.walk import Pipelines, host_ids
 
 __all__ = ["Engine", "BATCH_ELEMENTS"]
 
@@ -38,7 +38,7 @@ class Engine:
     then name the channel a frame arrived on, as the channel dependency graph
     needs). ``lazy``: host rows only at first, fabric rows when a decision first
     reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
-    a scenario's entries before rows are built (:mod:`hpcfabric.verify.lines`).
+    a scenario's entries before rows are built (:mod:`hpcfabric.verify.oracle.lines`).
     """
 
     def __init__(

@@ -24,14 +24,14 @@ from hpcfabric.rules.flows import (ETH_TYPE_IPV4, OFPP_IN_PORT, TABLE_PORT_STATE
                                    SetField)
 from hpcfabric.verify.codes import UNTAGGED
 from hpcfabric.verify.engine.views import Destinations, Unsupported, View
-from hpcfabric.verify.flatten import Unflattenable, inline_resubmits
+from hpcfabric.verify.reference.flatten import Unflattenable, inline_resubmits
 
 __all__ = ["Row", "Outcome", "evaluate", "data_flows", "data_relevant", "rewrites_pcp", "entry_key"]
 
 
 def data_flows(flows: Sequence[FlowSpec]) -> Sequence[FlowSpec]:
     """``flows`` with resubmit chains (switch-local PAUSE reaction) inlined into
-    plain entries (:func:`hpcfabric.verify.flatten.inline_resubmits`)."""
+    plain entries (:func:`hpcfabric.verify.reference.flatten.inline_resubmits`)."""
     try:
         return inline_resubmits(flows)
     except Unflattenable as why:

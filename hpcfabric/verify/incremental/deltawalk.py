@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
-from hpcfabric.verify.redecide import SwitchDecisions
-from hpcfabric.verify.unions import Counter
+from hpcfabric.verify.incremental.redecide import SwitchDecisions
+from hpcfabric.verify.union.unions import Counter
 
 __all__ = ["ChangeWalk", "NodeSet", "set_bits"]
 

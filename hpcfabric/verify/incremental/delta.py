@@ -45,15 +45,15 @@ import numpy as np
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.topology.failures import NO_FAILURES
-from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
-from hpcfabric.verify.pairs import structural_splits_of
+from hpcfabric.verify.union.pairs import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet, set_bits
-from hpcfabric.verify.depgraph import DepGraph, not_in
-from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
-from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
-from hpcfabric.verify.unions import reach_index, walk_union
+from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, set_bits
+from hpcfabric.verify.incremental.depgraph import DepGraph, not_in
+from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
+from hpcfabric.verify.incremental.redecide import SwitchDecisions, decide_switches
+from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 

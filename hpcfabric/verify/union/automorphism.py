@@ -5,7 +5,7 @@ ports (fabric ports follow their links, host ports keep their number) and hosts 
 that every link maps onto a link. :func:`candidate_generators` proposes switch maps from the
 generator's structure (Dragonfly palmtree: rotate groups; xor: XOR group numbers with 2^b;
 flattened butterfly: shift one coordinate); :func:`automorphism` extends and checks one.
-Whether the compiled *rules* commute with it is checked on the decisions by :mod:`hpcfabric.verify.orbits`.
+Whether the compiled *rules* commute with it is checked on the decisions by :mod:`hpcfabric.verify.union.orbits`.
 """
 
 from __future__ import annotations

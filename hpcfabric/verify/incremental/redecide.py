@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.choices import Choices, pack_choices
+from hpcfabric.verify.union.choices import Choices, pack_choices
 from hpcfabric.verify.codes import DROP, PCP_SLOTS
 from hpcfabric.verify.decisions import port_classes
 from hpcfabric.verify.engine.batch import MatchClasses, decide

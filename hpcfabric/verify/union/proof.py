@@ -4,10 +4,10 @@ What is proved
 --------------
 For every switch, every arrival channel a frame can reach (ingress port, VLAN PCP) and every
 destination class, the engine decides what the compiled rules do twice: with the PORT_STATE
-entries as installed and with all of them paused (:mod:`hpcfabric.verify.choices`). A frame
+entries as installed and with all of them paused (:mod:`hpcfabric.verify.union.choices`). A frame
 meets at most one PORT_STATE entry per switch, so under *any* set of paused ports -- changing
 while the frame travels -- each hop takes one of those two choices. The union walk
-(:mod:`hpcfabric.verify.unions`) follows both choices at every hop for every destination
+(:mod:`hpcfabric.verify.union.unions`) follows both choices at every hop for every destination
 column from every host's injection, and checks:
 
 * **delivery**: every walk ends at the destination host, untagged; no drop (table miss, pipeline
@@ -28,11 +28,11 @@ the union is the unpaused fabric, and the proof is exactly all-pairs verify + it
 The converse does not hold: the union can fail where every *single* paused port passes (a
 failure that needs two ports paused together, or a dependency cycle whose edges come from
 different pause states). ``prove(..., fallback='cdg')`` then runs the brute-force oracle
-(:func:`hpcfabric.verify.cdg.check_deadlock_freedom` over the unpaused fabric and every single
+(:func:`hpcfabric.verify.oracle.cdg.check_deadlock_freedom` over the unpaused fabric and every single
 paused port, every host pair) and reports both verdicts: the union's (any set of ports) in the
 report, the single-port one in ``fallback`` with a ``verdict`` line.
 
-Destination columns (:mod:`hpcfabric.verify.pairs`): the hosts of one access switch share a column
+Destination columns (:mod:`hpcfabric.verify.union.pairs`): the hosts of one access switch share a column
 when no entry elsewhere tells them apart and their own switch decides alike for them (delivery to
 oneself normalised) in every line, unpaused and paused; otherwise one column per host.
 """
@@ -45,14 +45,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcfabric.verify.cdg import check_deadlock_freedom
-from hpcfabric.verify.choices import Choices
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom
+from hpcfabric.verify.union.choices import Choices
 from hpcfabric.verify.graphs import LOW32
-from hpcfabric.verify.orbits import Reduction, reduce_columns
-from hpcfabric.verify.pairs import Columns, cdg_verdict, checked_columns, edge_names, prepare
-from hpcfabric.verify.pipeline import overlap_summary
+from hpcfabric.verify.union.orbits import Reduction, reduce_columns
+from hpcfabric.verify.union.pairs import Columns, cdg_verdict, checked_columns, edge_names, prepare
+from hpcfabric.verify.reference.pipeline import overlap_summary
 from hpcfabric.verify.scenarios import pausable_ports
-from hpcfabric.verify.unions import describe_walk, walk_union
+from hpcfabric.verify.union.unions import describe_walk, walk_union
 
 __all__ = ["ProofReport", "prove"]
 
@@ -144,9 +144,9 @@ def prove(
     (module docstring), or report what fails.
 
     ``fallback='cdg'``: when the union fails, also run the brute-force CDG oracle over every single
-    paused port (:func:`hpcfabric.verify.cdg.check_deadlock_freedom`); its report lands in ``fallback``.
+    paused port (:func:`hpcfabric.verify.oracle.cdg.check_deadlock_freedom`); its report lands in ``fallback``.
     ``symmetry``: walk one destination column per orbit of the automorphisms that commute with
-    the decisions (:mod:`hpcfabric.verify.orbits`) when the quotient is acyclic (failures then count
+    the decisions (:mod:`hpcfabric.verify.union.orbits`) when the quotient is acyclic (failures then count
     once per column of their orbit, witnesses come from the walked columns); otherwise, and with
     ``keep``, every column is walked. ``overlaps=False`` skips the equal-priority overlap check
     (quadratic in a table's entries: minutes on flat-addressed fabrics; not part of deadlock freedom).

@@ -1,8 +1,8 @@
 """The union proof's destination columns, injections and dependency verdict, shared by the whole-fabric
-proof (:mod:`hpcfabric.verify.proof`) and the incremental one (:mod:`hpcfabric.verify.delta`).
+proof (:mod:`hpcfabric.verify.union.proof`) and the incremental one (:mod:`hpcfabric.verify.incremental.delta`).
 
 :func:`prepare` reads a compiled fabric once: the data-relevant entries, the destination columns (one per
-alike access switch, one per host otherwise, then the invalid probes), their :class:`~hpcfabric.verify.choices.Choices`
+alike access switch, one per host otherwise, then the invalid probes), their :class:`~hpcfabric.verify.union.choices.Choices`
 and where hosts inject (:class:`Columns`). On the surviving fabric (``compiled.failures``) a failed switch injects
 nothing, and a pair the failures disconnect (a failed switch's hosts among them) is no pair to deliver --
 its frames are walked all the same: they wait in queues until dropped, so their dependencies count. :func:`cdg_verdict` checks a set of packed dependency edges for cycles, whole and per class.
@@ -18,7 +18,7 @@ import networkx as nx
 import numpy as np
 
 from hpcfabric.errors import VerificationError
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_label
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
@@ -148,7 +148,7 @@ class Columns:
     def surviving(self, ch: Choices, failures: Any) -> None:
         """On the surviving fabric, a host pair whose switches the failures disconnect is no pair to deliver
         (its frames are still walked: their dependencies count until they are dropped): :attr:`components`
-        for :func:`~hpcfabric.verify.unions.walk_union`, :attr:`unreachable` counts those injections."""
+        for :func:`~hpcfabric.verify.union.unions.walk_union`, :attr:`unreachable` counts those injections."""
         fabric = ch.fabric
         g = nx.Graph()
         g.add_nodes_from(ch.names)

@@ -6,7 +6,7 @@ entries are equal but for ``in_port`` (:func:`row_signature`; Table III: ~14 lin
 instead of 31 ports x 3 PCPs). :meth:`DecisionLines.scenario` re-decides, for one paused port,
 only the destinations that meet its PORT_STATE entry; :meth:`DecisionLines.walk` walks every host
 pair through the lines (changed lines patched in) and collects the channel dependencies: the
-brute-force CDG oracle (:mod:`hpcfabric.verify.cdg`).
+brute-force CDG oracle (:mod:`hpcfabric.verify.oracle.cdg`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ What is built
 -------------
 Dependencies come from walking every host pair through the compiled tables
 (the fast engine of :mod:`hpcfabric.verify.engine` through the decision lines of
-:mod:`hpcfabric.verify.lines`, one decision row per ingress port and arrival PCP, so a row
+:mod:`hpcfabric.verify.oracle.lines`, one decision row per ingress port and arrival PCP, so a row
 *is* the channel the frame arrived on), for
 every *scenario*: no port paused, and each fabric port paused alone (its
 PORT_STATE entry flipped with :func:`hpcfabric.rules.port_state.port_state_flow`, as
@@ -40,7 +40,7 @@ import numpy as np
 
 from hpcfabric.verify.codes import channel_name, cos_label
 from hpcfabric.verify.graphs import edge_graph, find_cycle
-from hpcfabric.verify.lines import DecisionLines
+from hpcfabric.verify.oracle.lines import DecisionLines
 from hpcfabric.verify.scenarios import apply_paused, pausable_ports
 
 __all__ = ["CdgReport", "check_deadlock_freedom", "minimum_cos_levels", "pausable_ports", "channel_name"]
