@@ -1,8 +1,8 @@
 """The vectorised engine: what compiled tables do with every destination at once.
 
-Every check of :mod:`hpcfabric.verify` that walks frames in bulk (the all-pairs verifier, the
-channel dependency graph, the paused-port sweeps, the symmetry and up/down proofs, the
-per-destination proof) is built on this package; :mod:`hpcfabric.verify.reference.pipeline` (one frame
+Every check of :mod:`hpcfabric.verify` that walks frames in bulk (the all-pairs verifier, the CDG
+oracle and the up/down proof on the row path below; the union proof on the batch path, :mod:`.flat`
+and :mod:`.batch`) is built on this package; :mod:`hpcfabric.verify.reference.pipeline` (one frame
 through one switch) and :mod:`hpcfabric.verify.reference.walk` (one frame through the fabric) are the
 scalar reference it is cross-checked against.
 

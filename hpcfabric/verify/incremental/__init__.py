@@ -1,1 +1,1 @@
-"""incremental."""
+"""The union proof of a change: ``delta.ProofState`` walks only what a repair changed."""

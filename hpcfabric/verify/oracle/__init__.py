@@ -1,1 +1,1 @@
-"""oracle."""
+"""Brute force over host pairs: the all-pairs verifier (``allpairs``) and the CDG oracle (``cdg`` over ``lines``)."""

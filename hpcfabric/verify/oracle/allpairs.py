@@ -276,7 +276,7 @@ def verify(
         would send back out of the port it came in on is dropped, as on a switch (the scalar walk
         always does this). Default: on up to ``PER_PORT_AUTO_PORTS`` fabric ports; above that,
         ports no rule tells apart share a row (far faster on big fabrics) and the report says
-        ``ingress_exact: false`` (``hpcfabric sweep`` and the CDG check walk per port).
+        ``ingress_exact: false`` (the union proof and the CDG oracle walk per port).
     """
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")

@@ -1,1 +1,1 @@
-"""reference."""
+"""The scalar reference: one frame through one switch (``pipeline``, ``flatten``) and through the fabric (``walk``)."""

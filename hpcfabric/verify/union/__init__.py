@@ -1,1 +1,1 @@
-"""union."""
+"""The union proof (``proof.prove``): delivery and deadlock freedom under any set of paused ports."""
