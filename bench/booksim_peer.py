@@ -42,6 +42,7 @@ POINTS = [
     ("k2-min-un-sat", 2, "MIN", "uniform", 1.0, "sat"),
     ("k2-min-adv-sat", 2, "MIN", "adversarial", 0.3, "sat"),
     ("k2-valr-un-mid", 2, "VAL-R", "uniform", 0.3, "mid"),
+    ("k2-valr-un-sat", 2, "VAL-R", "uniform", 1.0, "sat"),
     ("k2-valr-adv-sat", 2, "VAL-R", "adversarial", 0.6, "sat"),
     ("k2-val-adv-sat", 2, "VAL", "adversarial", 0.6, "sat"),
     ("k2-ugal-adv-sat", 2, "UGAL-L", "adversarial", 0.6, "sat"),
