@@ -18,6 +18,7 @@ import numpy as np
 from hpcfabric.verify.choices import Choices, pack_choices
 from hpcfabric.verify.codes import DROP, PCP_SLOTS
 from hpcfabric.verify.decisions import port_classes
+from hpcfabric.verify.depgraph import union
 from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
 from hpcfabric.verify.scenarios import paused_data_flows
@@ -96,7 +97,7 @@ def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: 
         lo = int(ch.state_base[si])
         states = np.flatnonzero(ch.state_line[lo:int(ch.state_base[si + 1])] >= 0) + lo
         if extra and s in extra:
-            states = np.union1d(states, extra[s]).astype(np.int64)
+            states = union(states, np.asarray(extra[s], dtype=np.int64))
         n_cls = int(mc.class_start[i + 1] - mc.class_start[i])
         base = np.full((len(states), max(n_cls, 1)), DROP, dtype=np.int32)
         alt = base.copy()
