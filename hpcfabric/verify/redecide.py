@@ -25,6 +25,9 @@ from hpcfabric.verify.scenarios import paused_data_flows
 
 __all__ = ["SwitchDecisions", "decide_switches"]
 
+#: switches decided in one engine call (fewer calls; more, and the padding to the widest candidate list grows)
+BATCH = 16
+
 
 @dataclass
 class SwitchDecisions:
@@ -92,9 +95,12 @@ def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: 
     own_class = {h: int(mc.extra_class[j]) for j, h in enumerate(own_hosts)}
     cache: dict = {}
     out: dict[str, SwitchDecisions] = {}
-    batch = _Batch()  # every switch's lines, both variants, decided in one engine call
+    batch = _Batch()  # switches' lines, both variants, decided in one engine call per BATCH switches
     todo: list[tuple[np.ndarray, np.ndarray, int, np.ndarray, int, int, int]] = []
     for i, s in enumerate(names):
+        if i and i % BATCH == 0:
+            batch.flush(flat, dstc, todo)
+            batch, todo = _Batch(), []
         si = ch.sw_index[s]
         lo = int(ch.state_base[si])
         states = np.flatnonzero(ch.state_line[lo:int(ch.state_base[si + 1])] >= 0) + lo
@@ -126,10 +132,7 @@ def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: 
             if sj == si:
                 col_cls[c] = own_class[int(columns.host[c])]
         out[s] = SwitchDecisions(relevant[s], col_cls, states, base, alt, not in_port_out[i])
-    codes = batch.decide(flat, dstc)
-    for base, alt, at_base, line_of, at_alt, n_lines, n_cls in todo:
-        for arr, at in ((base, at_base), (alt, at_alt)):
-            arr[:] = codes[at:at + n_lines * n_cls].reshape(n_lines, n_cls)[line_of]
+    batch.flush(flat, dstc, todo)
     return out
 
 
@@ -163,6 +166,13 @@ class _Batch:
         self.lines += n
         self.elements += n * n_cls
         return at
+
+    def flush(self, flat: FlatTables, dstc: Any, todo: list[tuple[Any, ...]]) -> None:
+        """Decide, and fill each switch's (unpaused, paused) matrices of ``todo``."""
+        codes = self.decide(flat, dstc)
+        for base, alt, at_base, line_of, at_alt, n_lines, n_cls in todo:
+            for arr, at in ((base, at_base), (alt, at_alt)):
+                arr[:] = codes[at:at + n_lines * n_cls].reshape(n_lines, n_cls)[line_of]
 
     def decide(self, flat: FlatTables, dstc: Any) -> np.ndarray:
         """The choice code of every element added."""
