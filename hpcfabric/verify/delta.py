@@ -437,8 +437,14 @@ class ProofState:
                 single = codes >= 0
                 at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
                 diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
-            hit = np.argwhere(diff[:, inv.reshape(-1)])  # (state, column) pairs whose choice or output moved
-            x, c = states[hit[:, 0]], hit[:, 1]
+            r, k = np.nonzero(diff)  # (state, class pair) whose choice or output moved: then its columns
+            inv = inv.reshape(-1)
+            by_pair = np.argsort(inv, kind="stable")
+            size = np.bincount(inv, minlength=len(uniq))
+            first, many = (np.cumsum(size) - size)[k], size[k]
+            row = np.repeat(np.arange(len(r)), many)
+            c = by_pair[np.repeat(first, many) + np.arange(len(row)) - np.repeat(np.cumsum(many) - many, many)]
+            x = states[r[row]]
             inr = self.in_reach(c, x)
             out_s.append(x[inr])
             out_c.append(c[inr])
