@@ -20,7 +20,7 @@ from hpcfabric.topology.failures import NO_FAILURES, Failures
 from hpcfabric.verify import delta, redecide
 from hpcfabric.verify.choices import SLOT_BITS
 from hpcfabric.verify.codes import PCP_SLOTS
-from hpcfabric.verify.depgraph import union, unique
+from hpcfabric.verify.depgraph import topo_rank, union, unique
 
 from test_ops_fakes import ROOT
 
@@ -114,3 +114,37 @@ def test_unique_and_union_as_numpy():
         b = rng.integers(0, 1 << 40, n).astype(np.int64)
         assert np.array_equal(unique(a), np.unique(a)) and np.array_equal(unique(b), np.unique(b))
         assert np.array_equal(union(a, b), np.union1d(a, b))
+
+
+def plain_topo_rank(edges, n):
+    """The reference: edges whose source has no incoming edge left removed level by level."""
+    rank = np.zeros(n, dtype=np.int64)
+    src, dst = edges >> 32, edges & 0xFFFFFFFF
+    alive = np.ones(len(edges), dtype=bool)
+    level = 0
+    while alive.any():
+        s, d = src[alive], dst[alive]
+        free = ~np.isin(s, d)
+        if not free.any():
+            return None
+        level += 1
+        rank[d[free]] = np.maximum(rank[d[free]], level)
+        alive[np.flatnonzero(alive)[free]] = False
+    return rank
+
+
+def test_topo_rank_as_the_level_by_level_removal():
+    rng = np.random.default_rng(5)
+    cyclic = 0
+    for trial in range(60):
+        n = int(rng.integers(2, 40))
+        m = int(rng.integers(0, 3 * n))
+        a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+        if trial % 2:  # a DAG: edges from lower to higher numbers
+            a, b = np.minimum(a, b), np.maximum(a, b)
+            a, b = a[a != b], b[a != b]
+        edges = unique(a.astype(np.int64) << 32 | b.astype(np.int64))
+        want, got = plain_topo_rank(edges, n), topo_rank(edges, n)
+        cyclic += want is None
+        assert (want is None and got is None) or np.array_equal(want, got), trial
+    assert 5 < cyclic < 30

@@ -20,20 +20,25 @@ __all__ = ["DepGraph", "topo_rank", "not_in", "unique", "union"]
 
 
 def topo_rank(edges: np.ndarray, n: int) -> np.ndarray | None:
-    """A rank per node (``0 .. n-1``) that grows along every packed edge; None if the edges have a cycle."""
+    """A rank per node (``0 .. n-1``) that grows along every packed edge (sorted): the longest path to it from a
+    node without incoming edges; None if the edges have a cycle. Level by level, each edge looked at once."""
     rank = np.zeros(n, dtype=np.int64)
+    if not len(edges):
+        return rank
     src, dst = edges >> 32, edges & LOW32
-    alive = np.ones(len(edges), dtype=bool)
+    indeg = np.bincount(dst, minlength=n)
+    frontier = unique(src[indeg[src] == 0])
     level = 0
-    while alive.any():
-        s, d = src[alive], dst[alive]
-        free = ~np.isin(s, d)  # edges whose source has no incoming edge left
-        if not free.any():
-            return None
+    while len(frontier):
         level += 1
-        rank[d[free]] = np.maximum(rank[d[free]], level)
-        alive[np.flatnonzero(alive)[free]] = False
-    return rank
+        lo, hi = np.searchsorted(src, frontier, "left"), np.searchsorted(src, frontier, "right")
+        cnt = hi - lo
+        at = np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+        d, k = np.unique(dst[at], return_counts=True)
+        indeg[d] -= k
+        rank[d] = level
+        frontier = d[indeg[d] == 0]
+    return None if indeg.any() else rank
 
 
 def unique(keys: np.ndarray) -> np.ndarray:
@@ -89,10 +94,9 @@ class DepGraph:
             raise AssertionError("dependency counts went negative: the proof base is inconsistent")
         keep = count > 0
         fw = aw[np.isin(ak, fresh)]
-        edges = np.concatenate([self.edges[keep], fresh])
-        count = np.concatenate([count[keep], fw])
-        order = np.argsort(edges, kind="stable")
-        return edges[order], count[order], fresh
+        kept = self.edges[keep]
+        at = np.searchsorted(kept, fresh)  # fresh: sorted, none in the graph -- merged in order
+        return np.insert(kept, at, fresh), np.insert(count[keep], at, fw), fresh
 
     def cycle(self, edges: np.ndarray, test: np.ndarray, name: Any) -> tuple[tuple[str, ...] | None, bool]:
         """A cycle of ``edges`` (sorted; a subgraph of the base's and ``test``) plus ``test``, named, or None. The
