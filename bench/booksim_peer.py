@@ -5,11 +5,12 @@ Fabric: BookSim2's ``dragonflynew`` (k=2: 72 hosts, k=4: 1,056, k=8: 16,512 = Ta
 :func:`hpcfabric.sim.booksim.booksim_dragonfly`, the same wiring in our model; our parameters in
 BookSim's units (:func:`hpcfabric.sim.booksim.booksim_params`: frame time = cycle = 200 ns,
 local/global/terminal links 10/100/1 cycles, 3-cycle router, 256-frame buffers per class and
-port). Routers: ``MIN`` (our compiled minimal tables) vs BookSim ``min``; ``VAL-R`` vs ``val``
-(the same random-intermediate Valiant, our reference implementation); ``VAL`` (our compiled
-Valiant, fixed intermediates) vs ``val``; ``UGAL-L`` vs ``ugal`` (the same algorithm) and ``PB``
-(ours) vs ``ugal``. Every point runs BookSim once (``dragonfly_base.cfg``, its convergence rules)
-and ours once per switch model; one JSON line per point: both accepted loads (flits/cycle/node =
+port). Routers: ``MIN`` (our compiled minimal tables) vs BookSim ``min``; ``VAL-R`` vs ``val4``
+(the same random-intermediate Valiant, our reference implementation; ``val4``/``ugal4`` are the
+runner's deadlock-free versions of BookSim's ``val``/``ugal``, :mod:`hpcfabric.sim.booksim`);
+``VAL`` (our compiled Valiant, fixed intermediates) vs ``val4``; ``UGAL-L`` vs ``ugal4`` (the same
+algorithm) and ``PB`` (ours) vs ``ugal4``. Every point runs BookSim once (``dragonfly_base.cfg``,
+its convergence rules) and ours once per switch model (``iq``, BookSim's router, first and timed); one JSON line per point: both accepted loads (flits/cycle/node =
 fraction of the link rate), both mean latencies in cycles and ns, cycles simulated, wall times,
 and the ratio BookSim wall / ours (the default model's). BookSim runs one at a time beside
 nothing of ours (both single-threaded). Last line: the targets (saturation points within 5 % /
@@ -41,6 +42,7 @@ POINTS = [
     ("k2-min-un-sat", 2, "MIN", "uniform", 1.0, "sat"),
     ("k2-min-adv-sat", 2, "MIN", "adversarial", 0.3, "sat"),
     ("k2-valr-un-mid", 2, "VAL-R", "uniform", 0.3, "mid"),
+    ("k2-valr-un-sat", 2, "VAL-R", "uniform", 1.0, "sat"),
     ("k2-valr-adv-sat", 2, "VAL-R", "adversarial", 0.6, "sat"),
     ("k2-val-adv-sat", 2, "VAL", "adversarial", 0.6, "sat"),
     ("k2-ugal-adv-sat", 2, "UGAL-L", "adversarial", 0.6, "sat"),
@@ -49,10 +51,11 @@ POINTS = [
     ("k4-min-un-sat", 4, "MIN", "uniform", 1.0, "sat"),
     ("k4-min-adv-sat", 4, "MIN", "adversarial", 0.1, "sat"),
     ("k4-valr-adv-sat", 4, "VAL-R", "adversarial", 0.6, "sat"),
+    ("k4-ugal-adv-sat", 4, "UGAL-L", "adversarial", 0.6, "sat"),
     ("k4-pb-adv-sat", 4, "PB", "adversarial", 0.6, "sat"),
     ("k8-min-adv-sat", 8, "MIN", "adversarial", 0.02, "sat"),
 ]
-BOOKSIM_OF = {"MIN": "min", "VAL-R": "val", "VAL": "val", "UGAL-L": "ugal", "PB": "ugal"}
+BOOKSIM_OF = {"MIN": "min", "VAL-R": "val4", "VAL": "val4", "UGAL-L": "ugal4", "PB": "ugal4"}
 
 
 def ours(rt: Routers, router: str, pattern: str, load: float, model: str, k: int) -> dict:
@@ -69,7 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", default="2,4,8", help="BookSim k values to run (2,4,8)")
     ap.add_argument("--points", default=None, help="point names (default: all of the chosen k)")
-    ap.add_argument("--models", default="shared,voq,fifo", help="our switch models; the first one is timed against BookSim")
+    ap.add_argument("--models", default="iq,shared,voq,fifo", help="our switch models; the first one is timed against BookSim")
     ap.add_argument("--booksim-timeout", type=float, default=3600.0, help="stop a BookSim run after S seconds")
     ap.add_argument("--sample-period", type=int, default=None, help="BookSim sample_period (default: the config's 10,000)")
     ap.add_argument("--no-booksim", action="store_true", help="ours only")
@@ -118,7 +121,8 @@ def main() -> None:
             if rk:
                 summary[f"k{k}_min_ratio_wall"] = min(r["ratio_wall"] for r in rk)
         for m in models:
-            sat = [r for r in rows if r["role"] == "sat" and r["router"] in ("MIN", "VAL-R") and r["booksim_run"]["complete"]]
+            sat = [r for r in rows if r["role"] == "sat" and r["router"] in ("MIN", "VAL-R", "UGAL-L")
+                   and r["booksim_run"]["complete"]]
             summary[f"{m}_sat_within_5pct"] = [r["point"] for r in sat if abs(r["accepted_rel"][m]) <= 0.05]
             summary[f"{m}_sat_outside_5pct"] = [r["point"] for r in sat if abs(r["accepted_rel"][m]) > 0.05]
             pb = [r for r in rows if r["router"] == "PB"]

@@ -35,7 +35,9 @@ applied, LLDP delivered along the cabling). Measured:
   them) and the same PAUSE phase runs again with the page open and live (``page.during``), then with a
   client asking what the page asks but no browser (bench/page_client.py: the controller's own cost, apart
   from Chromium's CPU on the same cores; ``page_client``), then once more without either (``pause_after``):
-  ``pause_page`` puts the p50/p99s side by side.
+  ``pause_page`` puts the p50/p99s side by side, and each phase's ``controller_cpu_share`` (the
+  controller's CPU seconds over the phase's wall time: what the page costs it, which a loaded machine
+  does not blur as it blurs p99).
 
 CPU seconds are each process's own (``/proc/PID/stat`` of the controller, ``getrusage`` of each
 emulator process): on a shared machine they separate the controller's cost from the harness's, which wall
@@ -121,6 +123,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     samples: list[float] = []
     events: list[dict] = []  # the raw reaction events (wall clock of the flow-mod), kept in the workdir
     before = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
+    cpu0, wall0 = sum(s["cpu_s"] for s in c.controller_stats()), time.monotonic()
     sent = 0
     lost = 0
     pending: dict[int, tuple[str, float]] = {}
@@ -151,6 +154,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
         collect()
         time.sleep(0.05)
     lost = len(pending)
+    cpu_s, wall_s = sum(s["cpu_s"] for s in c.controller_stats()) - cpu0, time.monotonic() - wall0
     (c.workdir / "pause_reactions.json").write_text(json.dumps(events))
     time.sleep(hold + 0.5)  # expiries
     fresh = time.time()
@@ -163,7 +167,8 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
-            "status_age_s": status_age(after_st, fresh)}
+            "status_age_s": status_age(after_st, fresh), "controller_cpu_s": round(cpu_s, 2),
+            "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None}
 
 
 def fresh_statuses(c: Cluster, since: float, timeout: float = STATUS_WAIT_S) -> list[dict]:
@@ -309,7 +314,8 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
                 out["pause_after"] = pauses(c, args.pauses, args.pause_gap, 0.05)
                 runs = [out["pause"], out["page"]["during"], out["page_client"], out["pause_after"]]
                 out["pause_page"] = {"order": ["closed", "browser", "client", "closed"],
-                                     "p99_ms": [r["p99_ms"] for r in runs], "p50_ms": [r["p50_ms"] for r in runs]}
+                                     "p99_ms": [r["p99_ms"] for r in runs], "p50_ms": [r["p50_ms"] for r in runs],
+                                     "controller_cpu_share": [r["controller_cpu_share"] for r in runs]}
         if args.failures:
             out["failures"] = failure_scenarios.scenarios(
                 c, quiet_since=quiet_since, emu_sum=emu_sum, installed=int(out["rules"]),

@@ -2,7 +2,7 @@
 
 Seeded random sequences of link and switch failures and recoveries go through ``Repairer`` (proof on, as
 ``flow_control = pfc`` asks): every plan is either proven -- and the whole-fabric union proof of its tables
-(``verify.proof.prove``) agrees: no dependency cycle, nothing misrouted, pairs dropped only where the verdict
+(``verify.union.proof.prove``) agrees: no dependency cycle, nothing misrouted, pairs dropped only where the verdict
 says so or an earlier proven plan lost them -- or refused with a reason, never for a dependency cycle. How many
 plans' tables deliver every pair the failures leave connected is asserted per config (:data:`SEQUENCES`; docs/
 routing.md, "Failures"). Fast-failover groups are left out of the sequences (they change what is installed, not

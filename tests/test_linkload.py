@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcfabric.config import load_config
-from hpcfabric.controller.linkload import LinkInputs, LinkTable, PauseClock, PortRates, class_figures, top_rows
+from hpcfabric.controller.linkload import LinkInputs, LinkTable, PauseClock, PortRates
 from hpcfabric.errors import ConfigError
 from hpcfabric.topology.generators import dragonfly_fabric, fat_tree_fabric, flattened_butterfly_fabric
 
@@ -63,16 +63,18 @@ def test_class_figures_and_top_n():
     table = LinkTable(fab)
     dirs = [(d[0], d[1]) for d in table.dirs]
     bps = {k: (i + 1) * 1e8 for i, k in enumerate(dirs)}
-    rows = table.rows(LinkInputs(bps=bps, default_speed=10e9, frames={dirs[0]: 3}))
-    figs = class_figures(rows, table.classes)
+    columns = table.figures(LinkInputs(bps=bps, default_speed=10e9, frames={dirs[0]: 3}))
+    rows = columns.rows()
+    figs = columns.class_figures()
     for cls in ("global", "local"):
         utils = [r.util for r in rows if r.cls == cls]
         assert figs[cls]["max"] == pytest.approx(max(utils)) and figs[cls]["mean"] == pytest.approx(sum(utils) / len(utils))
         assert figs[cls]["links"] == len(utils)
     assert sum(f["pause_frames"] for f in figs.values()) == 3
-    top = top_rows(rows, 3)
+    top = columns.top(3)
     assert [r.util for r in top] == sorted((r.util for r in rows), reverse=True)[:3]
-    assert top_rows(rows, 0) == [] and class_figures([], ["x"])["x"]["max"] == 0.0
+    none = table.figures(LinkInputs())
+    assert columns.top(0) == [] and none.top(5) == [] and none.class_figures()["global"]["max"] == 0.0
 
 
 def test_classes_are_the_topologies_link_kinds():
@@ -155,3 +157,40 @@ def test_link_metrics_from_the_app_with_fake_switches(tmp_path):
     assert sample(text, "hpcfabric_link_class_pause_frames_total", cls="local") == 0
     per_link = [ln for ln in text.splitlines() if ln.startswith("hpcfabric_link_utilisation{")]
     assert len(per_link) == 1  # only the port the operator named: bounded cardinality
+
+
+def test_columns_agree_with_each_direction_computed_alone():
+    """Random inputs on a fabric with all kinds of entries: every row, class figure and the top N as the
+    definitions say, one direction at a time (ties in the top N by switch, then port)."""
+    import random
+
+    rnd = random.Random(7)
+    fab = dragonfly_fabric(a=4, p=2, h=2)
+    table = LinkTable(fab)
+    keys = [(d[0], d[1]) for d in table.dirs]
+    pick = lambda k: rnd.sample(keys, k)  # noqa: E731
+    bps = {k: rnd.choice([0.0, 2e9, 5e9, 2e10]) for k in pick(len(keys) // 2)}
+    bps[("h0", 1)] = 1e9  # a host port: not a fabric direction, ignored
+    inp = LinkInputs(bps=bps, speed={k: 4e9 for k in pick(10)}, default_speed=10e9,
+                     frames={k: rnd.randint(1, 9) for k in pick(7)}, flips={k: 2 for k in pick(5)},
+                     paused_s={k: 0.5 for k in pick(5)}, paused=frozenset(pick(4)), down=frozenset(pick(3)))
+    figs = table.figures(inp)
+    rows = figs.rows()
+    far = {(d[0], d[1]): tuple(d[2].rsplit(":", 1)) for d in table.dirs}
+    for r in rows:
+        k = (r.switch, r.port)
+        want = None if k not in bps else min(1.0, bps[k] / (inp.speed.get(k) or 10e9))
+        assert r.util == (pytest.approx(want) if want is not None else None)
+        assert (r.pause_frames, r.flips, r.paused_s) == (inp.frames.get(k, 0), inp.flips.get(k, 0), inp.paused_s.get(k, 0.0))
+        assert r.paused == (k in inp.paused)
+        assert r.failed == (k in inp.down or (far[k][0], int(far[k][1])) in inp.down)
+    cf = figs.class_figures()
+    for cls in table.classes:
+        mine = [r for r in rows if r.cls == cls]
+        rated = [r.util for r in mine if r.util is not None]
+        assert cf[cls]["max"] == pytest.approx(max(rated)) and cf[cls]["mean"] == pytest.approx(sum(rated) / len(rated))
+        assert cf[cls]["pause_frames"] == sum(r.pause_frames for r in mine) and cf[cls]["links"] == len(mine)
+        assert cf[cls]["failed"] == sum(r.failed for r in mine) and cf[cls]["paused"] == sum(r.paused for r in mine)
+    want_top = sorted((r for r in rows if r.util is not None), key=lambda r: (-r.util, r.switch, r.port))[:25]
+    assert figs.top(25) == want_top
+    assert [(r.switch, r.port) for r in figs.rows(only=[keys[5], ("nope", 1), keys[2]])] == [keys[2], keys[5]]

@@ -1,4 +1,4 @@
-"""The three switch models against their closed forms, and the shared buffer's PFC at overload.
+"""The switch models against their closed forms, the shared buffer's PFC and iq's credits at overload.
 
 One switch with 8 hosts under uniform traffic (every host to one of the 7 others) has textbook
 saturation throughputs: input FIFOs are head-of-line blocked (Karol, Hluchyj, Morgan 1987: 0.618
@@ -6,7 +6,8 @@ for 8 ports), virtual output queues with one random grant/accept round are limit
 matching (PIM, Anderson et al. 1993: an input gets a grant with probability 1 - (1 - 1/7)^7 =
 0.660), with several rounds they approach 1, and an output-queued switch reaches 1 with the
 queueing delay of a discrete-time queue fed by 7 Bernoulli inputs: W = p (1 - 1/7) / (2 (1 - p))
-frame times at load p.
+frame times at load p. ``iq`` (BookSim2's input-queued router) with one allocation round and no
+output queue is fifo again: one FIFO per input, head-of-line blocked.
 """
 
 from __future__ import annotations
@@ -71,17 +72,30 @@ def test_min_un_reaches_the_channel_load_bound(topo: str) -> None:
     assert acc["voq"] >= 0.85 * min(1.0, bound) and acc["voq"] > acc["fifo"] + 0.2, (topo, acc)
 
 
-@pytest.mark.parametrize("name", ["MIN", "VAL", "PB", "COND-switch"])
-def test_shared_buffer_is_lossless_at_overload(name: str) -> None:
+@pytest.mark.parametrize("switch,name", [("shared", "MIN"), ("shared", "VAL"), ("shared", "PB"), ("shared", "COND-switch"),
+                                         ("iq", "MIN"), ("iq", "VAL-R"), ("iq", "UGAL-L")])
+def test_lossless_at_overload(switch: str, name: str) -> None:
     rt = Routers(load_topology("topologies/dragonfly-a4-p2-h2.yaml"))
-    # a small pool (96 frames per switch for 7 ports x 2-3 classes): PFC must hold the overload
-    p = SimParams(warmup_slots=300, window_slots=1000, drain_slots=1000, switch="shared", shared_frames=96)
+    # shared: a small pool (96 frames per switch for 7 ports x 2-3 classes), PFC must hold the overload;
+    # iq: 4-frame buffers, only credit-based flow control (a frame leaves only with a credit) keeps them
+    size = dict(shared_frames=96) if switch == "shared" else dict(buffer_frames=4)
+    p = SimParams(warmup_slots=300, window_slots=1000, drain_slots=1000, switch=switch, **size)
     r = run_point(rt, name, "adv", 0.9, p, seed=2)
     assert r.conserved and r.deadlock is None
     assert r.overflow == 0 and r.bad == 0  # 0 frames dropped
-    assert r.extra["max_pool_used"] <= 96
-    assert 0 < r.extra["max_headroom_used"] <= p.headroom  # XOFF was reached and the headroom absorbed the round trip
     assert r.refused > 0  # the overload backed up to the sources
+    if switch == "shared":
+        assert r.extra["max_pool_used"] <= 96
+        assert 0 < r.extra["max_headroom_used"] <= p.headroom  # XOFF was reached and the headroom absorbed the round trip
+
+
+def test_iq_is_an_input_queued_router_with_speedup(one: Routers) -> None:
+    hol, _ = _acc(one, 1.0, switch="iq", iterations=1, output_frames=0)
+    assert hol == pytest.approx(0.618, rel=0.04)  # no speedup: the head-of-line limit
+    sp2, _ = _acc(one, 1.0, switch="iq", iterations=2, output_frames=2)
+    # a second round per frame time (BookSim's internal speedup 2) into a 2-frame output queue: inputs
+    # that lost the first round try again, outputs take up to 2 frames; HOL relieved, not gone (0.76)
+    assert hol + 0.1 < sp2 < 0.9
 
 
 def test_switch_parameters_are_checked() -> None:
@@ -89,3 +103,5 @@ def test_switch_parameters_are_checked() -> None:
         SimParams(switch="crossbar")
     with pytest.raises(ParamError, match="shared_frames"):
         SimParams(shared_frames=0)
+    with pytest.raises(ParamError, match="output_frames"):
+        SimParams(switch="iq", output_frames=-1)

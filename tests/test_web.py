@@ -19,7 +19,7 @@ from test_ops_fakes import controller_process
 from hpcfabric.controller.linkload import LinkInputs
 from hpcfabric.controller.linkmetrics import LinkView
 from hpcfabric.controller.web import FabricPage
-from hpcfabric.controller.webview import GroupIndex, drill_view, edge_loads, group_view, switch_view, view_for
+from hpcfabric.controller.webview import GroupIndex, drill_view, edge_buckets, edge_loads, group_view, switch_view, view_for
 from hpcfabric.topology.generators import dragonfly_fabric, fat_tree_fabric, flattened_butterfly_fabric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +84,9 @@ def test_edge_loads_take_the_busier_direction():
     lk = next(lk for lk in fab.links if lk.kind == "global")
     inputs = LinkInputs(bps={(lk.a, lk.a_port): 1e9, (lk.b, lk.b_port): 3e9}, default_speed=10e9)
     page, _ = page_for(fab, inputs=inputs)
-    rows = page.links.rows()
-    assert edge_loads(switch_view(fab), rows, fab) == {f"{lk.a}:{lk.a_port}-{lk.b}:{lk.b_port}": pytest.approx(0.3)}
-    g = edge_loads(group_view(fab), rows, fab)
+    figs, table = page.links.figures(), page.links.table
+    assert edge_loads(edge_buckets(switch_view(fab), table), figs) == {f"{lk.a}:{lk.a_port}-{lk.b}:{lk.b_port}": pytest.approx(0.3)}
+    g = edge_loads(edge_buckets(group_view(fab), table), figs)
     ga, gb = sorted((fab.switch(lk.a).group, fab.switch(lk.b).group))
     assert g == {f"G{ga}-G{gb}": pytest.approx(0.3)}
     status, _, body = call(page, "/api/load")

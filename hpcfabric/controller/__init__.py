@@ -158,15 +158,16 @@ class HpcfabricController(App):
         self.ha_agent = HaAgent(state, ha, counters, changes, active, self.sessions.session, self.pausing.forget)
         self.reloader = Reloader(state, ha, cache, counters, changes, active, self.sessions, self.failover.reconfigure)
         self.poller = StatsPoller(state, channel, ha, counters, changes, self.storm, active)
-        self.links = LinkView(lambda: state.fabric, lambda now: link_inputs(self.sources, now),
+        # the link figures read the snapshot Sources built next (the one ``sources``, bound before any call)
+        self.links = LinkView(lambda: state.fabric, lambda now: link_inputs(sources, now),
                               lambda: state.config.view, run_native)
         self.sources = sources = Sources(state, counters, cache, ha, self.heap, self.started, self.wiring,
                                          self.pausing, self.poller, self.admission, self.reloader, self.failover,
                                          self.links)
         self.web = WebServer(config.view.web_listen,
                              lambda: FabricPage(lambda: state.fabric, lambda: live(sources), self.links, run_native))
-        self.reporter = StatusReporter(self.sources, changes, active, launch.OVERRIDES.get("status_file"))
-        self.metrics = MetricsServer(self.sources)
+        self.reporter = StatusReporter(sources, changes, active, launch.OVERRIDES.get("status_file"))
+        self.metrics = MetricsServer(sources)
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []

@@ -357,14 +357,6 @@ class Failover:
         if self.ports_down(time.monotonic()) or self.dead or self.remote_ports or self.remote_switches:
             self.changed(time.monotonic())
 
-    def deadlock_status(self, loaded: dict[str, Any]) -> dict[str, Any]:
-        """The status file's ``deadlock`` object: ``loaded`` (the proof of the tables as loaded) and
-        ``refused_repair``: None, or the failures in force whose repair was refused as unproven, the verdict and
-        the cycle (channels) -- the last proven tables stay in force for them."""
-        got = self.unproven
-        return {**loaded, "refused_repair": None if got is None else {
-            **got, "in_force": "the last proven tables (the destinations behind the failures stay unreachable)"}}
-
     def as_dict(self) -> dict[str, Any]:
         """The status file's ``failover`` entry."""
         config = self.state.config
@@ -379,3 +371,4 @@ class Failover:
                 "switches_gone": sorted(self.dead), "repaired": bool(self.state.tables.repaired),
                 "events": self.events, "plans": self.plans, "superseded": self.superseded, "repairs": self.repairs, "refused": self.refused, "flow_mods": self.flow_mods,
                 "last_ms": self.last_ms, "last": self.last, "unproven": self.unproven}
+

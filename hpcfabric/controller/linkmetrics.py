@@ -4,7 +4,7 @@ By default only per-class aggregates (a handful of series whatever the fabric: `
 kind -- ``global``/``local``, ``dim0``.., ``edge-agg``/``agg-core`` or ``levelN-M``) and the top N
 (``[metrics] top_links``, default 10). Per-link series only for the sending ends the operator names
 (``[metrics] links = SW:PORT,...``) or for every direction (``links = all``: 47,472 per series at
-Table III). :class:`LinkView` turns the controller's per-port figures into rows
+Table III). :class:`LinkView` turns the controller's per-port figures into columns
 (:mod:`hpcfabric.controller.linkload`), at most once per :data:`ROWS_TTL` seconds; it is given
 callables, never the app: the fabric, the inputs (:func:`hpcfabric.controller.webfeed.link_inputs`)
 and the view settings.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterator
 
-from hpcfabric.controller.linkload import LinkInputs, LinkRow, LinkTable, class_figures, top_rows
+from hpcfabric.controller.linkload import LinkFigures, LinkInputs, LinkTable
 
 #: name -> (type, help); counter names without ``_total`` (prometheus_client adds it)
 LINK_METRICS: dict[str, tuple[str, str]] = {
@@ -47,28 +47,29 @@ class LinkView:
         self.fabric, self.inputs, self.settings = fabric, inputs, settings
         self.offload = offload or (lambda fn, *args: fn(*args))
         self._table: LinkTable | None = None
-        self._rows: tuple[float, list[LinkRow]] | None = None
+        self._figures: tuple[float, LinkFigures] | None = None
 
     @property
     def table(self) -> LinkTable:
         fabric = self.fabric()
         if self._table is None or self._table.fabric is not fabric:  # built once per fabric (a reload may swap it)
             self._table = self.offload(LinkTable, fabric)
-            self._rows = None
+            self._figures = None
         return self._table
 
-    def rows(self, now: float | None = None) -> list[LinkRow]:
+    def figures(self, now: float | None = None) -> LinkFigures:
+        """Every direction's figures (computed again at most once per :data:`ROWS_TTL`)."""
         now = time.monotonic() if now is None else now
         table = self.table
-        if self._rows is None or now - self._rows[0] > ROWS_TTL or now < self._rows[0]:
-            self._rows = (now, self.offload(table.rows, self.inputs(now)))
-        return self._rows[1]
+        if self._figures is None or now - self._figures[0] > ROWS_TTL or now < self._figures[0]:
+            self._figures = (now, self.offload(table.figures, self.inputs(now)))
+        return self._figures[1]
 
     def families(self, gauge: Callable[..., Any], counter: Callable[..., Any]) -> Iterator[Any]:
         """The metric families (``gauge``/``counter``: the collector's family makers, as in metrics.py)."""
-        rows = self.rows()
+        figs = self.figures()
         settings = self.settings()
-        figures, top_n = self.offload(summary, rows, self.table.classes, settings.top_links)
+        figures, top_n = self.offload(summary, figs, settings.top_links)
         util = gauge("hpcfabric_link_class_utilisation", labels=["cls", "stat"])
         frames = counter("hpcfabric_link_class_pause_frames", labels=["cls"])
         paused = counter("hpcfabric_link_class_paused_seconds", labels=["cls"])
@@ -81,8 +82,7 @@ class LinkView:
             flips.add_metric([cls], f["flips"])
         yield from (util, frames, paused, flips)
         chosen = settings.links
-        keys = None if chosen == "all" else set(chosen)
-        per = [r for r in rows if keys is None or (r.switch, r.port) in keys]
+        per = self.offload(figs.rows, None if chosen == "all" else chosen) if chosen else []
         names = ("hpcfabric_link_utilisation", "hpcfabric_link_pause_frames", "hpcfabric_link_paused_seconds",
                  "hpcfabric_link_flips")
         fams = [gauge(names[0], labels=["switch", "port", "peer"])] + \
@@ -101,6 +101,6 @@ class LinkView:
         yield top
 
 
-def summary(rows: list[LinkRow], classes: tuple[str, ...], n: int) -> tuple[dict[str, dict[str, float]], list[LinkRow]]:
-    """Class figures and the top ``n`` of ``rows`` (one call: offloaded together)."""
-    return class_figures(rows, classes), top_rows(rows, n)
+def summary(figs: LinkFigures, n: int) -> tuple[dict[str, dict[str, float]], list[Any]]:
+    """Class figures and the top ``n`` (one call: offloaded together)."""
+    return figs.class_figures(), figs.top(n)

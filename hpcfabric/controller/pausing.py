@@ -192,10 +192,13 @@ class Pausing:
         """Is a flip waiting for its barrier reply?"""
         return bool(self.pending)
 
-    def as_dict(self) -> dict[str, Any]:
-        """What status and metrics show: PAUSEs seen per port in switch mode, flips per port, the last
-        reaction times (ms), the reaction histogram (cumulative buckets, sum in seconds), flips in flight."""
-        return {"port_pauses": dict(self.port_pauses), "port_flips": dict(self.port_flips),
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """What status, metrics and the page show: PAUSEs seen per port in switch mode, well-formed PAUSE/PFC
+        frames and flips per port, seconds paused per port at ``now`` (default: now), the last reaction times
+        (ms), the reaction histogram (cumulative buckets, sum in seconds), flips in flight."""
+        now = time.monotonic() if now is None else now
+        return {"port_pauses": dict(self.port_pauses), "port_frames": dict(self.port_frames),
+                "port_flips": dict(self.port_flips), "paused_s": self.clock.seconds(now),
                 "reaction_ms": list(self.reaction_ms), "hist_buckets": self.hist.cumulative(),
                 "hist_sum": self.hist.sum, "in_flight": len(self.pending)}
 

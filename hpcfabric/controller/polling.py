@@ -96,9 +96,12 @@ class StatsPoller:
             self.meter_drops[name] = drops
 
     def as_dict(self) -> dict[str, Any]:
-        """The last polled counters: ``served`` (switch -> dmp/spoofed/host_punts -> port -> packets) and
-        ``meter_drops`` (switch -> meter id -> packets)."""
-        return {"served": dict(self.served), "meter_drops": dict(self.meter_drops)}
+        """The last polled counters: ``served`` (switch -> dmp/spoofed/host_punts -> port -> packets),
+        ``meter_drops`` (switch -> meter id -> packets), and the port rates: ``tx_bps`` and ``speed_bps``
+        ((switch, port) -> bits/s; the poller's own maps, read them, never write) and ``load_round``."""
+        rates = self.rates
+        return {"served": dict(self.served), "meter_drops": dict(self.meter_drops), "tx_bps": rates.bps,
+                "speed_bps": rates.speed, "load_round": rates.rounds}
 
     def poll_ports(self, name: str, dp: Any) -> None:
         """One switch's port counters (tx_bytes at now); speeds from the port descriptions the framework keeps

@@ -112,8 +112,8 @@ class StatusReporter:
             "fabric": fab.fabric.name,
             "routing": config.routing,
             "addressing": config.addressing,
-            "deadlock": src.failover.deadlock_status(config.deadlock or {"flow_control": config.flow_control,
-                                                                            "verdict": "not checked"}),
+            "deadlock": deadlock_object(config.deadlock or {"flow_control": config.flow_control, "verdict": "not checked"},
+                                        snap["failover"]["unproven"]),
             "switches_expected": len(fab.switches),
             "switches_connected": sum(1 for s in sws if s.connected),
             "switches_confirmed": sum(1 for s in sws if s.confirmed),
@@ -245,3 +245,12 @@ class StatusReporter:
                 LOG.error("cannot write status file %s: %s", self.path, err)
                 hub.sleep(1.0)
             last = time.monotonic()
+
+
+def deadlock_object(loaded: dict[str, Any], unproven: dict[str, Any] | None) -> dict[str, Any]:
+    """The status file's ``deadlock`` object: ``loaded`` (the proof of the tables as loaded) and
+    ``refused_repair``: None, or (``unproven``, the failover snapshot's entry) the failures in force whose
+    repair was refused as unproven, the verdict and the cycle (channels) -- the last proven tables stay in
+    force for them."""
+    return {**loaded, "refused_repair": None if unproven is None else {
+        **unproven, "in_force": "the last proven tables (the destinations behind the failures stay unreachable)"}}

@@ -25,9 +25,10 @@ from importlib import resources
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs
 
+import numpy as np
+
 from hpcfabric.controller.framework import hub, serve_wsgi
-from hpcfabric.controller.linkload import top_rows
-from hpcfabric.controller.webview import SWITCH_VIEW_MAX, GroupIndex, edge_loads, group_state, view_for
+from hpcfabric.controller.webview import SWITCH_VIEW_MAX, GroupIndex, edge_buckets, edge_loads, group_state, view_for
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -98,6 +99,7 @@ class FabricPage:
         self.streams = 0
         self._views: dict[Any, tuple[Any, dict[str, Any], bytes]] = {}
         self._loads: dict[Any, tuple[Any, bytes]] = {}
+        self._buckets: dict[Any, tuple[Any, Any, Any]] = {}
         self.publisher = Publisher(live, self.group_index)
 
     # ------------------------------------------------------------ views
@@ -109,11 +111,10 @@ class FabricPage:
         return self._index[1]
 
     def warm(self) -> None:
-        """Build what the first page open needs (layout, group index, link rows) before anyone asks."""
+        """Build what the first page open needs (layout, group index, link columns, loads) before anyone asks."""
         try:
-            self.view(None)
             self.group_index()
-            self.links.rows()
+            self.load(None)
         except Exception:  # pragma: no cover - a request builds it again and reports
             LOG.exception("fabric page: warm-up failed")
 
@@ -132,20 +133,24 @@ class FabricPage:
         return hit[1], hit[2]
 
     def load(self, group: int | None) -> bytes:
+        """Loads per drawn edge of ``group``'s view, computed once per load round."""
         view, _ = self.view(group)
         key = (group, self.publisher.current()[2].get("load_round"))
         hit = self._loads.get(group)
         if hit is None or hit[0] != key:
-            loads = self.offload(edge_loads, view, self.links.rows(), self.fabric())
-            hit = (key, json.dumps({"loads": {k: round(v, 4) for k, v in loads.items()}},
-                                   separators=(",", ":")).encode())
+            table = self.links.table
+            buckets = self._buckets.get(group)
+            if buckets is None or buckets[0] is not table or buckets[1] is not view:
+                if len(self._buckets) > 64:
+                    self._buckets.clear()
+                buckets = (table, view, self.offload(edge_buckets, view, table))
+                self._buckets[group] = buckets
+            hit = (key, self.offload(_loads_json, buckets[2], self.links.figures()))
             self._loads[group] = hit
         return hit[1]
 
     def top(self, n: int) -> bytes:
-        rows = self.offload(top_rows, self.links.rows(), n)
-        return json.dumps({"top": [{"switch": r.switch, "port": r.port, "peer": r.peer, "cls": r.cls,
-                                    "util": round(r.util, 4), "paused": r.paused} for r in rows]}).encode()
+        return self.offload(_top_json, self.links.figures(), n)
 
     # ------------------------------------------------------------ WSGI
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -215,6 +220,17 @@ class FabricPage:
 def _view_json(fabric: Any, group: int | None) -> tuple[dict[str, Any], bytes]:
     v = view_for(fabric, group)
     return v, json.dumps(v, separators=(",", ":")).encode()
+
+
+def _loads_json(buckets: Any, figures: Any) -> bytes:
+    loads = edge_loads(buckets, figures)
+    return json.dumps({"loads": dict(zip(loads, np.round(list(loads.values()), 4).tolist()))},
+                      separators=(",", ":")).encode()
+
+
+def _top_json(figures: Any, n: int) -> bytes:
+    return json.dumps({"top": [{"switch": r.switch, "port": r.port, "peer": r.peer, "cls": r.cls, "util": round(r.util, 4),
+                                "paused": r.paused} for r in figures.top(n)]}).encode()
 
 
 def _only(query: dict[str, list[str]], *allowed: str) -> None:

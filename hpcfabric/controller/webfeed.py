@@ -1,7 +1,7 @@
 """What the fabric page and the per-link metrics read from a running controller: plain snapshots.
 
-The one place that reads the controller for them -- its :class:`~hpcfabric.controller.snapshot.Sources` (the
-state and the collaborators status and metrics read), never the app -- so the page
+The one place that reads the controller for them -- its :class:`~hpcfabric.controller.snapshot.Sources`: the
+state and the collaborators' ``as_dict()`` snapshots, as status and metrics do, never the app -- so the page
 (:mod:`hpcfabric.controller.web`) and the link metrics (:mod:`hpcfabric.controller.linkmetrics`) take
 callables returning plain values and know nothing of the controller:
 
@@ -22,12 +22,19 @@ from hpcfabric.controller.snapshot import Sources
 
 
 def link_inputs(src: Sources, now: float | None = None) -> LinkInputs:
-    """The controller's per-port figures at ``now`` (monotonic; default: now)."""
+    """The controller's per-port figures at ``now`` (monotonic; default: now), from the poller's, pausing's
+    and failover's snapshots."""
     now = time.monotonic() if now is None else now
-    rates, pz, state = src.poller.rates, src.pausing, src.state
-    return LinkInputs(bps=rates.bps, speed=rates.speed, default_speed=state.config.link_speed_bps,
-                      frames=pz.port_frames, flips=pz.port_flips, paused_s=pz.clock.seconds(now),
-                      paused=frozenset(state.pause.until), down=frozenset(src.failover.ports_down(now)))
+    poller, pz = src.poller.as_dict(), src.pausing.as_dict(now)
+    return LinkInputs(bps=poller["tx_bps"], speed=poller["speed_bps"], default_speed=src.state.config.link_speed_bps,
+                      frames=pz["port_frames"], flips=pz["port_flips"], paused_s=pz["paused_s"],
+                      paused=frozenset(src.state.pause.until), down=frozenset(map(port_key, src.failover.as_dict()["ports_down"])))
+
+
+def port_key(text: str) -> tuple[str, int]:
+    """"switch:port" -> (switch, port)."""
+    switch, _, port = text.rpartition(":")
+    return switch, int(port)
 
 
 def masters(ha: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,27 +49,26 @@ def masters(ha: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def live(src: Sources) -> dict[str, Any]:
-    """The page's changing state (cheap: sets and counters the controller keeps anyway)."""
-    now = time.monotonic()
-    state, failover = src.state, src.failover
+    """The page's changing state, from the state and the collaborators' snapshots (failover, wiring, HA, poller)."""
+    state = src.state
     config = state.config
+    failover, rep = src.failover.as_dict(), src.wiring.as_dict()["report"]
     dl = config.deadlock or {"flow_control": config.flow_control, "verdict": "not checked"}
-    rep = src.wiring.last_report or {}
     sws = list(state.switches.values())
+    missing = rep.get("missing_links", ())
     return {
         "paused": [f"{s}:{p}" for s, p in state.pause.paused_ports()],
-        "down": [f"{s}:{p}" for s, p in sorted(failover.ports_down(now))],
-        "switches_gone": sorted(failover.dead),
+        "down": failover["ports_down"],
+        "switches_gone": failover["switches_gone"],
         "quarantined": [f"{s}:{p}" for s, p in sorted(state.discovery.quarantined)],
-        "missing": [f"{m.get('a')}:{m.get('a_port')}-{m.get('b')}:{m.get('b_port')}"
-                    for m in rep.get("missing_links", ())[:1000]],
-        "missing_count": len(rep.get("missing_links", ())),
+        "missing": [f"{m.get('a')}:{m.get('a_port')}-{m.get('b')}:{m.get('b_port')}" for m in missing[:1000]],
+        "missing_count": len(missing),
         "flips": src.counters["flips"],
         "deadlock": {"proven": bool(dl.get("proven")), "verdict": str(dl.get("verdict", "not checked")),
                      "flow_control": str(dl.get("flow_control", config.flow_control)),
-                     "unproven_repair": bool(failover.unproven)},
+                     "unproven_repair": failover["unproven"] is not None},
         "ha": masters(src.ha.as_dict()),
         "switches": {"expected": len(sws), "connected": sum(1 for s in sws if s.connected),
                      "confirmed": sum(1 for s in sws if s.confirmed)},
-        "load_round": src.poller.rates.rounds,
+        "load_round": src.poller.as_dict()["load_round"],
     }

@@ -15,14 +15,17 @@ comes from :func:`group_state`).
 * :func:`drill_view`: one group's switches on a circle, its links inside, and its links to other
   groups as stubs to those groups' nodes on an outer ring.
 
-:func:`edge_loads` folds per-direction rows (:mod:`hpcfabric.controller.linkload`) onto a view's
-edges: the highest utilisation of the directions an edge stands for.
+:func:`edge_loads` folds per-direction figures (:mod:`hpcfabric.controller.linkload`) onto a view's
+edges through :func:`edge_buckets` (direction -> edge, built once per view): the highest utilisation of
+the directions an edge stands for.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable
+
+import numpy as np
 
 from hpcfabric.topology.model import Fabric
 
@@ -207,27 +210,32 @@ def group_state(index: GroupIndex, live: dict[str, Any]) -> dict[str, Any]:
     return {key: index.state(live.get(key, ())) for key in ("paused", "down", "quarantined")}
 
 
-def edge_loads(view: dict[str, Any], rows: Iterable[Any], fabric: Fabric) -> dict[str, float]:
-    """Edge id -> highest utilisation of the link directions it stands for (edges without a rate absent)."""
-    out: dict[str, float] = {}
+def edge_buckets(view: dict[str, Any], table: Any) -> tuple[np.ndarray, list[str]]:
+    """Per link direction of ``table`` (:class:`~hpcfabric.controller.linkload.LinkTable`) the number of
+    the ``view`` edge it is drawn as (-1: none), and the edge ids (built once per view)."""
+    ids = [e["id"] for e in view["edges"]]
+    bucket = np.full(len(table), -1, np.int64)
     if view["level"] == "group":
-        grp = {s.name: s.group for s in fabric.switches}
-        for r in rows:
-            if r.util is None:
-                continue
-            ga, gb = grp[r.switch], grp[r.peer.rpartition(":")[0]]
-            if ga == gb:
-                continue
-            e = f"G{min(ga, gb)}-G{max(ga, gb)}"
-            if r.util > out.get(e, -1.0):
-                out[e] = r.util
-        return out
-    by_end = {}
-    for e in view["edges"]:
+        grp = {s.name: s.group for s in table.fabric.switches}
+        num = {eid: k for k, eid in enumerate(ids)}
+        for i, (sw, _port, peer, _cls) in enumerate(table.dirs):
+            ga, gb = grp[sw], grp[peer.rpartition(":")[0]]
+            if ga != gb:
+                bucket[i] = num.get(f"G{min(ga, gb)}-G{max(ga, gb)}", -1)
+        return bucket, ids
+    for k, e in enumerate(view["edges"]):
         for end in e["ends"]:
-            by_end[end] = e["id"]
-    for r in rows:
-        e = by_end.get(f"{r.switch}:{r.port}")
-        if e is not None and r.util is not None and r.util > out.get(e, -1.0):
-            out[e] = r.util
-    return out
+            sw, _, port = end.rpartition(":")
+            i = table.index.get((sw, int(port)))
+            if i is not None:
+                bucket[i] = k
+    return bucket, ids
+
+
+def edge_loads(buckets: tuple[np.ndarray, list[str]], figures: Any) -> dict[str, float]:
+    """Edge id -> highest utilisation of the link directions it stands for (edges without a rate absent);
+    ``buckets`` from :func:`edge_buckets`, ``figures`` a :class:`~hpcfabric.controller.linkload.LinkFigures`."""
+    bucket, ids = buckets
+    top = figures.max_by(bucket, len(ids))
+    have = np.flatnonzero(~np.isnan(top))
+    return dict(zip([ids[k] for k in have.tolist()], top[have].tolist()))

@@ -23,6 +23,20 @@ into a directory outside the repository (``HPCFABRIC_BOOKSIM_BUILD``, default
 ``~/.cache/hpcfabric/booksim``; the sources and the build script stay in ``../shared/booksim``)
 and runs one point per process, parsing the accepted flit rate, the packet latency and the
 cycles simulated.
+
+**Deadlock-free Valiant and UGAL** (``booksim_stages.patch``, applied by the runner on top of the
+build; routing functions ``val4`` and ``ugal4``, ``num_vcs=4``). Upstream ``ugal_dragonflynew``
+(and ``val_dragonflynew`` of ``../shared/booksim``, its copy without the adaptive choice) keeps a
+packet on VC 0 for its whole non-minimal phase: local hops of the source group, the first global
+hop and the local hop to the intermediate *router* in the intermediate group. VC 0 of a local
+channel thus carries both its group's own packets towards their global link and transit packets
+arriving from another group's global link, so the channel dependency graph of VC 0 has cycles
+local -> global -> local -> global ... and the network deadlocks under ADV (BookSim warns "Possible
+network deadlock" at ADV 0.6 on k=2). ``val4``/``ugal4`` make the same choices (random
+intermediate node, UGAL-L at the source router) with the VC = the stage of the path: 0 in the
+source group, 1 in the intermediate group before the intermediate router, 2 after it, 3 in the
+destination group. Three VCs do not suffice with an intermediate *router*: its group may take two
+local hops (to the intermediate router, then to the global link), which need two VCs of their own.
 """
 
 from __future__ import annotations
@@ -42,10 +56,15 @@ from hpcfabric.topology.generators import dragonfly_fabric, dragonfly_ports
 from hpcfabric.topology.model import Fabric, Link
 
 __all__ = ["booksim_dragonfly", "booksim_params", "BookSim", "BookSimPoint", "ROUTING", "TRAFFIC", "CYCLE_NS",
-           "shared_dir"]
+           "shared_dir", "STAGES_PATCH"]
 
-#: our router name -> BookSim's routing_function; our pattern -> BookSim's traffic
-ROUTING = {"MIN": "min", "VAL-R": "val", "UGAL-L": "ugal", "PB": "ugal", "VAL": "val"}
+#: our router name -> BookSim's routing_function (``val4``/``ugal4``: the runner's deadlock-free
+#: Valiant and UGAL-L, module docstring); our pattern -> BookSim's traffic
+ROUTING = {"MIN": "min", "VAL-R": "val4", "UGAL-L": "ugal4", "PB": "ugal4", "VAL": "val4"}
+#: routing functions that need 4 VCs (the config's num_vcs is 3)
+FOUR_VCS = ("val4", "ugal4")
+#: the runner's addition to BookSim (applied after ../shared/booksim/build.sh's own patch)
+STAGES_PATCH = Path(__file__).with_name("booksim_stages.patch")
 TRAFFIC = {"uniform": "uniform", "adversarial": "bad_dragon"}
 #: one BookSim cycle = one frame time of 1,000 bytes at 40 Gb/s
 CYCLE_NS = 200.0
@@ -127,7 +146,7 @@ class BookSim:
     def __init__(self, build_dir: str | os.PathLike[str] | None = None, shared: Path | None = None) -> None:
         self.shared = shared or shared_dir()
         self.build_dir = Path(build_dir or os.environ.get("HPCFABRIC_BOOKSIM_BUILD")
-                              or Path.home() / ".cache" / "hpcfabric" / "booksim")
+                              or Path.home() / ".cache" / "hpcfabric" / "booksim-stages")
         self.binary = self.build_dir / "booksim2" / "src" / "booksim"
         self.config = self.shared / "dragonfly_base.cfg"
 
@@ -135,14 +154,22 @@ class BookSim:
         return (self.shared / "build.sh").is_file()
 
     def build(self) -> Path:
-        """The binary, built with ``build.sh`` if missing (needs g++ make flex bison)."""
-        if self.binary.is_file():
+        """The binary, built with ``build.sh`` and :data:`STAGES_PATCH` if missing (needs g++ make
+        flex bison patch)."""
+        stamp = self.build_dir / "booksim2" / ".hpcfabric-stages"
+        if self.binary.is_file() and stamp.is_file():
             return self.binary
         if not self.available():
             raise SimError(f"BookSim2 peer: {self.shared}/build.sh not found (set HPCFABRIC_BOOKSIM_DIR)")
         proc = subprocess.run(["bash", str(self.shared / "build.sh"), str(self.build_dir)], capture_output=True, text=True)
         if proc.returncode != 0 or not self.binary.is_file():
             raise SimError(f"BookSim2 build failed ({self.shared}/build.sh {self.build_dir}): {proc.stderr.strip()[-300:]}")
+        src = self.build_dir / "booksim2"
+        for cmd in (["patch", "-p1", "-s", "-i", str(STAGES_PATCH)], ["make", "-C", "src", "-j2"]):
+            proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SimError(f"BookSim2 build failed ({' '.join(cmd)} in {src}): {(proc.stderr or proc.stdout).strip()[-300:]}")
+        stamp.write_text(STAGES_PATCH.read_text())
         return self.binary
 
     def run(self, k: int, routing: str, pattern: str, load: float, seed: int = 1, timeout: float | None = None,
@@ -154,6 +181,8 @@ class BookSim:
         fn = ROUTING.get(routing, routing)
         traffic = TRAFFIC.get(pattern, pattern)
         args = [f"k={k}", f"routing_function={fn}", f"traffic={traffic}", f"injection_rate={load}", f"seed={seed}"]
+        if fn in FOUR_VCS and "num_vcs" not in options:
+            args.append("num_vcs=4")
         args += [f"{key}={val}" for key, val in options.items()]
         binary = self.build()
         t0 = time.perf_counter()

@@ -126,10 +126,11 @@ class Simulator:
         delay = np.select([pm.kind == 1, pm.kind == 3], [t(params.host_ns), t(params.global_ns)], t(params.local_ns))
         self.delay = _i64(delay)
         self.D = int(self.delay.max(initial=0)) + 1  # pause history depth
-        self.L = int(self.delay.max(initial=0)) + k + 1  # calendar length
+        outq = params.output_frames * k if params.switch == "iq" else 0
+        self.L = int(self.delay.max(initial=0)) + k + 1 + outq  # calendar length
         self.W = int(pm.width.max())
         self.model = K.MODELS[params.switch]
-        self.NQ = {0: self.NA, 1: self.NA * self.W, 2: self.NA}[self.model]
+        self.NQ = {0: self.NA, 1: self.NA * self.W, 2: self.NA, 3: self.NA}[self.model]
         self.net = self._net(traffic)
         self.fab = _i64(np.flatnonzero(pm.peer >= 0))
         self.nf = 0
@@ -187,10 +188,13 @@ class Simulator:
             np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64),
             np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64),
             np.zeros(NQ, dtype=np.int64), np.zeros(NQ, dtype=np.int64), np.zeros(NQ, dtype=np.int64),
+            np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64),
             np.full(P, big, dtype=np.int64), np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.bool_), np.zeros(P, dtype=np.bool_),
             np.zeros((H, p.source_queue), dtype=np.int64), np.zeros(H, dtype=np.int64), np.zeros(H, dtype=np.int64),
             np.zeros(H, dtype=np.int64),
             np.zeros((L, P + H), dtype=np.int64), np.zeros(L, dtype=np.int64),
+            np.zeros(NA, dtype=np.int64), np.zeros((L, p.rounds * P) if self.model == 3 else (1, 1), dtype=np.int64),
+            np.zeros(L, dtype=np.int64),
             np.zeros(ticks_total + 2, dtype=np.int64), np.zeros((1 << 20 if self.trace_on else 1, 3), dtype=np.int64),
         )
 
@@ -202,12 +206,12 @@ class Simulator:
         speedup = p.speedup if p.speedup is not None else (1 if p.switch == "voq" else 0)
         vals = {K.G_MODEL: self.model, K.G_K: self.k, K.G_C: self.C, K.G_W: self.W, K.G_D: self.D, K.G_L: self.L,
                 K.G_CAP: p.buffer_frames, K.G_XOFF: p.xoff, K.G_XON: p.xon, K.G_HEADROOM: p.headroom,
-                K.G_DSWITCH: p.ticks(p.switch_ns), K.G_SPEEDUP: speedup, K.G_ITERS: p.iterations, K.G_ROUTER: router,
+                K.G_DSWITCH: p.ticks(p.switch_ns), K.G_SPEEDUP: speedup, K.G_ITERS: p.rounds, K.G_ROUTER: router,
                 K.G_FLIP: int(flip), K.G_R: p.ticks(p.reaction_ns), K.G_HOLD: p.ticks(p.pause_hold_ns),
                 K.G_EGRESS: int(p.pause_from == "egress"), K.G_W0: w0, K.G_W1: w1,
                 K.G_TRAFFIC: {"uniform": 0, "lists": 1, "weighted": 2}[self.tr.kind],
                 K.G_THRESH: getattr(self.r, "threshold", 0), K.G_NH: self.H, K.G_TRACE: int(self.trace_on),
-                K.G_ALPHA16: int(round(16 * p.shared_alpha))}
+                K.G_ALPHA16: int(round(16 * p.shared_alpha)), K.G_OUTQ: p.output_frames}
         for i, v in vals.items():
             g[i] = v
         return g

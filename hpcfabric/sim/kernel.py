@@ -11,7 +11,10 @@ switch models differ in where a frame waits and which frames may leave:
 
 * ``fifo`` (0): a FIFO per (input port, class); its head frame requests its output;
 * ``voq`` (1): a queue per (input port, class, output port): every queue's head requests;
-* ``shared`` (2): a queue per (output port, class) in a switch-wide shared buffer: output-queued.
+* ``shared`` (2): a queue per (output port, class) in a switch-wide shared buffer: output-queued;
+* ``iq`` (3): BookSim2's ``iq_router``: fifo's queues, ``iterations`` rounds per frame time of a
+  separable input-first allocation (each input port one of its requests, each output one of those),
+  into an output queue of ``G_OUTQ`` frame times per port (frames granted ahead of the wire).
 
 fifo and voq frames compete for outputs in rounds of grants (each free output one requester at
 random) and accepts (each input port at most ``speedup`` frames per frame time, 0 = no limit).
@@ -25,9 +28,12 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from hpcfabric.sim import kernel_ops as ops
+from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, push, sample, ugal_minimal
+
 __all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM"]
 
-MODELS = {"fifo": 0, "voq": 1, "shared": 2}
+MODELS = {"fifo": 0, "voq": 1, "shared": 2, "iq": 3}
 
 Net = namedtuple("Net", [
     "sw", "kind", "peer", "delay", "pid_base", "width",  # per pid
@@ -40,16 +46,18 @@ Net = namedtuple("Net", [
 #: a frame is one row of ``Frames.F`` (its fields adjacent in memory: one cache line per frame)
 FRAME_FIELDS = ("dst", "src", "tgen", "state", "out", "nstate", "ncls", "ready", "aux", "aux2", "acct", "nxt", "inhr")
 (F_DST, F_SRC, F_TGEN, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_AUX2, F_ACCT, F_NXT, F_INHR) = range(13)
+assert F_NXT == ops.F_NXT
 NF_COLS = 16
 Frames = namedtuple("Frames", ["F", "free"])
 Sw = namedtuple("Sw", [
     "qhead", "qtail", "qlen", "last_move", "act", "inact",  # queues (linked lists through Frames.nxt)
     "occ", "hr", "xoff", "hist", "hist_any", "pool_used",  # ingress accounts, PFC, shared pool per switch
     "busy", "demand", "cnt", "grant", "in_used", "touched",  # ports
-    "req_q", "req_o", "req_in",  # requests of one tick
+    "req_q", "req_o", "req_in", "in_pick", "in_list",  # requests of one tick, iq's input-first picks
     "flip_on", "flip_off", "was_paused", "flipped",  # PORT_STATE flips
     "sqbuf", "sqhead", "sqlen", "hbusy",  # host source queues
     "cal_buf", "cal_n",  # calendar of link arrivals: per slot the frames arriving then (at most one per port and host)
+    "cred", "cr_buf", "cr_n",  # iq: credits in use per ingress account (sender's view), credit returns per slot
     "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
 ])
 
@@ -57,108 +65,9 @@ Sw = namedtuple("Sw", [
  C_NACT, C_NTRACE, C_BAD_STATE, C_BAD_ACCT, C_NOLINE, C_INNET, C_MAXPOOL, C_MAXHR) = range(19)
 NCOUNT = 19
 (G_MODEL, G_K, G_C, G_W, G_D, G_L, G_CAP, G_XOFF, G_XON, G_HEADROOM, G_DSWITCH, G_SPEEDUP, G_ITERS, G_ROUTER,
- G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16) = range(25)
-NPARAM = 25
-SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
-
-
-@njit(cache=True, error_model="numpy")
-def _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress, state_base,
-            flipped, use_flips, state, dst):
-    """(output pid, next state or -1, bad, missing line) of a frame in ``state`` for host ``dst``."""
-    sw = st_sw[state]
-    line = state_line[state]
-    if line < 0:
-        return 0, -1, True, True
-    cls = host_cls[dst] if host_sw[dst] == sw else tcls[sw, col[dst]]
-    cell = line_off[line] + cls
-    choice = base[cell]
-    w1 = width[sw] - 1
-    if use_flips and choice >= 0:
-        if flipped[pid_base[sw] + min(choice >> SLOT_BITS, w1)]:
-            choice = alt[cell]
-    if choice < 0:
-        return 0, -1, True, False
-    port = min(choice >> SLOT_BITS, w1)
-    out = pid_base[sw] + port
-    nxt = egress[state_base[sw] + port * PCP_SLOTS + (choice & 15)]
-    if nxt <= DELIVER:
-        return out, -1, DELIVER - nxt != dst, False
-    if nxt < 0:
-        return out, -1, True, False
-    return out, nxt, False, False
-
-
-@njit(cache=True, error_model="numpy")
-def _push(head, tail, F, i, f):
-    """Append frame ``f`` to the linked list ``i`` (queue or calendar slot); True if it was empty."""
-    F[f, F_NXT] = -1
-    if head[i] < 0:
-        head[i] = f
-        tail[i] = f
-        return True
-    F[tail[i], F_NXT] = f
-    tail[i] = f
-    return False
-
-
-@njit(cache=True, error_model="numpy")
-def _cal(cal_buf, cal_n, slot, f):
-    """Frame ``f`` arrives in calendar slot ``slot``."""
-    cal_buf[slot, cal_n[slot]] = f
-    cal_n[slot] += 1
-
-
-@njit(cache=True, error_model="numpy")
-def _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
-                  state_base, flipped, st, dst, inter, demand, peer, occ, hr, C, thresh):
-    """UGAL-L's choice at the source switch (BookSim2's ugal_dragonflynew): minimal unless the minimal
-    output's queue exceeds twice the non-minimal one's plus ``thresh``. A port's queue: frames here
-    waiting for it plus the frames in the buffers behind it (BookSim's credits in use)."""
-    o1 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
-                 state_base, flipped, False, st, dst)[0]
-    o2 = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width, pid_base, egress,
-                 state_base, flipped, False, st, inter)[0]
-    q = np.zeros(2, dtype=np.int64)
-    for i, o in enumerate((o1, o2)):
-        q[i] = demand[o]
-        if peer[o] >= 0:
-            for a in range(peer[o] * C, peer[o] * C + C):
-                q[i] += occ[a] + hr[a]
-    return q[0] <= 2 * q[1] + thresh
-
-
-@njit(cache=True, error_model="numpy")
-def _back(row, d, n):
-    """``(row - d) mod n`` for 0 <= row < n, 0 <= d < n (ring index ``d`` ticks back)."""
-    return row - d if row >= d else row - d + n
-
-
-@njit(cache=True, error_model="numpy")
-def _ahead(row, d, n):
-    """``(row + d) mod n`` for 0 <= row < n, 0 <= d < n."""
-    r = row + d
-    return r if r < n else r - n
-
-
-@njit(cache=True, error_model="numpy")
-def _sample(kind, nh, t_off, t_cnt, t_flat, t_cum, src):
-    if kind == 0:
-        d = np.random.randint(0, nh - 1)
-        return d + (1 if d >= src else 0)
-    start = t_off[src]
-    cnt = t_cnt[src]
-    if kind == 1:
-        return t_flat[start + np.random.randint(0, cnt)]
-    x = (t_cum[start - 1] if start > 0 else 0.0) + np.random.random()
-    lo, hi = start, start + cnt - 1
-    while lo < hi:  # first index with cum > x
-        mid = (lo + hi) // 2
-        if t_cum[mid] > x:
-            hi = mid
-        else:
-            lo = mid + 1
-    return t_flat[lo]
+ G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ) = range(26)
+NPARAM = 26
+SLOT_BITS, DELIVER, PCP_SLOTS = ops.SLOT_BITS, ops.DELIVER, ops.PCP_SLOTS
 
 
 @njit(cache=True, error_model="numpy")
@@ -175,16 +84,18 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     qhead, qtail, qlen, last_move, act, inact = s.qhead, s.qtail, s.qlen, s.last_move, s.act, s.inact
     occ, hr, xoff, hist, hist_any, pool_used = s.occ, s.hr, s.xoff, s.hist, s.hist_any, s.pool_used
     busy, demand, cnt, grant, in_used, touched = s.busy, s.demand, s.cnt, s.grant, s.in_used, s.touched
-    req_q, req_o, req_in = s.req_q, s.req_o, s.req_in
+    req_q, req_o, req_in, in_pick, in_list = s.req_q, s.req_o, s.req_in, s.in_pick, s.in_list
     flip_on, flip_off, was_paused, flipped = s.flip_on, s.flip_off, s.was_paused, s.flipped
     sqbuf, sqhead, sqlen, hbusy, cal_buf, cal_n, lat, trace = (s.sqbuf, s.sqhead, s.sqlen, s.hbusy, s.cal_buf,
                                                                s.cal_n, s.lat, s.trace)
+    cred, cr_buf, cr_n = s.cred, s.cr_buf, s.cr_n
     model, K, C, W, D, L = g[G_MODEL], g[G_K], g[G_C], g[G_W], g[G_D], g[G_L]
     cap, XOFF, XON, headroom, dswitch = g[G_CAP], g[G_XOFF], g[G_XON], g[G_HEADROOM], g[G_DSWITCH]
     router, use_flips, R, hold, egress_pause = g[G_ROUTER], g[G_FLIP] != 0, g[G_R], g[G_HOLD], g[G_EGRESS] != 0
     w0, w1, traffic, thresh, H, tracing, alpha16 = g[G_W0], g[G_W1], g[G_TRAFFIC], g[G_THRESH], g[G_NH], g[G_TRACE], g[G_ALPHA16]
-    S = g[G_SPEEDUP] if model != 2 else 0
-    rounds = g[G_ITERS] if S > 0 else 1
+    S = g[G_SPEEDUP] if model < 2 else 0
+    rounds = g[G_ITERS] if S > 0 or model == 3 else 1
+    outq = g[G_OUTQ] * K if model == 3 else 0  # iq: an output takes frames while its queue is shorter
     NP = hist_any.shape[1]
     thr_sw = np.zeros(pool.shape[0], dtype=np.int64)
     NG = gl.shape[1]
@@ -193,8 +104,12 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     while t < t_end:
         if c[C_NFREE] < min_free:
             return t
-        # -- 1. arrivals: delivered at a host, or looked up and queued at a switch
+        # -- 1. arrivals: delivered at a host, or looked up and queued at a switch; iq: credits returned
         slot = t % L
+        if model == 3:
+            for i in range(cr_n[slot]):
+                cred[cr_buf[slot, i]] -= 1
+            cr_n[slot] = 0
         n_arr = cal_n[slot]
         cal_n[slot] = 0
         for ci in range(n_arr):
@@ -254,17 +169,17 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                             target = np.random.randint(0, host_sw.shape[0])
                             if host_group[target] == grp:
                                 target = -2
-                            elif router == 3 and _ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls,
+                            elif router == 3 and ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls,
                                                                col, base, alt, width, pid_base, egress, state_base,
                                                                flipped, st, eff, target, demand, peer, occ, hr, C,
-                                                               thresh):
+                                                               thresh, cred, model == 3):
                                 target = -2
                     if target >= 0 and host_sw[target] == swi:
                         target = -2
                 F[f, F_AUX] = target
                 if target >= 0:
                     eff = target
-            o, nx, bad, miss = _decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
+            o, nx, bad, miss = decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
                                        pid_base, egress, state_base, flipped, use_flips and router == 0, st, eff)
             F[f, F_OUT] = o
             F[f, F_NSTATE] = nx
@@ -274,12 +189,15 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
                 F[f, F_AUX2] = gh
                 F[f, F_NCLS] = min(gh, 2)
-            else:
-                ph = 0 if F[f, F_AUX] >= 0 else (2 if F[f, F_AUX] == -3 else 1)
-                if ph == 1 and kind[o] == 3:
-                    ph = 2
-                    F[f, F_AUX] = -3
-                F[f, F_NCLS] = ph
+            else:  # VAL-R / UGAL-L: the path's stage (hpcfabric.sim.pb.VALRRouter)
+                gh = F[f, F_AUX2]
+                F[f, F_AUX2] = gh + (1 if kind[o] == 3 else 0)
+                if gh == 0:
+                    F[f, F_NCLS] = 0
+                elif F[f, F_AUX] >= 0:
+                    F[f, F_NCLS] = 1
+                else:
+                    F[f, F_NCLS] = 3 if gidx[sw_of[o]] == host_group[F[f, F_DST]] else 2
             if miss:
                 c[C_NOLINE] = 1
                 c[C_BAD_STATE] = st
@@ -327,10 +245,12 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 q = a
             elif model == 1:
                 q = a * W + (o - pid_base[sw_of[o]])
-            else:
+            elif model == 2:
                 q = o * C + F[f, F_NCLS]
+            else:
+                q = a
             qlen[q] += 1
-            if _push(qhead, qtail, F, q, f) and inact[q] == 0:
+            if push(qhead, qtail, F, q, f) and inact[q] == 0:
                 inact[q] = 1
                 act[c[C_NACT]] = q
                 c[C_NACT] += 1
@@ -339,7 +259,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         if model == 2:
             for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
                 thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
-        for pid in range(NP):
+        for pid in range(NP if model != 3 or use_flips else 0):  # iq: credits, no PAUSE (but for the flips)
             thr = thr_sw[sw_of[pid]] if model == 2 else 0
             for a in range(pid * C, pid * C + C):
                 x = xoff[a]
@@ -363,7 +283,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     anyp |= xoff[pid * C + cl]
                 hist_any[row, pid] = anyp
             for pid in fab:
-                seen = hist_any[_back(row, delay[pid], D), peer[pid]]
+                seen = hist_any[back(row, delay[pid], D), peer[pid]]
                 if egress_pause and demand[pid] >= XOFF:
                     seen = True
                 if R == 0 and hold == 0:
@@ -390,10 +310,11 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             keep += 1
             f = qhead[q]
             o = F[f, F_OUT]
-            if F[f, F_READY] > t or busy[o] > t:
+            if F[f, F_READY] > t or busy[o] > t + outq:
                 continue
             p = peer[o]
-            if p >= 0 and hist[_back(row, delay[o], D), p * C + F[f, F_NCLS]]:
+            if p >= 0 and (cred[p * C + F[f, F_NCLS]] >= cap if model == 3 else
+                           hist[back(row, delay[o], D), p * C + F[f, F_NCLS]]):
                 continue
             req_q[nreq] = q
             req_o[nreq] = o
@@ -402,20 +323,28 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         c[C_NACT] = keep
         for _ in range(rounds if nreq else 0):
             nt = 0
-            for r in range(nreq):
+            ni = 0
+            for r in range(nreq if model == 3 else 0):  # iq: each input port picks one of its requests
+                o = req_o[r]
+                if req_q[r] < 0 or busy[o] > t + outq or peer[o] >= 0 and cred[peer[o] * C + F[qhead[req_q[r]], F_NCLS]] >= cap:
+                    continue
+                if draw(in_used, in_pick, req_in[r], r):
+                    in_list[ni] = req_in[r]
+                    ni += 1
+            for j in range(ni):  # iq: the picked requests compete (in_list now holds them)
+                in_used[in_list[j]] = 0
+                in_list[j] = in_pick[in_list[j]]
+            for x in range(ni if model == 3 else nreq):
+                r = in_list[x] if model == 3 else x
                 q = req_q[r]
                 if q < 0:
                     continue
                 o = req_o[r]
-                if busy[o] > t or (S > 0 and in_used[req_in[r]] >= S):
+                if busy[o] > t + outq or (S > 0 and in_used[req_in[r]] >= S):
                     continue
-                cnt[o] += 1
-                if cnt[o] == 1:
+                if draw(cnt, grant, o, r):
                     touched[nt] = o
                     nt += 1
-                    grant[o] = r
-                elif np.random.randint(0, cnt[o]) == 0:
-                    grant[o] = r
             if nt == 0:
                 break
             if S > 0:
@@ -439,17 +368,24 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     qhead[q] = -1
                 last_move[q] = t
                 a = F[f, F_ACCT]
+                if model == 3:  # credit-based flow control (BookSim): a credit downstream, ours back upstream
+                    if peer[o] >= 0:
+                        cred[peer[o] * C + F[f, F_NCLS]] += 1
+                    sl = ahead(slot, delay[a // C] + 1, L)
+                    cr_buf[sl, cr_n[sl]] = a
+                    cr_n[sl] += 1
                 if F[f, F_INHR]:
                     hr[a] -= 1
                 else:
                     occ[a] -= 1
                     if model == 2:
                         pool_used[sw_of[o]] -= 1
-                busy[o] = t + K
+                start = busy[o] if busy[o] > t else t  # iq: behind the frames queued for the wire
+                busy[o] = start + K
                 demand[o] -= 1
                 c[C_HOPS] += 1
                 c[C_INNET] += 1
-                _cal(cal_buf, cal_n, _ahead(slot, K + delay[o], L), f)
+                cal(cal_buf, cal_n, ahead(slot, start - t + K + delay[o], L), f)
         if S > 0:
             for r in range(nreq):
                 in_used[req_in[r]] = 0
@@ -465,13 +401,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 c[C_NFREE] -= 1
                 f = free[c[C_NFREE]]
                 F[f, F_SRC] = h
-                F[f, F_DST] = _sample(traffic, H, t_off, t_cnt, t_flat, t_cum, h)
+                F[f, F_DST] = sample(traffic, H, t_off, t_cnt, t_flat, t_cum, h)
                 F[f, F_TGEN] = t
                 F[f, F_AUX] = -1
                 F[f, F_AUX2] = 0
                 if w0 <= t < w1:
                     c[C_OUTSTANDING] += 1
-                sqbuf[h, _ahead(sqhead[h], sqlen[h], SQ)] = f
+                sqbuf[h, ahead(sqhead[h], sqlen[h], SQ)] = f
                 sqlen[h] += 1
         for h in range(H):
             if sqlen[h] == 0 or hbusy[h] > t:
@@ -481,16 +417,19 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             swi = sw_of[pid]
             st = state_base[swi] + (pid - pid_base[swi]) * PCP_SLOTS
             cls = st_cls[st] if router == 0 else 0
-            if hist[_back(row, delay[pid], D), st_pid[st] * C + cls]:
+            a = st_pid[st] * C + cls
+            if cred[a] >= cap if model == 3 else hist[back(row, delay[pid], D), a]:
                 continue
-            sqhead[h] = _ahead(sqhead[h], 1, SQ)
+            if model == 3:
+                cred[a] += 1
+            sqhead[h] = ahead(sqhead[h], 1, SQ)
             sqlen[h] -= 1
             hbusy[h] = t + K
             F[f, F_NSTATE] = st
             F[f, F_NCLS] = cls
             c[C_INJECTED] += 1
             c[C_INNET] += 1
-            _cal(cal_buf, cal_n, _ahead(slot, K + delay[pid], L), f)
+            cal(cal_buf, cal_n, ahead(slot, K + delay[pid], L), f)
         t += 1
         if t >= w1 and c[C_OUTSTANDING] == 0:
             return t

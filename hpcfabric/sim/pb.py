@@ -97,11 +97,19 @@ class VALRRouter(PBRouter):
     algorithm rather than the compiled one. **Not an OpenFlow policy.** At the source switch a
     frame for another group picks a random intermediate *host* anywhere (uniformly, the source
     group included: then it goes minimally), travels minimally to that host's switch, then
-    minimally to its destination; frames inside their group go minimally. Classes are BookSim's
-    phases: 0 towards the intermediate, 1 minimal before the global hop, 2 after it."""
+    minimally to its destination; frames inside their group go minimally. Classes are the path's
+    stage, as the runner's ``val4``/``ugal4`` VCs (:mod:`hpcfabric.sim.booksim`): 0 in the source
+    group (its global hop included), 1 in the intermediate group before the intermediate switch, 2
+    after it (its global hop included), 3 in the destination group after a global hop. Every path
+    climbs 0 local < 0 global < 1 local < 2 local < 2 global < 3 local, so no channel cycle; BookSim's
+    own phases (0 all the way to the intermediate) have one on class 0 and deadlock."""
 
     name = "val-r"
     code = 2
+
+    def __init__(self, fw_min: Forwarding, threshold: int = 2) -> None:
+        super().__init__(fw_min, threshold)
+        self.n_classes = 4
 
 
 class UGALRouter(VALRRouter):

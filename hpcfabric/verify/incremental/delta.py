@@ -2,20 +2,20 @@
 
 A failure repair changes a few hundred of a fabric's thousands of switches, and only for a few
 destinations; walking the whole fabric again takes a minute at Table III. :class:`ProofState` keeps,
-from one full union walk (:mod:`hpcfabric.verify.proof`: every destination column from every
+from one full union walk (:mod:`hpcfabric.verify.union.proof`: every destination column from every
 injection, no symmetry reduction -- a failure breaks symmetries), what a change needs:
 
 * ``R[c]``: per destination column, the states its walk reached (a bit set);
 * ``E``: the channel dependency edges, with a rank of every channel that grows along them.
 
 :meth:`ProofState.check` takes the tables after a change (``compiled``, its ``failures`` in force) and
-the switches whose tables changed. It decides those switches again (:mod:`hpcfabric.verify.redecide`;
+the switches whose tables changed. It decides those switches again (:mod:`hpcfabric.verify.incremental.redecide`;
 every state some walk reached there, unpaused and paused) and calls (column, state) *changed* when its
 choice differs or its output now leads elsewhere (a link out, or back). Invariant of the base: ``R[c]``
 is closed under the current choices, and every outcome and dependency of its states was checked and is
 in ``E``. So walking column ``c`` from its changed states in ``R[c]`` through the new choices, stopping
 at unchanged states of ``R[c]`` -- what follows them is the old, proven walk --
-(:mod:`hpcfabric.verify.deltawalk`) finds every new outcome and every new dependency:
+(:mod:`hpcfabric.verify.incremental.deltawalk`) finds every new outcome and every new dependency:
 
 * **delivery**: every outcome of an expanded node is the column's own (a frame at a switch the failures
   cut off from its destination excepted: no pair to deliver);
@@ -49,8 +49,8 @@ from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.union.pairs import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, set_bits
-from hpcfabric.verify.incremental.depgraph import DepGraph, not_in
+from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
+from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
 from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
 from hpcfabric.verify.incremental.redecide import SwitchDecisions, decide_switches
 from hpcfabric.verify.union.unions import reach_index, walk_union
@@ -240,7 +240,7 @@ class ProofState:
         states = np.flatnonzero(ch.state_line[lo:hi] >= 0) + lo
         if len(self.extra):
             x = self.extra % ch.n_states
-            states = np.union1d(states, x[(x >= lo) & (x < hi)])
+            states = union(states, x[(x >= lo) & (x < hi)])
         return states
 
     # -- choices --------------------------------------------------------------
@@ -261,7 +261,7 @@ class ProofState:
     def decide_more(self, name: str, states: np.ndarray) -> SwitchDecisions:
         """``name`` (unchanged by the change under way) decided again with ``states`` added, kept in the base."""
         old = self.switches.get(name)
-        extra = states if old is None else np.union1d(old.states, states)
+        extra = states if old is None else union(old.states, states)
         got = self.decide(self.compiled, [name], {name: self.relevant[name]}, {name: extra})[name]
         self.switches[name] = got
         self.overlaid[self.ch.sw_index[name]] = True
@@ -272,7 +272,7 @@ class ProofState:
         walk = ChangeWalk(self, self.compiled, {}, egress=self.egress, comp=self.comp, mix=False)
         return walk.choices(c, x, sw)
 
-    def _class_codes(self, s: str, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def class_codes(self, s: str, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(unpaused, paused) choices of base-reached ``states`` at ``s`` per class there, and each column's class."""
         got = self.switches.get(s)
         si = self.ch.sw_index[s]
@@ -340,7 +340,7 @@ class ProofState:
         t1 = time.perf_counter()
         old = ChangeWalk(self, self.compiled, {}, egress=self.egress, comp=self.comp, mix=False)
         below = old.closure(sc, ss)  # the old walk's descendants of the changed nodes: their reach may change
-        ec, es = self._entries(old, below, new_failed)
+        ec, es = entries(self, old, below, new_failed)
         back = sorted(old_failed - new_failed)  # a switch back: its hosts inject again, into every column
         if back:
             rc, rs = self._injections(back)
@@ -352,15 +352,15 @@ class ProofState:
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         edges, count, fresh = self.graph.updated(old.removed, walk.added)
-        mixed = not_in(not_in(np.unique(np.concatenate(walk.mixed_parts)) if walk.mixed_parts else
+        mixed = not_in(not_in(unique(np.concatenate(walk.mixed_parts)) if walk.mixed_parts else
                               np.zeros(0, dtype=np.int64), edges), fresh)
-        cycle, full = self.graph.cycle(edges, np.union1d(fresh, mixed), self.name)
+        cycle, full = self.graph.cycle(edges, union(fresh, mixed), self.name)
         timings["cdg"] = time.perf_counter() - t1
         self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
                          "visited": walk.visited(), "fresh": fresh, "edges": edges, "count": count,
                          "egress": egress, "comp": comp}
         self._release()
-        return DeltaReport(len(names), len(np.unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
+        return DeltaReport(len(names), len(unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
                            cycle is None, cycle, len(below.keys()), full, time.perf_counter() - t0, timings)
 
     def _reach_at(self, switches: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -395,46 +395,6 @@ class ProofState:
         cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
         return cat(out_c), cat(out_s)
 
-    def _entries(self, old: ChangeWalk, below_set: NodeSet, failed: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The nodes below a change the new walk must start from: injections (at switches not ``failed``), and
-        nodes an unchanged reached node outside ``below`` leads to (it is still reached, its choice the same)."""
-        below = below_set.keys()
-        ch = self.ch
-        n = ch.n_states
-        c, z = below // n, below % n
-        zsw = np.searchsorted(ch.state_base, z, side="right") - 1
-        root = self.host_state[z]  # an injection, unless its switch failed
-        if failed:
-            root &= ~np.isin(zsw, [ch.sw_index[s] for s in failed])
-        out = [below[root]]
-        fab = np.flatnonzero(~self.host_state[z])
-        up_sw, up_at = self.upstream(z[fab])
-        for si in np.unique(up_sw[up_sw >= 0]).tolist():
-            sel = fab[up_sw == si]
-            cand = self.states_in_reach(si)  # every reached state of the upstream switch
-            if not len(cand):
-                continue
-            # the upstream switch's choices, once per column: which of its reached states, outside ``below``,
-            # send the column's frames over the link into each arrival state of ``below``
-            cols_u, row = np.unique(c[sel], return_inverse=True)
-            cc = np.repeat(cols_u, len(cand))
-            uu = np.tile(cand, len(cols_u))
-            b, a = old.choices(cc, uu, np.full(len(cc), si))
-            shape = (len(cols_u), len(cand))
-            valid = (self.in_reach(cc, uu) & ~below_set.has(cc * n + uu)).reshape(shape)
-            b, a = b.reshape(shape), a.reshape(shape)
-            at = up_at[up_sw == si]
-            lo = int(ch.state_base[si])
-            q = (at - lo) // PCP_SLOTS
-            code = q << SLOT_BITS | (at - lo) % PCP_SLOTS  # the choice that sends a frame into it
-            live = old.egress[at] == z[sel]
-            back = (old.back_ok[si] & ~self.host_state[cand])[None, :] & \
-                (((cand - lo) // PCP_SLOTS)[None, :] == q[:, None])  # never back out of the ingress port
-            hit = ((b[row] == code[:, None]) | (a[row] == code[:, None])) & valid[row] & ~back
-            out.append(below[sel[hit.any(axis=1) & live]])
-        keys = np.unique(np.concatenate(out))
-        return keys // n, keys % n
-
     def upstream(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per fabric-arrival state: (the switch index its frames come from, -1: no peer; the state at that
         switch -- its egress port and PCP slot -- that sends into it)."""
@@ -464,10 +424,10 @@ class ProofState:
             si = ch.sw_index[s]
             dec = new[s]
             lo = int(ch.state_base[si])
-            states = np.intersect1d(dec.states, self.states_in_reach(si))
+            states = np.intersect1d(dec.states, self.states_in_reach(si), assume_unique=True)
             if not len(states):
                 continue
-            ob, oa, old_cls = self._class_codes(s, states)
+            ob, oa, old_cls = self.class_codes(s, states)
             nb, na = dec.matrix(states)
             width = int(dec.col_cls.max(initial=0)) + 1
             uniq, inv = np.unique(old_cls * width + dec.col_cls, return_inverse=True)
@@ -477,8 +437,14 @@ class ProofState:
                 single = codes >= 0
                 at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
                 diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
-            hit = np.argwhere(diff[:, inv.reshape(-1)])  # (state, column) pairs whose choice or output moved
-            x, c = states[hit[:, 0]], hit[:, 1]
+            r, k = np.nonzero(diff)  # (state, class pair) whose choice or output moved: then its columns
+            inv = inv.reshape(-1)
+            by_pair = np.argsort(inv, kind="stable")
+            size = np.bincount(inv, minlength=len(uniq))
+            first, many = (np.cumsum(size) - size)[k], size[k]
+            row = np.repeat(np.arange(len(r)), many)
+            c = by_pair[np.repeat(first, many) + np.arange(len(row)) - np.repeat(np.cumsum(many) - many, many)]
+            x = states[r[row]]
             inr = self.in_reach(c, x)
             out_s.append(x[inr])
             out_c.append(c[inr])
@@ -503,9 +469,9 @@ class ProofState:
             r = rs[ok]
             set_bits(self.reached, c[ok], (r & ~7) | (7 - (r & 7)), on)  # the reach bit sets are big-endian per byte
             if on:
-                self.extra = np.union1d(self.extra, keys[~ok])
+                self.extra = union(self.extra, keys[~ok])
             else:
-                self.extra = np.setdiff1d(self.extra, keys[~ok])
+                self.extra = not_in(self.extra, unique(keys[~ok]))
         self.graph.commit(p["edges"], p["count"], p["fresh"])
         self.egress, self.comp = p["egress"], p["comp"]
         self._pending = None

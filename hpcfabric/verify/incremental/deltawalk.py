@@ -1,9 +1,9 @@
-"""The walk of a change (:mod:`hpcfabric.verify.delta`): destination columns walked through new decisions
+"""The walk of a change (:mod:`hpcfabric.verify.incremental.delta`): destination columns walked through new decisions
 from the states that changed, stopping where the old, proven walk takes over.
 
 A node is (column, state). :class:`ChangeWalk` expands nodes level by level, vectorised: per node the
 choices (unpaused, paused) of its switch -- the switches the change decided again, the base's
-committed overlay, else the base :class:`~hpcfabric.verify.choices.Choices` -- and where each output
+committed overlay, else the base :class:`~hpcfabric.verify.union.choices.Choices` -- and where each output
 leads under the failures in force. A final outcome other than the column's own is a failure (a frame
 at a switch the failures cut off from its destination excepted); a fabric arrival's next hop is a
 dependency. A next node is expanded unless it is unchanged and in the base's reach of its column
@@ -20,10 +20,11 @@ import numpy as np
 
 from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
+from hpcfabric.verify.incremental.depgraph import union, unique
 from hpcfabric.verify.incremental.redecide import SwitchDecisions
 from hpcfabric.verify.union.unions import Counter
 
-__all__ = ["ChangeWalk", "NodeSet", "set_bits"]
+__all__ = ["ChangeWalk", "NodeSet", "entries", "set_bits"]
 
 SLOT_MASK = (1 << SLOT_BITS) - 1
 
@@ -69,7 +70,7 @@ class NodeSet:
 
     def add(self, keys: np.ndarray) -> np.ndarray:
         """Add ``keys``; the ones that were not in yet (each once)."""
-        keys = np.unique(keys)
+        keys = unique(keys)
         new = keys[~self.has(keys)]
         set_bits(self.bits, new // self.n, new % self.n, True)
         self.parts.append(new)
@@ -80,7 +81,7 @@ class NodeSet:
 
 
 class ChangeWalk:
-    """One change's walk over a :class:`~hpcfabric.verify.delta.ProofState` (module docstring)."""
+    """One change's walk over a :class:`~hpcfabric.verify.incremental.delta.ProofState` (module docstring)."""
 
     def __init__(self, state: Any, compiled: Any, new: dict[str, SwitchDecisions], *, egress: np.ndarray,
                  comp: np.ndarray, mix: bool, max_failures: int = 20) -> None:
@@ -104,7 +105,7 @@ class ChangeWalk:
     # -- results --------------------------------------------------------------
 
     def mixed_edges(self) -> np.ndarray:
-        return np.unique(np.concatenate(self.mixed_parts)) if self.mixed_parts else np.zeros(0, dtype=np.int64)
+        return unique(np.concatenate(self.mixed_parts)) if self.mixed_parts else np.zeros(0, dtype=np.int64)
 
     def visited(self) -> np.ndarray:
         """Keys (column * states + state) of the nodes expanded with their outcomes checked (each once)."""
@@ -196,9 +197,9 @@ class ChangeWalk:
             unknown = base[~ok]
             if len(unknown):  # states no walk reached before at unchanged switches: decide them now
                 over[unknown] = True
-                for si in np.unique(sw[unknown]).tolist():
+                for si in unique(sw[unknown]).tolist():
                     st.decide_more(ch.names[si], x[unknown][sw[unknown] == si])
-        for si in np.unique(sw[over]).tolist():
+        for si in unique(sw[over]).tolist():
             name = ch.names[si]
             sel = np.flatnonzero(over & (sw == si))
             got = self.new.get(name) or st.switches[name]
@@ -213,7 +214,7 @@ class ChangeWalk:
         if name in self.new:
             st = self.state
             got = st.decide(self.compiled, [name], {name: self.new[name].relevant},
-                            {name: np.union1d(self.new[name].states, states)})[name]
+                            {name: union(self.new[name].states, states)})[name]
             self.new[name] = got
             return got
         return self.state.decide_more(name, states)
@@ -269,3 +270,82 @@ class ChangeWalk:
             self.bad[tag] = self.bad.get(tag, 0) + 1
             if len(self.examples) < self.max_failures:
                 self.examples.append((cc, xx, tag))
+
+
+def entries(st: Any, old: ChangeWalk, below_set: NodeSet, failed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes below a change the new walk must start from (:meth:`~hpcfabric.verify.incremental.delta.ProofState.check`):
+    injections (at switches not ``failed``), and fabric arrivals that a reached node outside ``below`` leads to
+    (it is still reached, its choice the same) over a live link.
+
+    No search over every (column, reached state) of the upstream switches: a choice there depends on the state
+    and the column's *class* only, so per upstream switch the states whose choice sends into each (class, egress)
+    are listed once (injections first), and each node tries its candidates in growing batches until one is in
+    its column's reach and not below the change -- most nodes below a change are entered from outside, and
+    their first candidate already says so; only the few that are not try them all."""
+    ch = st.ch
+    n = ch.n_states
+    below = below_set.keys()
+    c, z = below // n, below % n
+    root = st.host_state[z]  # an injection, unless its switch failed
+    if failed:
+        zsw = np.searchsorted(ch.state_base, z, side="right") - 1
+        root &= ~np.isin(zsw, [ch.sw_index[s] for s in failed])
+    fab = np.flatnonzero(~st.host_state[z])
+    up_sw, up_at = st.upstream(z[fab])
+    ok = up_sw >= 0
+    ok[ok] = old.egress[up_at[ok]] == z[fab[ok]]  # the link into it is live in the old walk
+    fab, up_sw, up_at = fab[ok], up_sw[ok], up_at[ok]
+    order = np.argsort(up_sw, kind="stable")
+    fab, up_sw, up_at = fab[order], up_sw[order], up_at[order]
+    pair = np.zeros(len(fab), dtype=np.int64)  # per node: its (upstream switch, class, egress) candidate list
+    lists: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    n_pairs = 0
+    bounds = np.flatnonzero(np.concatenate([[True], up_sw[1:] != up_sw[:-1], [True]])) if len(fab) else []
+    for lo_i, hi_i in zip(bounds[:-1], bounds[1:]):
+        si = int(up_sw[lo_i])
+        cand = st.states_in_reach(si)
+        if not len(cand):
+            pair[lo_i:hi_i] = -1
+            continue
+        cols = c[fab[lo_i:hi_i]]
+        old.choices(np.full(len(cand), int(cols[0])), cand, np.full(len(cand), si))  # decides unknown states
+        b, a, col_cls = st.class_codes(ch.names[si], cand)
+        lo = int(ch.state_base[si])
+        at = up_at[lo_i:hi_i] - lo
+        q = at // PCP_SLOTS
+        code = q << SLOT_BITS | at % PCP_SLOTS  # the choice that sends a frame into the node
+        width = int(code.max()) + 1
+        keys, inv = np.unique(col_cls[cols] * width + code, return_inverse=True)
+        k, kc = keys // width, keys % width
+        first = np.argsort(~st.host_state[cand], kind="stable")  # injections first: rarely below a change
+        cand, b, a = cand[first], b[first], a[first]
+        back = (old.back_ok[si] & ~st.host_state[cand])[:, None] & (((cand - lo) // PCP_SLOTS)[:, None] == (kc >> SLOT_BITS)[None, :])
+        hit = ((b[:, k] == kc) | (a[:, k] == kc)) & ~back  # candidates x (class, egress)
+        p, r = np.nonzero(hit.T)
+        lists.append(cand[r])
+        sizes.append(np.bincount(p, minlength=len(keys)))
+        pair[lo_i:hi_i] = n_pairs + inv.reshape(-1)
+        n_pairs += len(keys)
+    cat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
+    cands, size = cat(lists), cat(sizes)
+    start = np.concatenate([[0], np.cumsum(size)])[:-1] if len(size) else size
+    has = pair >= 0
+    n_of = np.where(has, size[np.where(has, pair, 0)] if len(size) else 0, 0)
+    first_of = np.where(has, start[np.where(has, pair, 0)] if len(size) else 0, 0)
+    found = np.zeros(len(fab), dtype=bool)
+    active = np.flatnonzero(n_of > 0)
+    done, batch = 0, 1
+    while len(active):
+        take = np.minimum(n_of[active] - done, batch)
+        node = np.repeat(active, take)
+        off = done + np.arange(len(node)) - np.repeat(np.cumsum(take) - take, take)
+        u = cands[first_of[node] + off]
+        col = c[fab[node]]
+        good = st.in_reach(col, u) & ~below_set.has(col * n + u)
+        found[node[good]] = True
+        done += batch
+        batch *= 2
+        active = active[~found[active] & (n_of[active] > done)]
+    keys = unique(np.concatenate([below[root], below[fab[found]]]))
+    return keys // n, keys % n

@@ -92,7 +92,7 @@ class ProofReport:
     timings: dict[str, float] = field(default_factory=dict)
     fallback: dict[str, Any] | None = None  # the CDG oracle over single paused ports, when the union fails
     edges: frozenset[tuple[str, str]] | None = None  # keep=True: the dependency graph as channel-name pairs
-    # the symmetry reduction (verify.orbits) and whether it was used: then nodes count the walked
+    # the symmetry reduction (verify.union.orbits) and whether it was used: then nodes count the walked
     # columns' and channels / dependencies the quotient graph's (channels mapped to their orbits)
     symmetry: dict[str, Any] | None = None
     # the surviving fabric (compiled.failures): (destination column, injection) pairs the failures disconnect,
