@@ -3,10 +3,10 @@
 * ``reference/`` -- the scalar ground truth: ``pipeline`` (one frame through one switch's tables, OpenFlow
   1.3 semantics, overlap check, fast-failover groups), ``flatten`` (resubmit chains as plain entries),
   ``walk`` (one frame hop by hop through the fabric);
-* ``engine/`` -- the vectorised engine, two paths over the same semantics: rows (``views``, ``rows``,
-  ``core``: rows of one switch created as walks reach them, for the verifier and the oracle) and batch
-  (``flat``, ``batch``: every line of every switch at once, for the union proof); each cross-checked
-  against ``reference`` in the tests;
+* ``engine/`` -- the vectorised engine, one evaluator (``flat``: entries as columns; ``batch``: destination
+  classes and the decisions of many lines at once, for the union proof and repairs) and, over it, ``rows``
+  + ``core`` (rows of one switch created as walks reach them, for the verifier, the oracle and up/down);
+  cross-checked against ``reference`` in the tests;
 * shared parts: ``codes`` (outcome / next-state codes, channel names), ``probes`` (addresses nobody owns),
   ``scenarios`` (pause and link-down states applied to tables), ``graphs`` (packed edges, cycles),
   ``decisions`` (one switch's entries, port classes, destination classes);

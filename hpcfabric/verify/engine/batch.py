@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcfabric.rules.flows import TABLE_PORT_STATE
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables, Ragged
 
 __all__ = ["MatchClasses", "decide", "NOWHERE_PORT"]
@@ -245,19 +246,24 @@ def decide(
     line_own_drop: np.ndarray,
     el_line: np.ndarray,
     el_vk: np.ndarray,
+    trace: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(outputs, last output port, its PCP, punt, pipeline error) per element (line, variant-class).
 
     ``wild``: :meth:`FlatTables.wild_index` of the lines; ``dstc``: :meth:`MatchClasses.candidates`'
     matrix; ``line_own_drop``: an output to the line's port by number goes nowhere (the switch also
     sends back by OFPP_IN_PORT, so the walk cannot tell). Ports are ``NOWHERE_PORT`` for such outputs.
+    ``trace`` (``n_tables + n`` int64, filled in place): per table whether an element entered it, then
+    per element the port in its metadata on entering PORT_STATE (-1: never entered).
     """
     n = len(el_line)
     out = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), line_pcp[el_line].astype(np.int64),
            np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
+    T = flat.n_tables
     for c0 in range(0, n, CHUNK):
         sl = slice(c0, min(n, c0 + CHUNK))
-        res = _decide_chunk(flat, wild, dstc, line_v, line_in, line_pcp, line_own_drop, el_line[sl], el_vk[sl])
+        res = _decide_chunk(flat, wild, dstc, line_v, line_in, line_pcp, line_own_drop, el_line[sl], el_vk[sl],
+                            None if trace is None else (trace[:T], trace[T + sl.start:T + sl.stop]))
         for o, r in zip(out, res):
             o[sl] = r
     return out
@@ -265,7 +271,7 @@ def decide(
 
 def _decide_chunk(flat: FlatTables, wild: np.ndarray, dstc: Ragged, line_v: np.ndarray, line_in: np.ndarray,
                   line_pcp: np.ndarray, line_own_drop: np.ndarray, el_line: np.ndarray,
-                  el_vk: np.ndarray) -> tuple[np.ndarray, ...]:
+                  el_vk: np.ndarray, trace: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     n = len(el_line)
     T = flat.n_tables
     out_n = np.zeros(n, dtype=np.int64)
@@ -283,6 +289,10 @@ def _decide_chunk(flat: FlatTables, wild: np.ndarray, dstc: Ragged, line_v: np.n
         i = np.flatnonzero(cur == t)
         if not len(i):
             continue
+        if trace is not None:
+            trace[0][t] = 1
+            if t == TABLE_PORT_STATE:
+                trace[1][i] = (meta[i] & np.uint64(0xFFFF)).astype(np.int64)
         ln = el_line[i]
         ip, pc, me = line_in[ln][:, None], pcp[i][:, None], meta[i][:, None]
         best = np.full(len(i), -1, dtype=np.int64)

@@ -207,7 +207,7 @@ class _Context:
             fabric_arrival, cell_base, col_cls, want, probe.astype(bool))
         self.out_width = int(ch.max_ports.max(initial=0) + 1) * PCP_SLOTS
         # arrivals where an output back to the ingress port by number is dropped here (switches that also
-        # send back by OFPP_IN_PORT decided that in the views)
+        # send back by OFPP_IN_PORT decided that in the engine)
         self.back_ok = fabric_arrival & ~ch.in_port_out[sw_of]
         self.next_base, self.next_alt = (self._resolve(codes) for codes in (ch.base, ch.alt))
         self.has_alt = ch.alt != ch.base
