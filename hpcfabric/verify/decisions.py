@@ -9,7 +9,7 @@ The local checks (the up/down proof, :mod:`hpcfabric.verify.updown`; the per-des
   *capture* rule below), so one representative per class decides for all;
 * :func:`port_classes`: ingress ports whose ``in_port`` entries are equal but for the port;
 * :func:`arrival_pcps`: every VLAN PCP a frame can carry (untagged, and what entries push or set);
-* :func:`decide_line`: the engine's outcome of one row for a destination set, as arrays.
+* :func:`decide_lines`: the engine's outcome of rows for a destination set, as arrays.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import numpy as np
 from hpcfabric.rules.flows import OFPP_IN_PORT, Output, PopVlan, PushVlan, SetField
 from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate
+from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate_rows
 from hpcfabric.verify.reference.pipeline import describe_flow
 
-__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line"]
+__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_lines"]
 
 
 def arrival_pcps(relevant: dict[str, list[Any]]) -> list[int]:
@@ -105,10 +105,11 @@ def port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) 
     return out
 
 
-def decide_line(row: Row, dst: Destinations) -> tuple[np.ndarray, ...]:
-    """(outputs, last output port, its PCP, punt, pipeline error, PORT_STATE port met or -1) per destination."""
-    res = evaluate(row, dst, track=True)
-    return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
+def decide_lines(rows: list[Row], dst: Destinations) -> list[tuple[np.ndarray, ...]]:
+    """Per row, evaluated together: (outputs, last output port, its PCP, punt, pipeline error, PORT_STATE
+    port met or -1) per destination."""
+    return [(res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port)
+            for res in evaluate_rows(rows, dst, track=True)]
 
 
 def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError, *,

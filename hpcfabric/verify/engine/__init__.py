@@ -33,10 +33,10 @@ The internal API, bottom up:
 
 from hpcfabric.verify.engine.core import Engine
 from hpcfabric.verify.engine.flat import Unsupported
-from hpcfabric.verify.engine.rows import (Destinations, Outcome, Row, data_flows, data_relevant, entry_key, evaluate,
+from hpcfabric.verify.engine.rows import (Destinations, Outcome, Row, data_flows, data_relevant, entry_key, evaluate, evaluate_rows,
                                           rewrites_pcp)
 
 __all__ = [
-    "Destinations", "Unsupported", "Row", "Outcome", "evaluate", "data_flows", "data_relevant",
+    "Destinations", "Unsupported", "Row", "Outcome", "evaluate", "evaluate_rows", "data_flows", "data_relevant",
     "rewrites_pcp", "entry_key", "Engine",
 ]
