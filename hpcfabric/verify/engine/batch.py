@@ -105,7 +105,7 @@ class MatchClasses:
             n_keys += len(keys)
         self._first_rank = np.concatenate(first_rank) if first_rank else np.zeros((0, self._width), np.int32)
         self._capture = np.concatenate(capture_rank) if capture_rank else np.zeros((0, self._width), np.int32)
-        self._writer = WriterRule.build(flat, variant_group, n_groups, ekey)
+        self._writer = WriterRule.build(flat, variant_group, n_groups, ekey, n_keys)
         extra_group = np.asarray(extra_group, dtype=np.int64)
         order = np.argsort(extra_group, kind="stable")
         extra_at = np.searchsorted(extra_group[order], np.arange(n_groups + 1))
@@ -133,29 +133,27 @@ class MatchClasses:
     def _classify(self, group: np.ndarray, mac_id: np.ndarray, g0: int, g1: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Classes of the pairs of groups ``g0`` .. ``g1``: (class local to its group per pair, labels per
-        class, classes per group), classes numbered group by group in order of their first pair. Pairs with
-        the same keys (one per mask) are pruned and labelled once, by a representative."""
+        class, classes per group), classes numbered group by group in order of their first pair."""
         keys = [self._key(mi, group, mac_id) for mi in range(len(self.masks))]
-        rep, inv = _distinct(group, keys)
-        rgroup, rkeys = group[rep], [k[rep] for k in keys]
-        if self._writer is not None:
-            met = self._writer.met(rgroup, rkeys)
-            for mi, k in enumerate(rkeys):
+        w = self._writer
+        if w is not None:  # the writer rule, once per distinct (group signature, key signatures)
+            rep, inv = _distinct(w.gsig[group], [np.where(k >= 0, w.ksig[np.maximum(k, 0)], -1) for k in keys])
+            met = w.met(group[rep], [k[rep] for k in keys])[inv]
+            for mi, k in enumerate(keys):
                 k[~met[:, mi]] = -1
+            del met, inv
         else:
-            self._captured(rkeys)
-        labs = [np.where(k >= 0, self._u[mi][mac_id[rep]], -1).astype(np.int32)  # value ids < 2^31
-                for mi, k in enumerate(rkeys)]
-        crep, cinv = _distinct(rgroup, labs)  # classes of representatives
-        first = np.full(len(crep), np.iinfo(np.int64).max, dtype=np.int64)  # each class's first pair
-        np.minimum.at(first, cinv, rep)
+            self._captured(keys)
+        labs = [np.where(k >= 0, self._u[mi][mac_id], -1).astype(np.int32)  # value ids < 2^31
+                for mi, k in enumerate(keys)]
+        first, inv = _distinct(group, labs)  # first pair of each class
         order = np.lexsort((first, group[first]))
         renum = np.empty(len(order), dtype=np.int64)
         renum[order] = np.arange(len(order))
-        pair_class = renum[cinv][inv]
+        pair_class = renum[inv]
         cnt = np.bincount(group[first[order]] - g0, minlength=g1 - g0)
         start = np.concatenate([[0], np.cumsum(cnt)])
-        labels = np.stack([lab[crep[order]] for lab in labs], axis=1) if labs else \
+        labels = np.stack([lab[first[order]] for lab in labs], axis=1) if labs else \
             np.zeros((len(order), 0), dtype=np.int32)
         return pair_class - start[group - g0], labels.astype(np.int32), cnt
 
