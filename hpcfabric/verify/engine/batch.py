@@ -21,6 +21,7 @@ import numpy as np
 
 from hpcfabric.rules.flows import TABLE_PORT_STATE
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables, Ragged
+from hpcfabric.verify.engine.writer import WriterRule
 
 __all__ = ["MatchClasses", "decide", "NOWHERE_PORT"]
 
@@ -71,6 +72,7 @@ class MatchClasses:
         self._present: list[np.ndarray | tuple[np.ndarray, np.ndarray, int]] = []  # per mask: (group, value) -> key
         self._entry = (dst, np.full(len(dst), -1, dtype=np.int64), np.full(len(dst), -1, dtype=np.int64))
         first_rank, capture_rank = [], []  # per key (group, mask, value): best rank per column, any / capturing
+        ekey = np.full(flat.n, -1, dtype=np.int64)  # per entry of flat: its key
         n_keys = 0
         for mi, m in enumerate(self.masks.tolist()):
             masked = macs & np.uint64(m)
@@ -87,6 +89,7 @@ class MatchClasses:
             gv = variant_group[flat.v[dst][sel]] * len(vals) + pos
             keys, key_of = np.unique(gv, return_inverse=True)
             key_of = key_of.reshape(-1)
+            ekey[dst[sel]] = n_keys + key_of
             best = np.full((len(keys), self._width), NEVER, dtype=np.int32)
             np.minimum.at(best, (key_of, where[sel]), flat.rank[dst][sel].astype(np.int32))
             first_rank.append(best)
@@ -103,6 +106,7 @@ class MatchClasses:
             n_keys += len(keys)
         self._first_rank = np.concatenate(first_rank) if first_rank else np.zeros((0, self._width), np.int32)
         self._capture = np.concatenate(capture_rank) if capture_rank else np.zeros((0, self._width), np.int32)
+        self._writer = WriterRule.build(flat, variant_group, n_groups, ekey, n_keys)
         extra_group = np.asarray(extra_group, dtype=np.int64)
         order = np.argsort(extra_group, kind="stable")
         extra_at = np.searchsorted(extra_group[order], np.arange(n_groups + 1))
@@ -132,32 +136,27 @@ class MatchClasses:
         """Classes of the pairs of groups ``g0`` .. ``g1``: (class local to its group per pair, labels per
         class, classes per group), classes numbered group by group in order of their first pair."""
         keys = [self._key(mi, group, mac_id) for mi in range(len(self.masks))]
-        self._captured(keys)
-        h = group.astype(np.uint64) * _MUL
-        labs = []  # per mask: the label of every pair (kept for the exact check below)
-        with np.errstate(over="ignore"):
-            for mi, key in enumerate(keys):
-                labs.append(np.where(key >= 0, self._u[mi][mac_id], -1).astype(np.int32))  # value ids < 2^31
-                h = h * _MUL + (labs[-1] + 1).astype(np.uint64)
-        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
+        w = self._writer
+        if w is not None:  # the writer rule, once per distinct (group signature, key signatures)
+            rep, inv = _distinct(w.gsig[group], [np.where(k >= 0, w.ksig[np.maximum(k, 0)], -1) for k in keys])
+            met = w.met(group[rep], [k[rep] for k in keys])[inv]
+            for mi, k in enumerate(keys):
+                k[~met[:, mi]] = -1
+            del met, inv
+        else:
+            self._captured(keys)
+        labs = [np.where(k >= 0, self._u[mi][mac_id], -1).astype(np.int32)  # value ids < 2^31
+                for mi, k in enumerate(keys)]
+        first, inv = _distinct(group, labs)  # first pair of each class
         order = np.lexsort((first, group[first]))
         renum = np.empty(len(order), dtype=np.int64)
         renum[order] = np.arange(len(order))
         pair_class = renum[inv]
-        class_pair = first[order]
-        cnt = np.bincount(group[class_pair] - g0, minlength=g1 - g0)
+        cnt = np.bincount(group[first[order]] - g0, minlength=g1 - g0)
         start = np.concatenate([[0], np.cumsum(cnt)])
-        rep = class_pair[pair_class]
-        ok = group[rep] == group
-        labels = np.empty((len(order), len(self.masks)), dtype=np.int32)
-        for mi in range(len(self.masks)):
-            lab = labs[mi]
-            ok &= lab == lab[rep]
-            labels[:, mi] = lab[class_pair]
-        if not ok.all():  # pragma: no cover - a 64-bit hash collision inside one switch
-            raise AssertionError("destination class hash collision; report this fabric")
-        return pair_class - start[group - g0], labels, cnt
+        labels = np.stack([lab[first[order]] for lab in labs], axis=1) if labs else \
+            np.zeros((len(order), 0), dtype=np.int32)
+        return pair_class - start[group - g0], labels.astype(np.int32), cnt
 
     def _captured(self, keys: list[np.ndarray]) -> None:
         """Unmet keys to -1, in place: a key is met when one of its entries comes no later, in its variant's
@@ -234,6 +233,23 @@ class MatchClasses:
         del items
         order = np.lexsort((item, row))  # by row, pipeline order within a row
         return start, Ragged(row[order], item[order], n_vk * flat.n_tables, ordered=True)
+
+
+def _distinct(group: np.ndarray, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(a representative per distinct (group, columns...) row, each row's index into them): by a 64-bit hash,
+    then checked exactly against the representative."""
+    h = group.astype(np.uint64) * _MUL
+    with np.errstate(over="ignore"):
+        for c in cols:
+            h = h * _MUL + (c + 1).astype(np.uint64)
+    _, rep, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    ok = group[rep][inv] == group
+    for c in cols:
+        ok &= c[rep][inv] == c
+    if not ok.all():  # pragma: no cover - a 64-bit hash collision
+        raise AssertionError("destination class hash collision; report this fabric")
+    return rep, inv
 
 
 def decide(
