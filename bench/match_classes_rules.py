@@ -1,5 +1,6 @@
-"""Benchmark: destination classes per switch under three capture rules, scalar, for the design of the next
-:class:`~hpcfabric.verify.engine.batch.MatchClasses` (issue 28: fb-4d-300k conditional does not fit).
+"""Benchmark: destination classes per switch under three capture rules, scalar, the design
+check of the writer rule :class:`~hpcfabric.verify.engine.batch.MatchClasses` applies (issue 28;
+``hpcfabric/verify/engine/writer.py``, tested in ``tests/test_match_classes.py``).
 
 A switch's destination class is the set of ``eth_dst`` keys (mask, masked value) a destination *meets*
 in the installed tables and in their paused copy (:func:`~hpcfabric.verify.scenarios.paused_data_flows`).
@@ -7,9 +8,9 @@ Tables are read in order from table 0 with the metadata values that can arrive t
 what the ``goto`` entries met before write); within a table, entries in priority order:
 
 * ``none``: every entry whose ``eth_dst`` matches is met;
-* ``capture`` (``MatchClasses`` today): an entry whose only condition is ``eth_dst`` ends the table for
+* ``capture`` (``MatchClasses`` before the writer rule): an entry whose only condition is ``eth_dst`` ends the table for
   the destinations it matches;
-* ``writer`` (proposed): as ``capture``, and an entry whose only conditions are ``eth_dst`` and
+* ``writer`` (``MatchClasses``): as ``capture``, and an entry whose only conditions are ``eth_dst`` and
   ``metadata`` also ends the table when every metadata value that can arrive satisfies it; an entry whose
   ``metadata`` condition no arriving value satisfies is not met. Sound: an entry dropped is one that never
   wins for that destination (an earlier entry always matches whatever arrives). Switches with ``Resubmit`` or

@@ -4,7 +4,9 @@
 every variant of the switch form one class; they decide alike in every row. An entry whose only
 condition is ``eth_dst`` *captures* what it matches in its table: the entries below it there are
 never met by those destinations, so they do not split them (a Flattened Butterfly's lower-dimension
-entries, below the entry of the first differing dimension; nested LPM prefixes). Computed per mask
+entries, below the entry of the first differing dimension; nested LPM prefixes). Where ``eth_dst``
+entries also match metadata, the *writer rule* (:mod:`.writer`) reads the tables with the metadata values
+that can arrive (conditional Flattened Butterflies' paused tables). Computed per mask
 with numpy for all switches together (a 64-bit hash of the met values per mask, then checked exactly
 against each class's representative).
 
@@ -44,7 +46,8 @@ class MatchClasses:
     time: memory is the output plus one chunk, not a few dozen bytes per (switch, target) pair.
 
     A pair *meets* an entry that matches it unless an entry whose only condition is ``eth_dst``
-    matches it earlier in the same table of the same variant (the capture rule, module docstring)."""
+    matches it earlier in the same table of the same variant (the capture rule, module docstring), or,
+    where ``eth_dst`` entries match metadata, as :class:`~.writer.WriterRule` says."""
 
     def __init__(self, flat: FlatTables, variant_group: np.ndarray, n_groups: int, targets: np.ndarray,
                  extra_group: np.ndarray, extra_mac: np.ndarray) -> None:
