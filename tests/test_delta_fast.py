@@ -4,7 +4,8 @@
   batches) equal the plain search -- every below node against every reached state of its upstream switch,
   column by column -- on every check of a seeded sequence of repairs (Dragonfly and Flattened Butterfly);
 * switches decided in batches (``redecide.BATCH``) decide exactly as one at a time;
-* ``depgraph.unique`` / ``union`` equal ``np.unique`` / ``np.union1d``.
+* ``depgraph.unique`` / ``union`` equal ``np.unique`` / ``np.union1d``;
+* ``ProofState.restore`` puts back the reach bit sets its journal recorded (fast27b).
 """
 
 from __future__ import annotations
@@ -148,3 +149,39 @@ def test_topo_rank_as_the_level_by_level_removal():
         cyclic += want is None
         assert (want is None and got is None) or np.array_equal(want, got), trial
     assert 5 < cyclic < 30
+
+
+def test_restore_puts_the_reach_back_from_the_journal():
+    """``snapshot`` keeps a journal mark instead of a copy of the reach bit sets: after commits (one plan's, then a
+    nested snapshot's too), ``restore`` gives the bit sets, ``extra`` and the graph back exactly; a discarded plan
+    leaves the base as it was and the next plan equal to a fresh one's (fast27b)."""
+    cfg = load_config(ROOT / "configs" / "dragonfly-a4-p2-h2.conf")
+    fabric = cfg.fabric
+    rep = Repairer(cfg, prove=True)
+    st = rep.base()
+    before = (st.reached.copy(), st.extra.copy(), st.graph.edges.copy())
+    rng = random.Random(5)
+    changed_any = False
+    for _ in range(4):
+        links = rng.sample(fabric.links, 3)
+        plan = rep.plan(Failures.of(fabric, [(link.a, link.a_port) for link in links], []))
+        if plan.proven:
+            changed_any |= not np.array_equal(st.reached, before[0])
+            outer = st.snapshot()  # nested: a second change on top of the first, then back to the first
+            mid = st.reached.copy()
+            again = st.check(initial_tables(rep), plan.changed, mix=True)
+            if again.acyclic:
+                st.commit()
+            st.restore(outer)
+            assert np.array_equal(st.reached, mid)
+        rep.discard(plan)
+        assert np.array_equal(st.reached, before[0]) and np.array_equal(st.extra, before[1])
+        assert np.array_equal(st.graph.edges, before[2])
+    assert changed_any  # the plans did change the reach: the restores had something to undo
+
+
+def initial_tables(rep):
+    """The tables compiled without failures (a recovery), as a change on top of a plan's."""
+    from dataclasses import replace
+
+    return replace(rep.initial, tables=dict(rep.initial.tables), failures=NO_FAILURES)

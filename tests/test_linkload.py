@@ -47,7 +47,7 @@ def test_rows_name_the_sending_end_and_use_the_port_speed():
     a, b = (link.a, link.a_port), (link.b, link.b_port)
     inp = LinkInputs(bps={a: 4e9, b: 1e9}, speed={b: 2e9}, default_speed=10e9, frames={a: 7}, flips={a: 2},
                      paused_s={a: 1.25}, paused=frozenset({a}), down=frozenset({b}))
-    rows = {(r.switch, r.port): r for r in table.rows(inp)}
+    rows = {(r.switch, r.port): r for r in table.figures(inp).rows()}
     ra, rb = rows[a], rows[b]
     assert ra.peer == f"{link.b}:{link.b_port}" and ra.cls == "global"
     assert ra.util == pytest.approx(0.4) and rb.util == pytest.approx(0.5)  # b: its own speed (2 Gb/s)
@@ -55,7 +55,7 @@ def test_rows_name_the_sending_end_and_use_the_port_speed():
     assert rb.paused is False and ra.failed and rb.failed  # one end down: both directions failed
     others = [r for k, r in rows.items() if k not in (a, b)]
     assert all(r.util is None and not r.failed for r in others)
-    assert [(r.switch, r.port) for r in table.rows(inp, only=[a])] == [a]
+    assert [(r.switch, r.port) for r in table.figures(inp).rows(only=[a])] == [a]
 
 
 def test_class_figures_and_top_n():

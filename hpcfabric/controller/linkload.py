@@ -165,10 +165,6 @@ class LinkTable:
             col[hit] = True
         return LinkFigures(self, util, frames, flips, paused_s, paused, down | down[self.far])
 
-    def rows(self, inp: LinkInputs, only: Iterable[Key] | None = None) -> list[LinkRow]:
-        """Every direction's figures (``only``: just those sending ends)."""
-        return self.figures(inp).rows(only)
-
 
 @dataclass(frozen=True, eq=False)
 class LinkFigures:

@@ -5,7 +5,7 @@ kind -- ``global``/``local``, ``dim0``.., ``edge-agg``/``agg-core`` or ``levelN-
 (``[metrics] top_links``, default 10). Per-link series only for the sending ends the operator names
 (``[metrics] links = SW:PORT,...``) or for every direction (``links = all``: 47,472 per series at
 Table III). :class:`LinkView` turns the controller's per-port figures into columns
-(:mod:`hpcfabric.controller.linkload`), at most once per :data:`ROWS_TTL` seconds; it is given
+(:mod:`hpcfabric.controller.linkload`), at most once per :data:`FIGURES_TTL` seconds; it is given
 callables, never the app: the fabric, the inputs (:func:`hpcfabric.controller.webfeed.link_inputs`)
 and the view settings.
 """
@@ -35,7 +35,7 @@ LINK_METRICS: dict[str, tuple[str, str]] = {
 }
 
 #: rows are rebuilt at most this often (a scrape and the page share them)
-ROWS_TTL = 0.5
+FIGURES_TTL = 0.5
 
 
 class LinkView:
@@ -58,10 +58,10 @@ class LinkView:
         return self._table
 
     def figures(self, now: float | None = None) -> LinkFigures:
-        """Every direction's figures (computed again at most once per :data:`ROWS_TTL`)."""
+        """Every direction's figures (computed again at most once per :data:`FIGURES_TTL`)."""
         now = time.monotonic() if now is None else now
         table = self.table
-        if self._figures is None or now - self._figures[0] > ROWS_TTL or now < self._figures[0]:
+        if self._figures is None or now - self._figures[0] > FIGURES_TTL or now < self._figures[0]:
             self._figures = (now, self.offload(table.figures, self.inputs(now)))
         return self._figures[1]
 

@@ -95,6 +95,11 @@ class StatsPoller:
                     drops[st.meter_id] = sum(b.packet_band_count for b in st.band_stats)
             self.meter_drops[name] = drops
 
+    @property
+    def load_round(self) -> int:
+        """How many port-rate rounds have been recorded (the page refetches its loads when it changes)."""
+        return self.rates.rounds
+
     def as_dict(self) -> dict[str, Any]:
         """The last polled counters: ``served`` (switch -> dmp/spoofed/host_punts -> port -> packets),
         ``meter_drops`` (switch -> meter id -> packets), and the port rates: ``tx_bps`` and ``speed_bps``

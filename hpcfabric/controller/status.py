@@ -27,7 +27,7 @@ STATUS_MIN_GAP = 0.1  # at most 10 status writes per second
 #: is ~30 ms of CPU in slices, and a PAUSE arriving during a slice waits for it)
 STATUS_GAP_X = 50
 STATUS_LIST_CAP = 1000  # longer link lists are cut (their *_count keys hold the totals)
-MILESTONE_S = 0.25  # how soon a milestone (every switch confirmed) reaches the status file, whatever the gap
+MILESTONE_S = 0.02  # how soon a milestone (every switch confirmed, a repair) reaches the status file, whatever the gap
 SLICE = 128  # switches per slice of the status loop's write (other green threads run between slices)
 
 

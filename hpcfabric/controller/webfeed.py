@@ -1,7 +1,8 @@
 """What the fabric page and the per-link metrics read from a running controller: plain snapshots.
 
 The one place that reads the controller for them -- its :class:`~hpcfabric.controller.snapshot.Sources`: the
-state and the collaborators' ``as_dict()`` snapshots, as status and metrics do, never the app -- so the page
+state, the collaborators' ``as_dict()`` snapshots (as status and metrics read them) and two public reads (the
+poller's ``load_round``, the failover's ``ports_down``), never the app -- so the page
 (:mod:`hpcfabric.controller.web`) and the link metrics (:mod:`hpcfabric.controller.linkmetrics`) take
 callables returning plain values and know nothing of the controller:
 
@@ -22,19 +23,13 @@ from hpcfabric.controller.snapshot import Sources
 
 
 def link_inputs(src: Sources, now: float | None = None) -> LinkInputs:
-    """The controller's per-port figures at ``now`` (monotonic; default: now), from the poller's, pausing's
-    and failover's snapshots."""
+    """The controller's per-port figures at ``now`` (monotonic; default: now): the poller's and pausing's
+    snapshots and the failover's ports down (damped)."""
     now = time.monotonic() if now is None else now
     poller, pz = src.poller.as_dict(), src.pausing.as_dict(now)
     return LinkInputs(bps=poller["tx_bps"], speed=poller["speed_bps"], default_speed=src.state.config.link_speed_bps,
                       frames=pz["port_frames"], flips=pz["port_flips"], paused_s=pz["paused_s"],
-                      paused=frozenset(src.state.pause.until), down=frozenset(map(port_key, src.failover.as_dict()["ports_down"])))
-
-
-def port_key(text: str) -> tuple[str, int]:
-    """"switch:port" -> (switch, port)."""
-    switch, _, port = text.rpartition(":")
-    return switch, int(port)
+                      paused=frozenset(src.state.pause.until), down=frozenset(src.failover.ports_down(now)))
 
 
 def masters(ha: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,5 +65,5 @@ def live(src: Sources) -> dict[str, Any]:
         "ha": masters(src.ha.as_dict()),
         "switches": {"expected": len(sws), "connected": sum(1 for s in sws if s.connected),
                      "confirmed": sum(1 for s in sws if s.confirmed)},
-        "load_round": src.poller.as_dict()["load_round"],
+        "load_round": src.poller.load_round,
     }

@@ -120,6 +120,7 @@ class Repairer:
         self.state = state
         self._undo: Any = None
         self.failover: Any = None  # the fast-failover analysis kept between repairs (failover_analysis)
+        self._entry_sets: dict[int, tuple[Any, frozenset]] = {}  # id(table's flows) -> (flows, as a set): last plan's
 
     def failover_analysis(self, compiled: Any = None) -> Any:
         """The fast-failover analysis kept between repairs, for ``compiled``'s fabric (default: the tables in force,
@@ -212,12 +213,28 @@ class Repairer:
                 waves = (*waves[:-1], waves[-1] + regrouped) if waves else (regrouped,)
         else:
             desired, groups = adapt_switches(config, compiled, mine)
-        entries = sum(entries_changed(self.compiled.tables[s].flows, compiled.tables[s].flows) for s in mine)
+        entries = self._entries_changed([(self.compiled.tables[s].flows, compiled.tables[s].flows) for s in mine])
         entries += sum(entries_changed(self.desired[s], desired[s]) for s in regrouped)
         timings["adapt"] = time.perf_counter() - t1
         verdict = {**verdict, "redirect_detours": redirect}
         return RepairPlan(failures, compiled, changed, desired, groups, waves, entries, verdict,
                           time.perf_counter() - t0, timings, regrouped)
+
+    def _entries_changed(self, pairs: list[tuple[tuple[FlowSpec, ...], tuple[FlowSpec, ...]]]) -> int:
+        """:func:`entries_changed` of each (old, new) table, summed; each table's entries as a set kept for the next
+        plan (its old tables are this plan's old or new ones: hashing ~200 entries per table is most of the cost)."""
+        kept: dict[int, tuple[Any, frozenset]] = {}
+
+        def entry_set(flows: tuple[FlowSpec, ...]) -> frozenset:
+            got = kept.get(id(flows)) or self._entry_sets.get(id(flows))
+            if got is None or got[0] is not flows:
+                got = (flows, frozenset(flows))
+            kept[id(flows)] = got
+            return got[1]
+
+        n = sum(len(entry_set(old) ^ entry_set(new)) for old, new in pairs)
+        self._entry_sets = kept
+        return n
 
     def _refused(self, failures: Failures, why: str, t0: float) -> RepairPlan:
         return RepairPlan(failures, self.compiled, (), {}, {}, (), 0,
@@ -329,9 +346,13 @@ class Repairer:
         if plan.groups or self.groups:
             self.groups = dict(plan.groups)
         self._undo = None
+        if self.state is not None:
+            self.state.forget()
 
     def discard(self, plan: RepairPlan) -> None:
         """The plan is not installed: the proof base goes back to the tables in force."""
         if self._undo is not None and self.state is not None:
             self.state.restore(self._undo)
         self._undo = None
+        if self.state is not None:
+            self.state.forget()

@@ -162,6 +162,7 @@ class ProofState:
         self.reached = reached
         #: reach outside the bit set: node keys (column * states + state) of states without a base line, sorted
         self.extra = np.zeros(0, dtype=np.int64)
+        self._extra_states: tuple[np.ndarray, np.ndarray] = (self.extra, self.extra)  # (extra, its states): a cache
         self.graph = DepGraph(edges, counts, ch.n_states)  # the dependency graph, exactly, with edge counts
         self.report = report
         #: switches decided again (a committed change, or states no walk reached before)
@@ -188,6 +189,7 @@ class ProofState:
             buf.fill(0)
             self._buffers.append(buf)
         self._lent: list[NodeSet] = []
+        self._journal: list[tuple[np.ndarray, np.ndarray]] = []  # (reach bytes, their values before a commit)
 
     @classmethod
     def build(cls, compiled: Any) -> "ProofState":
@@ -239,8 +241,10 @@ class ProofState:
         lo, hi = int(ch.state_base[si]), int(ch.state_base[si + 1])
         states = np.flatnonzero(ch.state_line[lo:hi] >= 0) + lo
         if len(self.extra):
-            x = self.extra % ch.n_states
-            states = union(states, x[(x >= lo) & (x < hi)])
+            if self._extra_states[0] is not self.extra:  # the states of ``extra``, sorted: one search per switch
+                self._extra_states = (self.extra, unique(self.extra % ch.n_states))
+            x = self._extra_states[1]
+            states = union(states, x[np.searchsorted(x, lo):np.searchsorted(x, hi)])
         return states
 
     # -- choices --------------------------------------------------------------
@@ -462,11 +466,14 @@ class ProofState:
             self.switches[s] = dec
             self.overlaid[ch.sw_index[s]] = True
             self.back_ok[ch.sw_index[s]] = dec.back_ok
+        flat = self.reached.reshape(-1)
         for keys, on in ((p["below"], False), (p["visited"], True)):  # the reach below the change, walked anew
             c, x = keys // ch.n_states, keys % ch.n_states
             rs = self.rs_of[x]
             ok = rs >= 0
             r = rs[ok]
+            byte = unique(c[ok] * self.reached.shape[1] + (r >> 3))
+            self._journal.append((byte, flat[byte]))  # the bytes as they were: restore() puts them back
             set_bits(self.reached, c[ok], (r & ~7) | (7 - (r & 7)), on)  # the reach bit sets are big-endian per byte
             if on:
                 self.extra = union(self.extra, keys[~ok])
@@ -477,15 +484,25 @@ class ProofState:
         self._pending = None
 
     def snapshot(self) -> tuple[Any, ...]:
-        """What :meth:`commit` changes, copied: :meth:`restore` goes back to it."""
+        """What :meth:`commit` changes, copied (the reach bit sets: a mark in the journal of the bytes commits
+        changed, not a copy of ~200 MB at Table III): :meth:`restore` goes back to it. Snapshots nest (restore
+        the later first); :meth:`forget` once none is needed any more."""
         return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
-                self.reached.copy(), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
+                len(self._journal), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
                 self.comp)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
-        (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, self.reached, self.extra,
+        (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, mark, self.extra,
          self.graph.edges, self.graph.count, self.graph.rank, self.egress, self.comp) = snap
+        flat = self.reached.reshape(-1)
+        while len(self._journal) > mark:  # the commits since the snapshot undone, the last first
+            byte, old = self._journal.pop()
+            flat[byte] = old
         self._pending = None
+
+    def forget(self) -> None:
+        """No snapshot taken so far will be restored: the journal of changed reach bytes is dropped."""
+        self._journal = []
 
     def _splits_unchanged(self, relevant: dict[str, list[Any]], names: list[str]) -> None:
         """Columns stay columns: no entry of a changed switch tells the hosts of a shared column apart."""

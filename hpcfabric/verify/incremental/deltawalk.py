@@ -199,9 +199,12 @@ class ChangeWalk:
                 over[unknown] = True
                 for si in unique(sw[unknown]).tolist():
                     st.decide_more(ch.names[si], x[unknown][sw[unknown] == si])
-        for si in unique(sw[over]).tolist():
-            name = ch.names[si]
-            sel = np.flatnonzero(over & (sw == si))
+        idx = np.flatnonzero(over)
+        idx = idx[np.argsort(sw[idx], kind="stable")]  # by switch, in node order within one: a slice per switch
+        cut = np.flatnonzero(np.concatenate([[True], sw[idx[1:]] != sw[idx[:-1]], [True]])) if len(idx) else []
+        for lo, hi in zip(cut[:-1], cut[1:]):
+            sel = idx[lo:hi]
+            name = ch.names[int(sw[sel[0]])]
             got = self.new.get(name) or st.switches[name]
             bb, aa, known = got.codes(x[sel], c[sel])
             if not known.all():
@@ -209,6 +212,25 @@ class ChangeWalk:
                 bb, aa, known = got.codes(x[sel], c[sel])
             b[sel], a[sel] = bb, aa
         return b, a
+
+    def decide_unknown(self, si: int, x: np.ndarray) -> None:
+        """Decide the states ``x`` of switch index ``si`` that have no choice yet, as :meth:`choices` would (and
+        nothing else)."""
+        st = self.state
+        name = st.ch.names[si]
+        if not (self.is_new[si] or st.overlaid[si]):
+            unknown = x[st.ch.state_line[x] < 0]
+            if len(unknown):
+                st.decide_more(name, unknown)
+            return
+        got = self.new.get(name) or st.switches[name]
+        if not len(got.states):
+            self._more(name, x)
+            return
+        at = np.minimum(np.searchsorted(got.states, x), len(got.states) - 1)
+        known = got.states[at] == x
+        if not known.all():
+            self._more(name, x[~known])
 
     def _more(self, name: str, states: np.ndarray) -> SwitchDecisions:
         if name in self.new:
@@ -309,7 +331,7 @@ def entries(st: Any, old: ChangeWalk, below_set: NodeSet, failed: Any) -> tuple[
             pair[lo_i:hi_i] = -1
             continue
         cols = c[fab[lo_i:hi_i]]
-        old.choices(np.full(len(cand), int(cols[0])), cand, np.full(len(cand), si))  # decides unknown states
+        old.decide_unknown(si, cand)
         b, a, col_cls = st.class_codes(ch.names[si], cand)
         lo = int(ch.state_base[si])
         at = up_at[lo_i:hi_i] - lo
