@@ -5,9 +5,14 @@ The controller's server context as the TLS gate builds it (hpcfabric.controller.
 certificate required, no session tickets) against a switch's client context as the emulator's (CA-verified
 server certificate, its own certificate); EC P-256 certificates from hpcfabric.emu.pki. Each side runs in
 its own thread over socketpairs; CPU is per thread (``RUSAGE_THREAD``). Variants show where the time goes:
-``tickets`` (session tickets on), ``no_client_verify`` (the server asks for no certificate).
+``tickets`` (session tickets on), ``no_client_verify`` (the server asks for no certificate). With pyOpenSSL
+importable, ``pyopenssl`` is the same pair of contexts over the OpenSSL that its ``cryptography`` wheel carries
+(another OpenSSL than the standard library's: the version is in the line), to tell OpenSSL 3.0's cost from a
+newer one's:
 
     .venv/bin/python bench/tls_handshake.py [--handshakes 400]
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install cryptography pyOpenSSL   # a newer OpenSSL, for comparison
+    PYTHONPATH=. /tmp/v/bin/python bench/tls_handshake.py
 """
 
 from __future__ import annotations
@@ -71,6 +76,47 @@ def run(files: dict, n: int, *, verify: bool = True, tickets: bool = False) -> d
     return out
 
 
+def run_pyopenssl(files: dict, n: int) -> dict:
+    """The controller's and a switch's contexts over pyOpenSSL (its OpenSSL): CPU per handshake on each side."""
+    from OpenSSL import SSL
+
+    srv = SSL.Context(SSL.TLS_SERVER_METHOD)
+    srv.set_min_proto_version(SSL.TLS1_2_VERSION)
+    srv.set_options(SSL.OP_NO_TICKET)
+    srv.use_certificate_file(files["cert"])
+    srv.use_privatekey_file(files["key"])
+    srv.load_verify_locations(files["ca"])
+    srv.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT)
+    cli = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    cli.load_verify_locations(files["ca"])
+    cli.set_verify(SSL.VERIFY_PEER)
+    cli.use_certificate_file(files["switch_cert"])
+    cli.use_privatekey_file(files["switch_key"])
+    pairs = [socket.socketpair() for _ in range(n)]
+    out: dict = {"openssl": SSL.OpenSSL_version(SSL.OPENSSL_VERSION).decode()}
+
+    def side(ctx: object, index: int, key: str, server: bool) -> None:
+        c0 = thread_cpu()
+        for pair in pairs:
+            conn = SSL.Connection(ctx, pair[index])
+            conn.set_accept_state() if server else conn.set_connect_state()
+            conn.do_handshake()
+            if server and conn.get_peer_certificate() is None:
+                raise SystemExit("pyOpenSSL: no client certificate")
+        out[key] = round((thread_cpu() - c0) / n * 1000, 3)
+
+    threads = [threading.Thread(target=side, args=(srv, 0, "server_ms", True)),
+               threading.Thread(target=side, args=(cli, 1, "client_ms", False))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in pairs:
+        a.close()
+        b.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--handshakes", type=int, default=400)
@@ -85,6 +131,12 @@ def main() -> int:
                "tickets": run(files, args.handshakes, tickets=True),
                "no_client_verify": run(files, args.handshakes, verify=False),
                "load_avg_1m": round(os.getloadavg()[0], 2)}
+        try:
+            import OpenSSL  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            res["pyopenssl"] = run_pyopenssl(files, args.handshakes)
     print(json.dumps(res))
     return 0
 
