@@ -6,7 +6,8 @@
 arguments the framework built from ``--ctl-privkey`` / ``--ctl-cert`` /
 ``--ca-certs`` (which ``[openflow] tls*`` sets, :mod:`hpcfabric.controller.launch`)
 it does the handshake itself: TLS 1.2 or later, a client certificate required
-and verified against the CA, ``HANDSHAKE_S`` seconds at most. A peer that
+and verified against the CA, ``HANDSHAKE_S`` seconds at most, its CPU-heavy steps in native
+threads beside the hub (:meth:`TlsSocket.handshake`). A peer that
 fails -- plaintext, no certificate, a certificate of another CA -- is closed
 and reported (``on_refused(address, reason, detail)``) before any OpenFlow
 message exists; only a verified connection reaches the framework's datapath, the names its
