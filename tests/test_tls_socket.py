@@ -3,7 +3,8 @@
 * the controller's :class:`hpcfabric.controller.tls.TlsSocket` (green sockets): a burst of records comes back
   in a few reads, not one read per record; large sends arrive whole; the end of a connection (close_notify,
   EOF, a broken record) reads as b""; an idle read times out; the handshake refuses a certificate of another
-  CA and a plaintext client, and its time limit is for the whole handshake, not per read;
+  CA and a plaintext client, and its time limit is for the whole handshake, not per read (a peer trickling
+  a byte at a time); its steps run in a native thread while green threads go on;
 * the emulator's :class:`hpcfabric.emu.tls.TlsClient` (asyncio): the controller's certificate verified against
   the CA, the plaintext handed on in order, a refused handshake reported.
 """
