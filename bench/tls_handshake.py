@@ -5,9 +5,14 @@ The controller's server context as the TLS gate builds it (hpcfabric.controller.
 certificate required, no session tickets) against a switch's client context as the emulator's (CA-verified
 server certificate, its own certificate); EC P-256 certificates from hpcfabric.emu.pki. Each side runs in
 its own thread over socketpairs; CPU is per thread (``RUSAGE_THREAD``). Variants show where the time goes:
-``tickets`` (session tickets on), ``no_client_verify`` (the server asks for no certificate).
+``tickets`` (session tickets on), ``no_client_verify`` (the server asks for no certificate). With pyOpenSSL
+importable, ``pyopenssl`` is the same pair of contexts over the OpenSSL that its ``cryptography`` wheel carries
+(another OpenSSL than the standard library's: the version is in the line), to tell OpenSSL 3.0's cost from a
+newer one's:
 
     .venv/bin/python bench/tls_handshake.py [--handshakes 400]
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install cryptography pyOpenSSL   # a newer OpenSSL, for comparison
+    PYTHONPATH=. /tmp/v/bin/python bench/tls_handshake.py
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hpcfabric.emu.pki import Authority  # noqa: E402
@@ -45,22 +51,22 @@ def run(files: dict, n: int, *, verify: bool = True, tickets: bool = False) -> d
     cli = ssl.create_default_context(cafile=files["ca"])
     cli.check_hostname = False
     cli.load_cert_chain(files["switch_cert"], files["switch_key"])
+    return both(n, lambda sock: srv.wrap_socket(sock, server_side=True), cli.wrap_socket, {})
+
+
+def both(n: int, server: Any, client: Any, out: dict) -> dict:
+    """``n`` handshakes over socketpairs, ``server(sock)`` and ``client(sock)`` each in its own thread: each
+    side's CPU per handshake (ms) into ``out``."""
     pairs = [socket.socketpair() for _ in range(n)]
-    out: dict = {}
 
-    def server() -> None:
+    def side(index: int, handshake: Any, key: str) -> None:
         c0 = thread_cpu()
-        for a, _ in pairs:
-            srv.wrap_socket(a, server_side=True)
-        out["server_ms"] = round((thread_cpu() - c0) / n * 1000, 3)
+        for pair in pairs:
+            handshake(pair[index])
+        out[key] = round((thread_cpu() - c0) / n * 1000, 3)
 
-    def client() -> None:
-        c0 = thread_cpu()
-        for _, b in pairs:
-            cli.wrap_socket(b)
-        out["client_ms"] = round((thread_cpu() - c0) / n * 1000, 3)
-
-    threads = [threading.Thread(target=server), threading.Thread(target=client)]
+    threads = [threading.Thread(target=side, args=(0, server, "server_ms")),
+               threading.Thread(target=side, args=(1, client, "client_ms"))]
     for t in threads:
         t.start()
     for t in threads:
@@ -69,6 +75,34 @@ def run(files: dict, n: int, *, verify: bool = True, tickets: bool = False) -> d
         a.close()
         b.close()
     return out
+
+
+def run_pyopenssl(files: dict, n: int) -> dict:
+    """The controller's and a switch's contexts over pyOpenSSL (its OpenSSL): CPU per handshake on each side."""
+    from OpenSSL import SSL
+
+    srv = SSL.Context(SSL.TLS_SERVER_METHOD)
+    srv.set_min_proto_version(SSL.TLS1_2_VERSION)
+    srv.set_options(SSL.OP_NO_TICKET)
+    srv.use_certificate_file(files["cert"])
+    srv.use_privatekey_file(files["key"])
+    srv.load_verify_locations(files["ca"])
+    srv.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT)
+    cli = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    cli.load_verify_locations(files["ca"])
+    cli.set_verify(SSL.VERIFY_PEER)
+    cli.use_certificate_file(files["switch_cert"])
+    cli.use_privatekey_file(files["switch_key"])
+
+    def handshake(ctx: Any, sock: Any, server: bool) -> None:
+        conn = SSL.Connection(ctx, sock)
+        conn.set_accept_state() if server else conn.set_connect_state()
+        conn.do_handshake()
+        if server and conn.get_peer_certificate() is None:
+            raise SystemExit("pyOpenSSL: no client certificate")
+
+    return both(n, lambda sock: handshake(srv, sock, True), lambda sock: handshake(cli, sock, False),
+                {"openssl": SSL.OpenSSL_version(SSL.OPENSSL_VERSION).decode()})
 
 
 def main() -> int:
@@ -85,6 +119,12 @@ def main() -> int:
                "tickets": run(files, args.handshakes, tickets=True),
                "no_client_verify": run(files, args.handshakes, verify=False),
                "load_avg_1m": round(os.getloadavg()[0], 2)}
+        try:
+            import OpenSSL  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            res["pyopenssl"] = run_pyopenssl(files, args.handshakes)
     print(json.dumps(res))
     return 0
 

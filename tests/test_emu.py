@@ -146,3 +146,24 @@ def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
         assert sum(st["flow_mods"] for st in after) - before <= 2
     finally:
         c.stop()
+
+
+def test_proc_stats_tells_the_main_threads_cpu_from_the_whole_process() -> None:
+    """The benches' controller CPU: all threads (``cpu_s``) and the main thread, the hub (``main_cpu_s``)."""
+    import threading
+
+    from hpcfabric.emu.driver import proc_stats
+
+    def burn() -> None:
+        t = time.process_time()
+        while time.process_time() - t < 0.6:  # this process's CPU: the native thread's and the main one's
+            pass
+
+    before = proc_stats(os.getpid())
+    th = threading.Thread(target=burn)
+    th.start()
+    th.join()
+    after = proc_stats(os.getpid())
+    spent, main = after["cpu_s"] - before["cpu_s"], after["main_cpu_s"] - before["main_cpu_s"]
+    assert spent >= 0.5 and main < spent - 0.4, (spent, main)
+    assert proc_stats(2 ** 22 + 7)["cpu_s"] == 0.0  # no such process: zeros, no exception

@@ -3,7 +3,8 @@
 * the controller's :class:`hpcfabric.controller.tls.TlsSocket` (green sockets): a burst of records comes back
   in a few reads, not one read per record; large sends arrive whole; the end of a connection (close_notify,
   EOF, a broken record) reads as b""; an idle read times out; the handshake refuses a certificate of another
-  CA and a plaintext client, and its time limit is for the whole handshake, not per read;
+  CA and a plaintext client, and its time limit is for the whole handshake, not per read (a peer trickling
+  a byte at a time); its steps run in a native thread while green threads go on;
 * the emulator's :class:`hpcfabric.emu.tls.TlsClient` (asyncio): the controller's certificate verified against
   the CA, the plaintext handed on in order, a refused handshake reported.
 """
@@ -44,7 +45,7 @@ def pki(tmp_path_factory):
     return {"server": srv, "client": client, "stranger": stranger, "other_ca": other.ca}
 
 
-def pair(pki, client_ctx=None):
+def pair(pki, client_ctx=None, native=True):
     """(TlsSocket, the client's blocking TLS socket in a thread's hands), handshake done."""
     a, b = gsocket.socketpair()
     raw = socket.socket(fileno=b.detach())
@@ -52,9 +53,48 @@ def pair(pki, client_ctx=None):
     t = threading.Thread(target=lambda: box.setdefault("c", (client_ctx or pki["client"]()).wrap_socket(raw)))
     t.start()
     conn = T.TlsSocket(a, pki["server"])
-    conn.handshake(5.0)
+    conn.handshake(5.0, native=native)
     t.join()
     return conn, box["c"]
+
+
+def test_the_handshakes_steps_run_in_a_native_thread_while_the_hub_runs(pki, monkeypatch):
+    import eventlet
+
+    steps, ticks = [], []
+    step = T._step
+
+    def recorded(tls):
+        steps.append(threading.get_ident())
+        t = time.monotonic()
+        while time.monotonic() - t < 0.05:  # a slow step (as under load): the hub must not wait for it
+            pass
+        return step(tls)
+
+    def ticker():
+        while True:
+            ticks.append(time.monotonic())
+            eventlet.sleep(0.005)
+
+    monkeypatch.setattr(T, "_step", recorded)
+    g = eventlet.spawn(ticker)
+    conn, client = pair(pki)
+    g.kill()
+    # the flights of the switch (ClientHello; certificate, verify, finished) were processed off the hub's thread
+    assert len(steps) >= 2 and threading.get_ident() not in steps
+    # ... and green threads ran meanwhile: ~0.1 s of steps, ticks every 5 ms
+    assert len(ticks) >= 8
+    assert conn.tls.getpeercert()["subject"] == ((("commonName", "g0s0"),),)
+    client.sendall(b"after the handshake")
+    assert conn.recv(100) == b"after the handshake"
+    conn.close()
+    client.close()
+    # the same handshake inline (native=False) gives the same verified session
+    steps.clear()
+    conn, client = pair(pki, native=False)
+    assert steps == [] and conn.getpeercert()["subject"] == ((("commonName", "g0s0"),),)
+    conn.close()
+    client.close()
 
 
 def test_a_burst_of_records_is_read_in_a_few_reads_and_large_sends_arrive_whole(pki):

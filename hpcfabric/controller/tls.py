@@ -6,7 +6,8 @@
 arguments the framework built from ``--ctl-privkey`` / ``--ctl-cert`` /
 ``--ca-certs`` (which ``[openflow] tls*`` sets, :mod:`hpcfabric.controller.launch`)
 it does the handshake itself: TLS 1.2 or later, a client certificate required
-and verified against the CA, ``HANDSHAKE_S`` seconds at most. A peer that
+and verified against the CA, ``HANDSHAKE_S`` seconds at most, its CPU-heavy steps in native
+threads beside the hub (:meth:`TlsSocket.handshake`). A peer that
 fails -- plaintext, no certificate, a certificate of another CA -- is closed
 and reported (``on_refused(address, reason, detail)``) before any OpenFlow
 message exists; only a verified connection reaches the framework's datapath, the names its
@@ -29,7 +30,7 @@ import time
 from typing import Any, Callable
 
 from hpcfabric.config.security import cert_names
-from hpcfabric.controller.framework import hub
+from hpcfabric.controller.framework import hub, run_native
 
 LOG = logging.getLogger("hpcfabric.controller")
 
@@ -116,6 +117,15 @@ class TlsGate:
         serve(conn, addr)
 
 
+def _step(tls: ssl.SSLObject) -> BaseException | None:
+    """One handshake step in a native thread: the exception it ended with (raised by the caller), or None."""
+    try:
+        tls.do_handshake()
+    except (ssl.SSLError, OSError, ValueError) as err:
+        return err
+    return None
+
+
 class TlsSocket:
     """A server-side TLS connection over a green TCP socket, with the socket methods the framework's datapath
     uses (``recv``, ``sendall``, ``settimeout``, ``setsockopt``, ``shutdown``, ``close``, ...).
@@ -132,12 +142,22 @@ class TlsSocket:
         self.writing = hub.Semaphore(1)
         self.hpcfabric_names: tuple[str, ...] = ()
 
-    def handshake(self, limit: float) -> None:
-        """The server handshake within ``limit`` seconds in all (``socket.timeout`` after); raises ``SSLError``."""
+    def handshake(self, limit: float, native: bool = True) -> None:
+        """The server handshake within ``limit`` seconds in all (``socket.timeout`` after); raises ``SSLError``.
+
+        With ``native`` each step that has a flight of the peer's to process runs in a native thread
+        (``run_native``: OpenSSL releases the GIL), so that the ~2 ms of key exchange, signature and
+        certificate verification a switch costs runs beside the hub instead of stalling every other switch's
+        green thread; the socket reads between the steps stay green."""
         deadline = time.monotonic() + limit
         while True:
             try:
-                self.tls.do_handshake()
+                if native and self.incoming.pending:
+                    err = run_native(_step, self.tls)
+                    if err is not None:
+                        raise err
+                else:
+                    self.tls.do_handshake()
                 break
             except ssl.SSLWantReadError:
                 self.flush()

@@ -81,12 +81,14 @@ def partition(fabric: Any, parts: int) -> list[list[str]]:
 
 
 def proc_stats(pid: int) -> dict[str, float]:
-    """CPU seconds (user+system) and RSS / peak RSS (MiB) of a process, from /proc."""
+    """CPU seconds (user+system) of a process (all its threads) and of its main thread (``main_cpu_s``: a
+    controller's hub), RSS / peak RSS (MiB), from /proc."""
+    def cpu_of(stat: str) -> float:
+        fields = Path(stat).read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        cpu = (int(fields[11]) + int(fields[12])) / tick
+        cpu, main = cpu_of(f"/proc/{pid}/stat"), cpu_of(f"/proc/{pid}/task/{pid}/stat")
         rss = hwm = 0.0
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
@@ -94,9 +96,9 @@ def proc_stats(pid: int) -> dict[str, float]:
                     rss = int(line.split()[1]) / 1024
                 elif line.startswith("VmHWM:"):
                     hwm = int(line.split()[1]) / 1024
-        return {"cpu_s": cpu, "rss_mb": rss, "peak_rss_mb": hwm}
+        return {"cpu_s": cpu, "main_cpu_s": main, "rss_mb": rss, "peak_rss_mb": hwm}
     except (OSError, IndexError, ValueError):
-        return {"cpu_s": 0.0, "rss_mb": 0.0, "peak_rss_mb": 0.0}
+        return {"cpu_s": 0.0, "main_cpu_s": 0.0, "rss_mb": 0.0, "peak_rss_mb": 0.0}
 
 
 class Emulator:
