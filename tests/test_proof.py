@@ -237,3 +237,18 @@ def test_a_failure_that_needs_two_paused_ports_is_union_only():
     both = [("s0_0", to["s0_0", "s0_1"]), ("s0_2", to["s0_2", "s0_1"])]
     assert verify(broken, both).dropped > 0  # the two ports paused together really drop frames
     assert all(verify(broken, [p]).ok for p in both)
+
+
+def test_dependency_keys_stay_exact_past_2_31():
+    """fb-4d-300k conditional has 11.5 M states x 567 egress slots: int32 states times the width pass 2^31,
+    and a wrapped key named a wrong dependency (the proof then indexed state 2^32 - 8)."""
+    from hpcfabric.verify.codes import PCP_SLOTS
+    from hpcfabric.verify.unions import dependency_keys
+    width = 63 * PCP_SLOTS
+    arrival = np.array([0, 3_787_000, 11_481_749], dtype=np.int32)
+    code = np.array([(61 << SLOT_BITS) | 8, 5 << SLOT_BITS, (2 << SLOT_BITS) | 3], dtype=np.int32)
+    keys = dependency_keys(arrival, code, width)
+    mask = (1 << SLOT_BITS) - 1
+    assert keys.tolist() == [a * width + (c >> SLOT_BITS) * PCP_SLOTS + (c & mask)
+                             for a, c in zip(arrival.tolist(), code.tolist())]
+    assert (keys // width).tolist() == arrival.tolist()

@@ -275,7 +275,7 @@ class _Context:
                     gi = np.arange(len(key)) if i is None else i
                 if host_block:  # host traffic's dependencies (as the CDG check)
                     fab = self.fabric_arrival[ri]
-                    dep = ri[fab] * self.out_width + (code[fab] >> SLOT_BITS) * PCP_SLOTS + (code[fab] & SLOT_MASK)
+                    dep = dependency_keys(ri[fab], code[fab], self.out_width)
                     if counter is not None:  # how many (column, node) make each dependency
                         counter.add(dep)
                     deps.append(np.unique(dep))
@@ -351,6 +351,14 @@ class _Context:
         for j, c in list(zip(on.tolist(), col.tolist()))[: tally.room()]:
             tally.witnesses.append(_trace(keys, parents, alts, j, self.reach, nr, c))
             tally.kinds.append("loop")
+
+
+def dependency_keys(arrival: np.ndarray, code: np.ndarray, out_width: int) -> np.ndarray:
+    """Keys ``arrival * out_width + egress slot`` of (arrival state, egress port and PCP slot) in int64.
+
+    The states come in as int32 and numpy keeps int32 times a Python int in int32: at fb-4d-300k conditional
+    (11.5 M states x 567 slots) the product passed 2^31, wrapped and named wrong dependencies."""
+    return arrival.astype(np.int64) * out_width + (code >> SLOT_BITS) * PCP_SLOTS + (code & SLOT_MASK)
 
 
 def _first_seen(stamp: np.ndarray, keys: np.ndarray, index: bool = False) -> np.ndarray:
