@@ -243,7 +243,7 @@ def test_dependency_keys_stay_exact_past_2_31():
     """fb-4d-300k conditional has 11.5 M states x 567 egress slots: int32 states times the width pass 2^31,
     and a wrapped key named a wrong dependency (the proof then indexed state 2^32 - 8)."""
     from hpcfabric.verify.codes import PCP_SLOTS
-    from hpcfabric.verify.unions import dependency_keys
+    from hpcfabric.verify.union.unions import dependency_keys
     width = 63 * PCP_SLOTS
     arrival = np.array([0, 3_787_000, 11_481_749], dtype=np.int32)
     code = np.array([(61 << SLOT_BITS) | 8, 5 << SLOT_BITS, (2 << SLOT_BITS) | 3], dtype=np.int32)
