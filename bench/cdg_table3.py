@@ -9,7 +9,7 @@ Per policy (default CoS: minimal 'top'/2, valiant and conditional 'top'/3):
   smaller fabrics, Table III has 47,472 pausable ports), checked for cycles
   per class of service, and delivery of every pair in every sampled scenario.
 
-Every single paused port (all 47,472, incremental): bench/paused_sweep.py.
+Any set of paused ports (the union proof, which covers all 47,472 single ones): bench/prove_scale.py.
 
 Prints one JSON line per policy. ``peak_rss_mb`` is the process's peak so far.
 
@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports  # noqa: E402
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports  # noqa: E402
 from hpcfabric.rules.compiler import compile_fabric  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
-from hpcfabric.verify.allpairs import verify  # noqa: E402
+from hpcfabric.verify.oracle.allpairs import verify  # noqa: E402
 
 
 def peak_rss_mb() -> float:

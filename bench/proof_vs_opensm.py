@@ -2,7 +2,7 @@
 
 Per fabric, one JSON line: OpenSM's routing time (``routing_s`` of ``../shared/opensm/run_osm.sh``:
 SSSP paths + virtual lanes + deadlock removal, through ibsim) and, per routing policy, hpcfabric's
-time to load, address and compile the fabric and to prove it (:func:`hpcfabric.verify.proof.prove`:
+time to load, address and compile the fabric and to prove it (:func:`hpcfabric.verify.union.proof.prove`:
 delivery of every host pair and probe and an acyclic channel dependency graph under any set of
 paused ports; for minimal routing, which has nothing to pause, that is all-pairs verify + CDG),
 with the ratio ``opensm_seconds / hpcfabric_seconds``. Each hpcfabric measurement runs in a fresh
@@ -61,7 +61,7 @@ def run_one(path: str, routing: str) -> dict:
     from hpcfabric.rules.addressing import plan_addresses
     from hpcfabric.rules.compiler import compile_fabric
     from hpcfabric.topology.loader import load_topology
-    from hpcfabric.verify.proof import prove
+    from hpcfabric.verify.union.proof import prove
 
     t0 = time.perf_counter()
     fabric = load_topology(path)

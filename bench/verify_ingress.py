@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
 from hpcfabric.rules.compiler import compile_fabric  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
-from hpcfabric.verify.allpairs import PER_PORT_AUTO_PORTS, verify  # noqa: E402
+from hpcfabric.verify.oracle.allpairs import PER_PORT_AUTO_PORTS, verify  # noqa: E402
 
 DEFAULT = ["dragonfly-a4-p2-h2", "fb-3d-4x4x4", "fat-tree-k4", "dragonfly-table3"]
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from hpcfabric.rules.addressing import plan_addresses  # noqa: E402
 from hpcfabric.rules.compiler import compile_fabric  # noqa: E402
 from hpcfabric.topology.loader import load_topology  # noqa: E402
-from hpcfabric.verify.allpairs import verify  # noqa: E402
+from hpcfabric.verify.oracle.allpairs import verify  # noqa: E402
 
 
 def peak_rss_mb() -> float:

@@ -121,7 +121,7 @@ def write_config(args: argparse.Namespace, tmp: Path, listen_port: int, status_f
 def setup_from_config(path: Path) -> Setup:
     """Fabric, plan and desired flows exactly as the controller computes them from ``path``."""
     from hpcfabric.config import load_config
-    from hpcfabric.verify.pipeline import resolve_groups
+    from hpcfabric.verify.reference.pipeline import resolve_groups
 
     cfg = load_config(path)
     return Setup(

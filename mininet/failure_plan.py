@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from hpcfabric.topology.model import Fabric, Link
-from hpcfabric.verify.walk import Pipelines, walk_pair
+from hpcfabric.verify.reference.walk import Pipelines, walk_pair
 
 #: (seq, sent at (wall clock, s), answered): :func:`reachability.ping_timeline`
 Timeline = Sequence[tuple[int, float, bool]]

@@ -28,7 +28,7 @@ from hpcfabric.rules.addressing import AddressPlan
 from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_PORT_STATE
 from hpcfabric.topology.model import Fabric
-from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
 
 @dataclass(frozen=True)

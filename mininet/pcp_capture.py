@@ -20,7 +20,7 @@ from fabric_topo import intf_name, node  # mininet/fabric_topo.py
 from runkit import StepResult
 
 from hpcfabric.rules.cos import top_link_kind
-from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def _unassigned_walks(name: str, routing: str):
 
     from hpcfabric.rules.compiler import compile_fabric
     from hpcfabric.topology import load_topology
-    from hpcfabric.verify.allpairs import walk_pair
+    from hpcfabric.verify.oracle.allpairs import walk_pair
     from hpcfabric.verify.codes import DROP
 
     f = load_topology(Path(__file__).resolve().parent.parent / "topologies" / f"{name}.yaml")

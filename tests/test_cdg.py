@@ -18,11 +18,11 @@ import pytest
 from test_policies import CASES, TOPOLOGIES, applicable, compiled, fabric, sweep
 
 from hpcfabric.rules.addressing import plan_addresses
-from hpcfabric.verify.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.cos import default_cos
 from hpcfabric.topology import flattened_butterfly_fabric
-from hpcfabric.verify.allpairs import verify
+from hpcfabric.verify.oracle.allpairs import verify
 
 
 def assert_real_cycle(f, cycle):

@@ -185,17 +185,19 @@ def test_verify_exits_1_when_frames_are_not_delivered(capsys, monkeypatch):
     assert code == 1 and data["delivered"] < data["pairs"] and data["failures"]
 
 
-def test_sweep_every_paused_port(capsys):
+def test_sweep_is_a_deprecated_alias_of_prove(capsys):
     fb = str(TOPO / "fb-2d-3x3.yaml")
     code, out, err = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "on", "--symmetric", "--progress")
     data = json.loads(out)
     assert code == 0 and data["ok"] and data["symmetry"]["kept"] == ["shift-dim0", "shift-dim1"]
-    assert data["representatives"] == 1 and data["sweep"]["scenarios"] == 37 and data["quotient_acyclic"]
-    code, out, _ = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "on")
-    full = json.loads(out)
-    assert code == 0 and full["ok"] and full["scenarios"] == 37 and full["destination_hosts"] == full["hosts"] == 18
+    assert err.startswith("hpcfabric: warning: 'sweep' is deprecated") and "# " in err  # then prove's progress
+    assert data["method"].startswith("union") and data["pausable_ports"] == 36 and data["hosts"] == 18
+    code, out, _ = run(capsys, "prove", fb, "--routing", "conditional", "--cos", "on", "--json")
+    same = ("ok", "delivered", "acyclic", "nodes", "channels", "dependencies", "columns", "lines", "failures")
+    assert code == 0 and {k: json.loads(out)[k] for k in same} == {k: data[k] for k in same}
     code, out, _ = run(capsys, "sweep", fb, "--routing", "conditional", "--cos", "off", "--symmetric")
     data = json.loads(out)
-    assert code == 1 and not data["ok"] and data["quotient_cycle"]  # no CoS: the union has a cycle
+    assert code == 1 and not data["ok"] and data["cycle"]  # no CoS: the union has a cycle
+    assert data["fallback"]["method"] == "cdg" and data["fallback"]["verdict"].startswith("fails also")
     code, out, err = run(capsys, "sweep", str(TOPO / "fat-tree-k4.yaml"), "--routing", "valiant")
     assert code == 2 and out == "" and "valiant routing does not apply" in err

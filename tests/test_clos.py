@@ -17,7 +17,7 @@ from hpcfabric.rules.fabrics.updown import split_masks
 from hpcfabric.rules.routing import FoldedClosRouter
 from hpcfabric.topology.clos import folded_clos_fabric, folded_clos_shape
 from hpcfabric.topology.loader import load_topology, parse_topology
-from hpcfabric.verify.allpairs import verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import verify, walk_pair
 
 SMALL = "topologies/clos-4stage-small.yaml"
 

@@ -189,7 +189,7 @@ def _compiled(name, routing, cos):
 
 
 def test_snooped_cnms_are_copied_to_the_controller_and_still_forwarded():
-    from hpcfabric.verify.pipeline import Frame, Pipeline
+    from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
     comp = _compiled("dragonfly-a2-p1-h1", "conditional", False)
     f = comp.fabric
@@ -207,7 +207,7 @@ def test_snooped_cnms_are_copied_to_the_controller_and_still_forwarded():
 
 
 def test_snooped_cnms_take_the_pcp_step_with_cos():
-    from hpcfabric.verify.pipeline import Frame, Pipeline
+    from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
     comp = _compiled("dragonfly-a2-p1-h1", "conditional", True)
     f = comp.fabric
@@ -236,6 +236,6 @@ def test_snooped_cnms_take_the_pcp_step_with_cos():
 
 
 def verify_ok(comp) -> bool:
-    from hpcfabric.verify.allpairs import verify
+    from hpcfabric.verify.oracle.allpairs import verify
 
     return verify(comp).ok

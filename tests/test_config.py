@@ -43,7 +43,7 @@ def base(extra: str = "", topo: str = "dragonfly-a2-p1-h1.yaml", openflow: str =
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n != "dragonfly-table3.conf"])
 def test_shipped_configs_load(name):
-    from hpcfabric.verify.pipeline import resolve_groups
+    from hpcfabric.verify.reference.pipeline import resolve_groups
     from hpcfabric.rules.guards import guard_flows
 
     cfg = load_config(CONFIGS / name)
@@ -302,7 +302,7 @@ def _tag_prerequisites_hold(flows) -> list:
 def _walk_all_pairs(cfg) -> tuple[int, list[str]]:
     """Every host pair through the installed tables (reference pipeline, groups included): delivered
     untagged to the right host (with its real MAC in rewrite mode), never sent back out of its ingress port."""
-    from hpcfabric.verify.pipeline import Frame, Pipeline
+    from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
     pipes = {n: Pipeline(f, cfg.groups.get(n, ())) for n, f in cfg.desired.items()}
     real = dict(cfg.real_macs)

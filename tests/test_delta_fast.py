@@ -18,10 +18,10 @@ import pytest
 from hpcfabric.config import load_config
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import NO_FAILURES, Failures
-from hpcfabric.verify import delta, redecide
-from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.incremental import delta, redecide
+from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import PCP_SLOTS
-from hpcfabric.verify.depgraph import topo_rank, union, unique
+from hpcfabric.verify.incremental.depgraph import topo_rank, union, unique
 
 from test_ops_fakes import ROOT
 

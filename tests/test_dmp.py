@@ -33,7 +33,7 @@ from hpcfabric.protocols.dmp import (
     parse_frame,
     parse_reply,
 )
-from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 from hpcfabric.topology.loader import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

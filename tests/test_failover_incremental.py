@@ -25,7 +25,7 @@ from hpcfabric.failover.groups import FailoverAnalysis, fast_failover_groups
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.rules.flows import FlowSpec, Match
 from hpcfabric.topology.failures import NO_FAILURES, Failures
-from hpcfabric.verify.pipeline import PipelineError
+from hpcfabric.verify.reference.pipeline import PipelineError
 
 from test_ops_fakes import ROOT
 

@@ -24,7 +24,7 @@ from reachability import ping_timeline  # noqa: E402
 from hpcfabric.openflow.ofctl import flow_line  # noqa: E402
 from hpcfabric.rules.flows import FlowSpec, Group, Match, Output  # noqa: E402
 from hpcfabric.topology import dragonfly_fabric  # noqa: E402
-from hpcfabric.verify.walk import walk_pair  # noqa: E402
+from hpcfabric.verify.reference.walk import walk_pair  # noqa: E402
 
 T0 = 1_800_000_000.0
 

@@ -23,11 +23,11 @@ from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.port_state import port_state_flow
 from hpcfabric.errors import CompileError
 from hpcfabric.failover.groups import fast_failover_groups, group_id, link_ends
-from hpcfabric.verify.pipeline import resolve_groups
+from hpcfabric.verify.reference.pipeline import resolve_groups
 from hpcfabric.rules.flows import TABLE_PORT_STATE, Bucket, FlowSpec, Group, GroupSpec, Match, Output
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.allpairs import verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import verify, walk_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

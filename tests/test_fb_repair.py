@@ -2,7 +2,7 @@
 
 Seeded random sequences of link and switch failures and recoveries go through ``Repairer`` (proof on, as
 ``flow_control = pfc`` asks): every plan is either proven -- and the whole-fabric union proof of its tables
-(``verify.proof.prove``) agrees: no dependency cycle, nothing misrouted, pairs dropped only where the verdict
+(``verify.union.proof.prove``) agrees: no dependency cycle, nothing misrouted, pairs dropped only where the verdict
 says so or an earlier proven plan lost them -- or refused with a reason, never for a dependency cycle. How many
 plans' tables deliver every pair the failures leave connected is asserted per config (:data:`SEQUENCES`; docs/
 routing.md, "Failures"). Fast-failover groups are left out of the sequences (they change what is installed, not
@@ -32,9 +32,9 @@ from hpcfabric.rules.routing import router_for
 from hpcfabric.topology.failures import Failures, parse_failures
 from hpcfabric.topology.loader import load_topology
 from hpcfabric.verify.codes import DELIVER
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.union.proof import prove
 from hpcfabric.verify.scenarios import apply_paused
-from hpcfabric.verify.walk import walk_pair
+from hpcfabric.verify.reference.walk import walk_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 REFUSALS = {"cycle", "misrouted", "no proven update order", "not proven", "not modelled", "not repairable"}

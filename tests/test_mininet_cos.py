@@ -48,7 +48,7 @@ from mininet.log import setLogLevel  # noqa: E402
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.rules.flows import TABLE_INGRESS, RuleClass, cookie_class  # noqa: E402
 from hpcfabric.rules.guards import guard_flows  # noqa: E402
-from hpcfabric.verify.pipeline import Frame, Pipeline  # noqa: E402
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline  # noqa: E402
 
 setLogLevel("error")
 
@@ -131,7 +131,7 @@ def test_every_configured_flow_is_installed_without_errors(run: Run):
     cfg = run.cfg
     compiled = {n: t.flows for n, t in cfg.compiled.tables.items()}
     guarded = guard_flows(cfg.fabric, cfg.plan, compiled, source_check=True, punt_meters=True, cos=True)
-    from hpcfabric.verify.pipeline import resolve_groups
+    from hpcfabric.verify.reference.pipeline import resolve_groups
 
     assert {n: resolve_groups(f, cfg.groups.get(n, ()), ()) for n, f in cfg.desired.items()} == guarded
     counts = fn.flow_counts(run.net)

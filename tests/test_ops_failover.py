@@ -21,7 +21,7 @@ from hpcfabric.repair.plan import Repairer
 from hpcfabric.openflow.reconcile import canonical, diff
 from hpcfabric.rules.compiler import affected_switches
 from hpcfabric.topology.failures import Failures
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.union.proof import prove
 
 CONFIGS = ["dragonfly-a2-p1-h1.conf", "dragonfly-a4-p2-h2.conf", "dragonfly-a2-p1-h1-valiant.conf"]
 
@@ -58,7 +58,7 @@ def test_keeps_unaffected_next_hops():
     rep = Repairer(cfg, prove=True)
     plan = rep.plan(Failures.of(cfg.fabric, [(link.a, link.a_port)]))
     assert plan.proven and set(plan.changed) == {link.a, link.b}
-    from hpcfabric.verify.pipeline import Frame, Pipeline
+    from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 
     for sw in plan.changed:
         old, new = Pipeline(cfg.compiled.tables[sw].flows), Pipeline(plan.compiled.tables[sw].flows)

@@ -37,8 +37,8 @@ from hpcfabric.rules.flows import (
 from hpcfabric.protocols.cnm import build_cnm, parse_cnm
 from hpcfabric.rules.guards import METER_FABRIC, METER_HOST
 from hpcfabric.protocols.pause import MalformedFrame, build_pause, build_pfc, parse_mac_control
-from hpcfabric.verify.pipeline import Frame, Pipeline
-from hpcfabric.verify.allpairs import verify
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
+from hpcfabric.verify.oracle.allpairs import verify
 
 CONFIGS = ROOT / "configs"
 TOPO = ROOT / "topologies"

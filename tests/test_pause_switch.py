@@ -24,7 +24,7 @@ with warnings.catch_warnings():
 
 from hpcfabric.openflow import ofwire
 from hpcfabric.rules.addressing import plan_addresses
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.protocols.cnm import build_cnm
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.port_state import learned_override_flow, port_state_flow
@@ -33,11 +33,11 @@ from hpcfabric.errors import CompileError, ConfigError
 from hpcfabric.rules.flows import ETH_TYPE_PAUSE, TABLE_PAUSE_LEARN, FlowSpec, Match, RuleClass, make_cookie
 from hpcfabric.openflow.ofctl import flows_text
 from hpcfabric.protocols.pause import build_pause
-from hpcfabric.verify.flatten import inline_resubmits
-from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.reference.flatten import inline_resubmits
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 from hpcfabric.openflow.reconcile import diff
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.allpairs import verify
+from hpcfabric.verify.oracle.allpairs import verify
 
 import hpcfabric.controller as ctl
 from hpcfabric.controller import launch

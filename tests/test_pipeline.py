@@ -23,7 +23,7 @@ from hpcfabric.rules.flows import (
     PushVlan,
     SetField,
 )
-from hpcfabric.verify.pipeline import (
+from hpcfabric.verify.reference.pipeline import (
     Frame,
     Pipeline,
     PipelineError,

@@ -1,8 +1,8 @@
 """Routing policies (minimal, valiant, conditional) with classes of service in the VLAN PCP.
 
 * every shipped topology (except Table III and the ~300,000-host scale builds,
-  whose per-port sweeps are benches: bench/paused_sweep.py, with the
-  incremental sweep that tests/test_sweep.py proves equal to this brute force) x every policy it
+  whose proofs are benches: bench/prove_scale.py, with the union proof that
+  tests/test_oracle.py checks against this brute force) x every policy it
   supports, CoS on: every pair delivered, untagged, no loop -- unpaused (full
   verifier, invalid probes included) and with every single fabric port paused;
 * the fast engine (VLAN PCP as part of the row state) equals the scalar
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from hpcfabric.rules.addressing import plan_addresses
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.cos import default_cos
 from hpcfabric.rules.port_state import port_state_flow
@@ -43,10 +43,10 @@ from hpcfabric.rules.flows import (
     VLAN_UNTAGGED,
     RuleClass,
 )
-from hpcfabric.verify.pipeline import Frame, Pipeline
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 from hpcfabric.topology import flattened_butterfly_fabric
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.allpairs import apply_paused, pair_outcomes, verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import apply_paused, pair_outcomes, verify, walk_pair
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 POLICIES = ("minimal", "valiant", "conditional")

@@ -1,10 +1,10 @@
-"""The union proof (hpcfabric/verify/proof.py) against today's checks.
+"""The union proof (hpcfabric/verify/union/proof.py) against today's checks.
 
 Cross-checks on the shipped small fabrics, every policy, CoS on and off: the proof's verdicts
-(delivered, acyclic) equal those of the single-paused-port sweep (every host pair in every
-scenario, union dependency graph) and of all-pairs verify + the CDG check; its dependency graph
-contains the sweep's (and equals the CDG check's where nothing can be paused). On broken rule
-sets it must fail, name what fails and run the fallback. The batch decisions behind it are
+(delivered, acyclic) equal those of the brute-force CDG oracle over every single paused port (every
+host pair in every scenario, union dependency graph) and of all-pairs verify; its dependency graph
+contains the oracle's (and equals it where nothing can be paused). On broken rule
+sets it must fail, name what fails and run the fallback (the oracle). The batch decisions behind it are
 compared with the scalar reference pipeline cell by cell.
 """
 
@@ -18,18 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_policies import applicable, compiled
-from test_sweep import MUTATIONS, _mutate, valiant_without_row_condition
+from test_oracle import MUTATIONS, _mutate, valiant_without_row_condition
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, Output, SetField
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DROP, FLOOD, PUNT
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
-from hpcfabric.verify.proof import prove
-from hpcfabric.verify.sweep import sweep_single_paused
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.union.proof import prove
 
 ROOT = Path(__file__).resolve().parent.parent
 FABRICS = ["dragonfly-a4-p2-h2", "fb-2d-3x3", "fb-3d-4x4x4", "fat-tree-k4"]
@@ -38,16 +37,16 @@ CASES = [(n, r, c) for n in FABRICS for r in ("minimal", "conditional", "valiant
 
 
 @pytest.mark.parametrize("name,routing,cos", CASES)
-def test_same_verdicts_as_the_sweep_and_verify(name, routing, cos):
+def test_same_verdicts_as_the_oracle_and_verify(name, routing, cos):
     comp = compiled(name, routing, cos=cos)
     rep = prove(comp, keep=True)
-    if name == "fb-3d-4x4x4" and routing != "minimal" and not cos:  # the sweep takes 3-7 s here: verify + CDG
+    if name == "fb-3d-4x4x4" and routing != "minimal" and not cos:  # the oracle takes 3-7 s here: verify + a sample
         ref_ok = verify(comp).ok and check_deadlock_freedom(comp, pausable_ports(comp)[::7]).ok
         assert rep.ok == ref_ok
         assert not rep.ok and rep.delivered and not rep.acyclic
         return
-    sw = sweep_single_paused(comp, keep=True)
-    assert (rep.delivered, rep.acyclic, rep.ok) == (not sw.undelivered, sw.acyclic, sw.ok)
+    sw = check_deadlock_freedom(comp, keep=True)
+    assert (rep.delivered, rep.acyclic, rep.ok) == (sw.failed_scenarios == 0, sw.acyclic, sw.ok)
     assert rep.edges >= sw.edges  # any set of paused ports covers every single one
     assert rep.dependencies == len(rep.edges) and rep.channels >= sw.channels
     assert rep.hosts == len(comp.fabric.hosts) and rep.pausable_ports == len(pausable_ports(comp))
@@ -65,14 +64,15 @@ def test_same_verdicts_as_the_sweep_and_verify(name, routing, cos):
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.__name__)
 def test_broken_rules_fail_with_a_witness(mutation):
     comp = mutation(compiled("fb-2d-3x3", "conditional"))
-    rep = prove(comp, fallback="sweep")
-    sw = sweep_single_paused(comp)
+    rep = prove(comp, fallback="cdg")
+    sw = check_deadlock_freedom(comp)
     assert not rep.ok and not sw.ok
-    assert set(sw.undelivered) <= set(rep.undelivered)  # every kind a single port shows, the union shows
+    kinds = {k for f in sw.scenario_failures for k in f.get("undelivered", {})}
+    assert kinds <= set(rep.undelivered)  # every kind a single port shows, the union shows
     assert rep.failing_columns >= 1 and rep.failures
     walk = next(f for f in rep.failures if "walk" in f)
     assert walk["destination"] and walk["walk"] and walk["kind"].split(" ")[0] in rep.undelivered
-    assert rep.fallback["method"] == "sweep" and rep.fallback["report"]["ok"] is False
+    assert rep.fallback["method"] == "cdg" and rep.fallback["report"]["ok"] is False
     assert rep.fallback["verdict"].startswith("fails also")
 
 
@@ -110,7 +110,7 @@ def test_a_forwarding_loop_is_a_loop_and_a_cycle():
                       priority=2000, match=replace(comp.tables[sw].flows[0].match.__class__(),
                                                    eth_dst=(mac, (1 << 48) - 1)), actions=(Output(out[sw]),))
         broken = _mutate(broken, sw, lambda flows, bad=bad: flows + [bad])
-    rep = prove(broken, fallback="sweep")
+    rep = prove(broken, fallback="cdg")
     assert rep.undelivered.get("loop", 0) > 0 and not rep.acyclic
     assert any(f["kind"] == "loop" and f["destination"] == target.name for f in rep.failures)
     assert verify(broken).loops > 0
@@ -201,7 +201,7 @@ def test_cli_prove(tmp_path):
     assert ok.returncode == 0 and ": ok: " in ok.stdout and "any set of paused ports" in ok.stdout
     bad = subprocess.run(run + ["--routing", "conditional", "--cos", "off"], capture_output=True, text=True)
     assert bad.returncode == 1 and "FAILED" in bad.stdout and "dependency cycle" in bad.stdout
-    assert "single paused ports (sweep)" in bad.stdout
+    assert "single paused ports (cdg)" in bad.stdout
     js = subprocess.run(run + ["--routing", "valiant", "--json", "--fallback", "none"], capture_output=True, text=True)
     import json
 
@@ -229,7 +229,7 @@ def test_a_failure_that_needs_two_paused_ports_is_union_only():
                                          else a for a in x.actions)) if x.table == TABLE_ALTERNATIVE else x for x in flows]
 
     broken = _mutate(comp, "s0_2", back)
-    rep = prove(broken, fallback="sweep")
+    rep = prove(broken, fallback="cdg")
     assert not rep.ok and rep.acyclic and rep.undelivered == {"dropped": rep.undelivered["dropped"]}
     w = rep.failures[0]
     assert w["kind"] == "dropped (paused choice)" and w["destination"].startswith("s0_1h")
@@ -243,7 +243,7 @@ def test_dependency_keys_stay_exact_past_2_31():
     """fb-4d-300k conditional has 11.5 M states x 567 egress slots: int32 states times the width pass 2^31,
     and a wrapped key named a wrong dependency (the proof then indexed state 2^32 - 8)."""
     from hpcfabric.verify.codes import PCP_SLOTS
-    from hpcfabric.verify.unions import dependency_keys
+    from hpcfabric.verify.union.unions import dependency_keys
     width = 63 * PCP_SLOTS
     arrival = np.array([0, 3_787_000, 11_481_749], dtype=np.int32)
     code = np.array([(61 << SLOT_BITS) | 8, 5 << SLOT_BITS, (2 << SLOT_BITS) | 3], dtype=np.int32)

@@ -1,9 +1,12 @@
-"""The union proof's symmetry reduction (hpcfabric/verify/orbits.py): one destination column per orbit.
+"""The union proof's symmetry reduction (hpcfabric/verify/union/orbits.py): one destination column per orbit.
 
 With the reduction (the default) and without it (``symmetry=False``) the verdicts must be the same;
 where a candidate symmetry does not hold on the rules, the check must drop it with a reason and
 the proof must walk every column; where the quotient is cyclic, the full walk's report is returned;
 where walks fail under an acyclic quotient, the walked columns' failures count once per orbit member.
+The candidates (hpcfabric/verify/union/automorphism.py) are checked against the topology; the rules decide
+which of them hold (a changed entry drops every symmetry through its switch, naming it); a cyclic union
+shows with the symmetry kept but unused; the reduced proof agrees with the brute-force CDG oracle.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from dataclasses import replace
 
 import pytest
 from test_policies import compiled
-from test_sweep import _mutate
+from test_oracle import _mutate
 
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.flows import TABLE_ROUTE, Output
 from hpcfabric.topology.loader import parse_topology
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.proof import prove
+from hpcfabric.rules.flows import RuleClass
+from hpcfabric.topology.generators import dragonfly_fabric, flattened_butterfly_fabric
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.union.automorphism import automorphism, candidate_generators
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom
+from hpcfabric.verify.union.proof import prove
 
 PALMTREE = "kind: dragonfly\nname: df-a4p2h2-palmtree\na: 4\np: 2\nh: 2\narrangement: palmtree\n"
 
@@ -114,3 +121,68 @@ def test_a_correct_but_asymmetric_change_is_dropped_and_proved_in_full():
     assert rep.nodes == prove(broken, symmetry=False).nodes
     assert _verdicts(rep) == _verdicts(prove(broken, symmetry=False))
     assert rep.delivered == verify(broken).ok
+
+
+def test_candidates_are_checked_against_the_topology():
+    fab = dragonfly_fabric(4, 2, 2, 9, arrangement="palmtree")
+    (name, rot), = candidate_generators(fab)
+    auto, why = automorphism(fab, name, rot)
+    assert why is None and auto.switch["g0s1"] == "g1s1"
+    assert all(auto.map_port(s, p) == p for s in ("g0s0", "g3s2") for p in fab.ports(s))  # palmtree: same slots
+    swapped = dict(rot, g0s0=rot["g0s1"], g0s1=rot["g0s0"])  # still a bijection, no longer link-preserving
+    auto, why = automorphism(fab, "broken", swapped)
+    assert auto is None and "no link" in why
+    fb = flattened_butterfly_fabric([3, 4], 2)
+    names = [n for n, _ in candidate_generators(fb)]
+    assert names == ["shift-dim0", "shift-dim1"]
+    for n, m in candidate_generators(fb):
+        auto, why = automorphism(fb, n, m)
+        assert why is None
+        for link in fb.links:  # ports follow links, so port numbers change under a shift
+            peer = fb.peer(auto.switch[link.a], auto.map_port(link.a, link.a_port))
+            assert (peer.node, peer.port) == (auto.switch[link.b], auto.map_port(link.b, link.b_port))
+
+
+def test_the_rules_decide_which_symmetries_hold():
+    rep = prove(compiled("fb-2d-3x3", "minimal"))
+    assert rep.symmetry["kept"] == ["shift-dim0", "shift-dim1"] and not rep.symmetry["dropped"]
+    assert rep.symmetry["used"] and rep.symmetry["columns_walked"] == 1  # one access switch per orbit
+    # Valiant picks the intermediate by the host's rank among the top-dimension ports: a shift of
+    # that dimension changes the choice, and the check names why
+    rep = prove(compiled("fb-2d-3x3", "valiant"))
+    assert rep.symmetry["kept"] == ["shift-dim0"] and set(rep.symmetry["dropped"]) == {"shift-dim1"}
+    rep = prove(palmtree("conditional"))
+    assert rep.symmetry["kept"] == ["rotate-groups"] and rep.symmetry["columns_walked"] == 4  # group 0
+
+
+def test_one_changed_entry_drops_the_symmetry():
+    comp = compiled("fb-2d-3x3", "minimal")
+    sw = "s1_1"
+    ports = sorted(comp.fabric.fabric_ports(sw))
+
+    def fn(flows):  # one route leaves by another fabric port (still delivered, differently)
+        i = next(i for i, f in enumerate(flows) if f.table == TABLE_ROUTE and f.rule_class == RuleClass.ROUTE)
+        old = flows[i].actions[0].port
+        flows[i] = replace(flows[i], actions=(Output(ports[(ports.index(old) + 1) % len(ports)]),))
+        return flows
+
+    rep = prove(_mutate(comp, sw, fn))
+    assert rep.symmetry["kept"] == [] and set(rep.symmetry["dropped"]) == {"shift-dim0", "shift-dim1"}
+    assert all(sw in why for why in rep.symmetry["dropped"].values())
+
+
+@pytest.mark.parametrize("case", ["fb4x4x4-cond", "df-palmtree-valiant"])
+def test_reduced_proof_agrees_with_the_oracle(case):
+    comp = compiled("fb-3d-4x4x4", "conditional") if case == "fb4x4x4-cond" else palmtree("valiant")
+    rep, oracle = prove(comp), check_deadlock_freedom(comp)
+    assert rep.symmetry["used"] and rep.symmetry["columns_walked"] < len(comp.fabric.access_switches)
+    assert (rep.ok, rep.delivered, rep.acyclic) == (oracle.ok, oracle.failed_scenarios == 0, oracle.acyclic) == (True,) * 3
+
+
+def test_a_cyclic_union_shows_with_the_symmetry_kept_but_unused():
+    """CoS off: the full union has a cycle, so the quotient has one too: every column is walked."""
+    comp = palmtree("conditional", cos=False)
+    rep = prove(comp)
+    assert rep.symmetry["kept"] and rep.symmetry["used"] is False and not rep.acyclic and rep.cycle
+    assert not rep.ok and not check_deadlock_freedom(comp).acyclic
+

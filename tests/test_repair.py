@@ -25,8 +25,8 @@ from hpcfabric.config import load_config
 from hpcfabric.failover.damping import FlapDamper
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import Failures, parse_failures
-from hpcfabric.verify.delta import ProofState
-from hpcfabric.verify.proof import prove
+from hpcfabric.verify.incremental.delta import ProofState
+from hpcfabric.verify.union.proof import prove
 
 from test_ops_fakes import ROOT
 

@@ -1,6 +1,6 @@
 """The up*/down* proof (hpcfabric/verify/updown.py) agrees with the brute force.
 
-Where the local invariant holds, the brute-force sweep (every host pair, the
+Where the local invariant holds, the brute-force CDG oracle (every host pair, the
 unpaused fabric and every port paused alone, union channel dependency graph)
 must find every pair delivered and the graph acyclic; and every broken rule
 set below must fail the proof *and* be really broken (the brute force or the
@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 from test_policies import TOPOLOGIES, compiled, fabric
 
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.cli import main
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.flows import TABLE_ALTERNATIVE, TABLE_ROUTE, FlowSpec, Match, Output, RuleClass
 from hpcfabric.verify.updown import check_up_down
-from hpcfabric.verify.allpairs import apply_paused, verify
+from hpcfabric.verify.oracle.allpairs import apply_paused, verify
 
 UPDOWN = ["fat-tree-k4", "clos-4stage-small"]
 
@@ -183,10 +183,49 @@ def test_other_fabrics_are_refused():
         check_up_down(compiled("dragonfly-a2-p1-h1", "conditional"))
 
 
-def test_cli_sweep_up_down(capsys):
+def test_cli_prove_up_down(capsys):
     path = str(TOPOLOGIES / "clos-4stage-small.yaml")
-    assert main(["sweep", path, "--routing", "conditional", "--up-down"]) == 0
+    assert main(["prove", path, "--routing", "conditional", "--up-down"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["ok"] and out["method"].startswith("up-down") and out["switches"] == len(fabric("clos-4stage-small").switches)
-    assert main(["sweep", str(TOPOLOGIES / "fb-2d-3x3.yaml"), "--up-down"]) == 2
+    assert main(["prove", str(TOPOLOGIES / "fb-2d-3x3.yaml"), "--up-down"]) == 2
     assert "fat-trees and folded Clos" in capsys.readouterr().err
+    assert main(["sweep", path, "--routing", "conditional", "--up-down"]) == 0  # the deprecated alias
+    got = capsys.readouterr()
+    alias = json.loads(got.out.strip().splitlines()[-1])
+    assert {k: v for k, v in alias.items() if k not in ("seconds", "timings")} == \
+        {k: v for k, v in out.items() if k not in ("seconds", "timings")}
+    assert "'sweep' is deprecated" in got.err
+
+
+@pytest.mark.parametrize("name", ["fb-3d-4x4x4", "dragonfly-a4-p2-h2"])
+def test_destination_classes_decide_alike(name):
+    """The classes the up/down proof decides one representative of are sound: every host of a class
+    gets the same decision in every row of the switch, unpaused and with PORT_STATE flipped."""
+    import numpy as np
+
+    from hpcfabric.verify.codes import UNTAGGED
+    from hpcfabric.verify.decisions import arrival_pcps as _pcp_values, destination_classes as _classes
+    from hpcfabric.verify.engine import Destinations as _Dst, Row as _Row, data_flows, data_relevant as _relevant
+    from hpcfabric.verify.engine import evaluate as _evaluate
+    from hpcfabric.verify.scenarios import flip_port_states as _flipped
+
+    comp = compiled(name, "conditional")
+    fab = comp.fabric
+    macs = np.array([comp.plan.host_mac[h.name] for h in fab.hosts], dtype=np.uint64)
+    dst = _Dst(macs)
+    relevant = {s.name: [f for f in data_flows(comp.tables[s.name].flows) if _relevant(f)] for s in fab.switches}
+    pcps = _pcp_values(relevant)
+    sizes = []
+    for sw in fab.switches[::3]:
+        cls, reps = _classes(relevant[sw.name], macs)
+        sizes.append(len(reps))
+        flipped = [f for f in data_flows(_flipped(comp.tables[sw.name].flows)) if _relevant(f)]
+        for p, peer in fab.ports(sw.name).items():
+            src = comp.plan.host_mac[peer.node] if peer.is_host else None
+            for pcp in [UNTAGGED] if peer.is_host else pcps:
+                for flows in (relevant[sw.name], flipped):
+                    res = _evaluate(_Row(sw.name, (p,), src, False, pcp).build(flows), dst, track=True)
+                    for v in (res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port):
+                        assert (v == v[reps][cls]).all(), (sw.name, p, pcp)
+    assert max(sizes) < len(fab.hosts)  # the classes do reduce

@@ -35,9 +35,9 @@ from hpcfabric.rules.flows import (
     Output,
     SetField,
 )
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.allpairs import pair_outcomes, probe_addresses, verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import pair_outcomes, probe_addresses, verify, walk_pair
 from hpcfabric.verify.engine import Engine as _Engine
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

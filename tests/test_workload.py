@@ -21,8 +21,8 @@ from hpcfabric.sim.tables import Forwarding
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.patterns import PatternError
 from hpcfabric.topology.traffic import TRAFFIC_PATTERNS, load_traffic, pattern_traffic, write_traffic
-from hpcfabric.verify.allpairs import verify
-from hpcfabric.verify.cdg import check_deadlock_freedom, pausable_ports
+from hpcfabric.verify.oracle.allpairs import verify
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 
 FABRICS = ("dragonfly-a2-p1-h1", "dragonfly-a4-p2-h2", "fb-2d-3x3", "fb-2d-4x4")
 

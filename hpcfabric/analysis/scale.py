@@ -16,7 +16,7 @@ Structural checks, on every compiled switch (complete, not sampled):
 * compact addressing on Flattened Butterfly, fat-tree and folded Clos: entries
   = ports in use (the lower bound); Dragonfly: Eq. 1 >= entries >= ports in use.
 
-:func:`verify_at_scale` adds the forwarding check: :func:`hpcfabric.verify.allpairs.verify`
+:func:`verify_at_scale` adds the forwarding check: :func:`hpcfabric.verify.oracle.allpairs.verify`
 with ``sample=N`` walks every source to N random destinations (plus the
 invalid-address probes) through the full compiled tables. Its ``coverage``
 field states both parts.
@@ -155,7 +155,7 @@ def _group_sizes(fabric: Fabric) -> tuple[int, dict[int, int]]:
 
 
 def _check_switch(fabric: Fabric, name: str, flows: Sequence[Any]) -> tuple[int, int]:
-    from hpcfabric.verify.pipeline import check_overlaps
+    from hpcfabric.verify.reference.pipeline import check_overlaps
 
     overlaps = len(check_overlaps(flows))
     ports = fabric.ports(name)
@@ -294,7 +294,7 @@ def verify_at_scale(
     what by sampling.
     """
     from hpcfabric.rules.compiler import compile_fabric
-    from hpcfabric.verify.allpairs import verify
+    from hpcfabric.verify.oracle.allpairs import verify
 
     plan = plan_addresses(fabric, mode)
     counts = count_rules(fabric, plan, jobs=jobs, progress=progress)

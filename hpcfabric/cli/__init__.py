@@ -1,8 +1,8 @@
 """The ``hpcfabric`` command line: one module per command, registered by :func:`build_parser`.
 
 ``check`` (a topology or a controller config), ``plan`` (host addresses), ``rules`` (compiled tables:
-summary, JSON or ``ovs-ofctl`` syntax), ``verify`` (all-pairs forwarding check), ``sweep`` (every
-single paused port), ``prove`` (delivery and deadlock freedom under any set of paused ports),
+summary, JSON or ``ovs-ofctl`` syntax), ``verify`` (all-pairs forwarding check), ``prove`` (delivery and
+deadlock freedom under any set of paused ports; ``sweep`` is its deprecated alias),
 ``controller``, ``compile`` (the tables of a config for its controllers), ``status`` (HA), ``traffic``
 (matrices) and ``analyze`` (:mod:`hpcfabric.analysis.cli`). The compiling commands share
 :func:`hpcfabric.cli.common.compiled_from_args` (load -> plan -> compile, ``--traffic`` included).

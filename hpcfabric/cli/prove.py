@@ -1,8 +1,9 @@
 """``hpcfabric prove FILE``: delivery and deadlock freedom under any set of paused ports
-(:func:`hpcfabric.verify.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
+(:func:`hpcfabric.verify.union.proof.prove`; docs/routing.md). ``hpcfabric prove --config FILE [--fail SWITCH:PORT
 | SWITCH ...]``: the tables the controller installs -- with those links and switches out, the repair it would
 install (:class:`hpcfabric.repair.plan.Repairer`: compiled for the surviving fabric, proven with its
-update order; docs/routing.md "Failures") -- or why none can be proven.
+update order; docs/routing.md "Failures") -- or why none can be proven. ``--up-down``: the up*/down* proof of a
+fat-tree or folded Clos (:func:`hpcfabric.verify.updown.check_up_down`).
 
 :func:`add_parser` holds the options, :func:`run` compiles (:func:`~hpcfabric.cli.common.compiled_from_args`)
 and proves, :func:`print_verdict` writes the text form (``--json``: the report as JSON). Exit 0 when proven,
@@ -12,16 +13,22 @@ and proves, :func:`print_verdict` writes the text form (``--json``: the report a
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+import time
+from typing import Any, Callable
 
-from hpcfabric.cli.common import add_addressing_options, add_policy_options, command, compiled_from_args, emit
+from hpcfabric.cli.common import add_addressing_options, add_policy_options, command, compiled_from_args, emit, load
 from hpcfabric.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
-    p = command(sub, "prove", run, "prove delivery and deadlock freedom under any set of paused ports "
-                "(per-destination decisions; docs/routing.md); with --config, the controller's tables and, "
-                "with --fail, the repair it would install")
+    add_options(command(sub, "prove", run, "prove delivery and deadlock freedom under any set of paused ports "
+                        "(per-destination decisions; docs/routing.md); with --config, the controller's tables and, "
+                        "with --fail, the repair it would install"))
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """prove's options (shared with the deprecated ``sweep`` alias)."""
     p.set_defaults(file=None)
     p._positionals.title = "positional arguments"  # noqa: SLF001 - argparse has no public way to rename it
     p._actions[-1].nargs = "?"  # noqa: SLF001 - FILE is optional with --config
@@ -31,25 +38,65 @@ def add_parser(sub: Any) -> None:
                    help="with --config: a link out (SWITCH:PORT, by either end) or a switch out; repeatable")
     add_addressing_options(p)
     add_policy_options(p)
-    p.add_argument("--fallback", choices=("sweep", "symmetric", "none"), default="sweep",
-                   help="when the union fails, also check single paused ports (default sweep) and report both")
+    p.add_argument("--fallback", choices=("cdg", "none"), default="cdg",
+                   help="when the union fails, also run the brute-force CDG oracle over every single paused port "
+                   "(default cdg) and report both verdicts")
+    p.add_argument("--up-down", action="store_true",
+                   help="fat-tree / folded Clos: the per-switch up*/down* proof instead (hpcfabric.verify.updown; "
+                   "any set of paused ports, no pair walk; JSON)")
+    p.add_argument("--progress", action="store_true", help="progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcfabric.verify.proof import prove
+    from hpcfabric.verify.union.proof import prove
 
     if args.config or args.fail:
         return run_config(args)
     if args.file is None:
         raise ConfigError("prove needs a topology FILE or --config FILE", source="hpcfabric prove")
+    if args.up_down:
+        return run_up_down(args)
     built = compiled_from_args(args)
-    rep = prove(built.compiled, fallback=None if args.fallback == "none" else args.fallback)
+    rep = prove(built.compiled, fallback=None if args.fallback == "none" else args.fallback,
+                progress=progress_printer(args.progress))
     if args.json:
         emit({"addressing": built.plan.mode, "compile_seconds": round(built.seconds, 3), **rep.as_dict()})
     else:
         print_verdict(args.file, rep, built.seconds)
     return 0 if rep.ok else 1
+
+
+def progress_printer(on: bool) -> Callable[..., None] | None:
+    """``--progress``: ``# [what] i/n seconds`` lines on stderr."""
+    if not on:
+        return None
+    t0 = time.perf_counter()
+
+    def progress(*parts: Any) -> None:
+        *what, i, n, _ = parts
+        print(" ".join(["#", *map(str, what), f"{i}/{n}", f"{time.perf_counter() - t0:.0f} s"]), file=sys.stderr,
+              flush=True)
+
+    return progress
+
+
+def run_up_down(args: argparse.Namespace) -> int:
+    """``prove --up-down``: the up*/down* proof of a fat-tree or folded Clos, as JSON (exit 2 for other fabrics)."""
+    from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS
+    from hpcfabric.verify.updown import check_up_down
+
+    fabric = load(args.file)
+    if fabric.kind not in UP_DOWN_KINDS:
+        raise ConfigError(f"--up-down applies to fat-trees and folded Clos, not to a {fabric.kind}; "
+                          "use the union proof (prove without --up-down)", source=args.file)
+    built = compiled_from_args(args, fabric)
+    compiled = built.compiled
+    progress = progress_printer(args.progress)
+    ud = check_up_down(compiled, progress=None if progress is None else lambda i, n, t: progress("switches", i, n, t))
+    emit({"fabric": fabric.name, "addressing": built.plan.mode, "routing": compiled.routing, "cos": compiled.cos,
+          "cos_levels": compiled.cos_levels, **ud.as_dict()})
+    return 0 if ud.ok else 1
 
 
 def print_verdict(path: str, rep: Any, compile_s: float) -> None:
@@ -75,8 +122,6 @@ def print_verdict(path: str, rep: Any, compile_s: float) -> None:
 
 def run_config(args: argparse.Namespace) -> int:
     """``prove --config FILE [--fail ...]``: the controller's tables, or its repair for the failures given."""
-    import time
-
     from hpcfabric.config import load_config
     from hpcfabric.repair.plan import Repairer
     from hpcfabric.topology.failures import parse_failures

@@ -9,7 +9,7 @@ from typing import Any
 from hpcfabric.cli.common import add_addressing_options, add_policy_options, command, compiled_from_args, emit
 from hpcfabric.errors import ConfigError
 
-#: the report's keys -> the CDG check's (:meth:`hpcfabric.verify.cdg.CdgReport.as_dict`)
+#: the report's keys -> the CDG check's (:meth:`hpcfabric.verify.oracle.cdg.CdgReport.as_dict`)
 CDG_KEYS = {"cdg_acyclic": "cdg_acyclic", "cdg_cycle": "cdg_cycle", "cdg_per_cos": "cdg_per_cos",
             "cdg_channels": "channels", "cdg_dependencies": "dependencies", "scenarios": "scenarios",
             "scenario_failures": "scenario_failures", "failed_scenarios": "failed_scenarios", "cdg_seconds": "seconds"}
@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcfabric.verify.allpairs import verify
+    from hpcfabric.verify.oracle.allpairs import verify
 
     built = compiled_from_args(args)
     fabric, compiled = built.fabric, built.compiled
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     data = {"fabric": fabric.name, "addressing": built.plan.mode, **report.as_dict()}
     ok = report.ok
     if args.routing is not None or args.paused is not None or args.cos != "default":
-        from hpcfabric.verify.cdg import check_deadlock_freedom
+        from hpcfabric.verify.oracle.cdg import check_deadlock_freedom
 
         cdg = check_deadlock_freedom(compiled, "single" if args.paused == "all" else paused)
         report_cdg = cdg.as_dict()

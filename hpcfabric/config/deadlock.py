@@ -5,7 +5,7 @@
 * ``pfc`` (802.1Qbb, the default): lossless, one PAUSE per priority. The classes of service
   (VLAN PCP) are separate lossless queues, so the tables are deadlock-free iff the channel
   dependency graph over (switch, port, class) is acyclic. :func:`deadlock_verdict` runs the union
-  proof (:func:`hpcfabric.verify.proof.prove`: delivery and an acyclic CDG under any set of paused
+  proof (:func:`hpcfabric.verify.union.proof.prove`: delivery and an acyclic CDG under any set of paused
   ports, which contains every single-paused-port scenario) and refuses tables it does not prove:
   :class:`~hpcfabric.errors.ConfigError` naming the cycle as channels and the fix.
 * ``pause`` (802.3x): lossless, but one PAUSE stops every class at once, so classes give no
@@ -82,7 +82,7 @@ def deadlock_verdict(cfg: Any, *, refuse: bool = True) -> dict[str, Any]:
         return out
     t0 = time.perf_counter()
     from hpcfabric.config.build import whole_fabric_rules
-    from hpcfabric.verify.proof import prove
+    from hpcfabric.verify.union.proof import prove
 
     compiled = whole_fabric_rules(cfg)  # a partition's controller proves the whole fabric it is part of
 

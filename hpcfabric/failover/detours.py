@@ -5,7 +5,7 @@ which other ports are proven detours for each (the rules: :mod:`hpcfabric.failov
 walks is a pure function of the tables, so it keeps what it walked and, given new tables (a repair changes
 a few switches), walks again only what can differ:
 
-* **steps** -- what one switch does with one frame (:meth:`~hpcfabric.verify.pipeline.Pipeline.process`:
+* **steps** -- what one switch does with one frame (:meth:`~hpcfabric.verify.reference.pipeline.Pipeline.process`:
   one output and the frame as sent, dropped, or anything else), memoised per (switch, frame). A step is
   fixed by the winners of the table lookups it made; each step keeps its lookups (table, the values of the
   fields that table matches on), so when a switch's tables change, only steps whose lookups now find
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.rules.flows import FlowSpec
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 
 #: a step that ends every walk: a pipeline error, a punt or more than one output
 BAD = "bad"

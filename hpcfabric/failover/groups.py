@@ -17,7 +17,7 @@ and restores them when the link comes back (bucket 1 is live again at once).
 Which ports are protected is **not assumed per topology but proved with the
 reference pipeline**: for a switch S and a fabric port p (peer N), every data
 frame S sends out p in the compiled tables -- from every ingress port, to
-every host and to every invalid probe address (:func:`hpcfabric.verify.allpairs.probe_addresses`)
+every host and to every invalid probe address (:func:`hpcfabric.verify.oracle.allpairs.probe_addresses`)
 -- is collected. Another fabric port q (peer M) is a safe detour when, with
 the link S-N down, each of those frames sent out q is walked switch by switch
 from M through the unchanged tables and
@@ -145,7 +145,7 @@ class FailoverAnalysis:
 
     def __init__(self, compiled: Any, *, source_macs: Mapping[str, int] | None = None,
                  max_alternatives: int = MAX_ALTERNATIVES, limit: int = ANALYSIS_LIMIT, keep: bool = True) -> None:
-        from hpcfabric.verify.allpairs import probe_addresses
+        from hpcfabric.verify.oracle.allpairs import probe_addresses
 
         fabric, plan = compiled.fabric, compiled.plan
         dests: list[tuple[int, str | None]] = [(plan.host_mac[h.name], h.name) for h in fabric.hosts]

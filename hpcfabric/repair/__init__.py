@@ -3,5 +3,5 @@
 
 Above :mod:`hpcfabric.config` (a repair compiles and adapts tables as the config says) and below the
 controller; the pure parts it uses live lower: :mod:`hpcfabric.topology.failures`, the routers of
-:mod:`hpcfabric.rules`, the incremental proof of :mod:`hpcfabric.verify.delta`.
+:mod:`hpcfabric.rules`, the incremental proof of :mod:`hpcfabric.verify.incremental.delta`.
 """

@@ -5,7 +5,7 @@ A repair is a compile of the surviving fabric (:func:`hpcfabric.rules.compiler.c
 what is out; only the switches the failures can affect are compiled again
 (:func:`~hpcfabric.rules.compiler.affected_switches`), and every entry whose path does not cross a failure
 stays as it is. :class:`Repairer` keeps the tables in force and, when the configured flow control asks for
-proofs, an incremental proof base (:class:`hpcfabric.verify.delta.ProofState`). :meth:`Repairer.plan` makes
+proofs, an incremental proof base (:class:`hpcfabric.verify.incremental.delta.ProofState`). :meth:`Repairer.plan` makes
 a :class:`RepairPlan` for a new set of failures:
 
 1. the surviving fabric compiled on the affected switches; the switches whose tables change;
@@ -14,7 +14,7 @@ a :class:`RepairPlan` for a new set of failures:
    again exactly (the changed destinations from every injection);
 3. **an update order that is proven too**: the switches are updated in *waves* (each wave's bundles, then
    the next); for each wave every mix of old and new tables among its switches is proven deadlock- and
-   loop-free (:meth:`~hpcfabric.verify.delta.ProofState.check` with ``mix``). One wave if that holds for all
+   loop-free (:meth:`~hpcfabric.verify.incremental.delta.ProofState.check` with ``mix``). One wave if that holds for all
    switches at once, else the redirections first (or last), whichever is proven;
 4. the tables to install (guards, MAC rewrite, fast-failover groups added as at load) and how many entries
    differ. With fast-failover groups, a switch whose compiled table stays may still need other groups (or
@@ -149,7 +149,7 @@ class Repairer:
     def base(self) -> Any:
         """The proof base (built now if need be: a full union walk of the tables in force)."""
         if self.state is None:
-            from hpcfabric.verify.delta import ProofState
+            from hpcfabric.verify.incremental.delta import ProofState
 
             self.state = ProofState.build(self.compiled)
         return self.state
@@ -244,7 +244,7 @@ class Repairer:
                timings: dict[str, float]) -> tuple[dict[str, Any], tuple[tuple[str, ...], ...]]:
         """Prove the new tables, then find a proven update order; the proof base is left at the new tables
         (:meth:`discard` goes back)."""
-        from hpcfabric.verify.delta import NotIncremental
+        from hpcfabric.verify.incremental.delta import NotIncremental
 
         state = self.base()
         undo = state.snapshot()

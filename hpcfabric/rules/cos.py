@@ -162,7 +162,7 @@ def cos_levels_needed(fabric: Fabric, routing: str, scheme: str) -> int:
 def default_cos(fabric: Fabric, routing: str) -> tuple[str, int]:
     """(scheme, levels) that ``cos=True`` selects: the fewest classes for which the
     channel dependency graph of the shipped fabrics is acyclic over every single
-    paused port (:mod:`hpcfabric.verify.cdg`; measurements and the cycles found with one
+    paused port (:mod:`hpcfabric.verify.oracle.cdg`; measurements and the cycles found with one
     class less in docs/routing.md)."""
     kind = fabric.kind
     if kind == "dragonfly":  # +1 per global link: l-g-l needs 2, g-l-g-l 3

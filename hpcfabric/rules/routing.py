@@ -31,7 +31,7 @@ reaches it through an intermediate group (a Valiant-like path, two global hops);
 uplinks move to the next live uplink; explicit fabrics take shortest paths over the live links.
 A destination with no surviving route gets ``None`` (dropped, never looped). Whether the result is
 deadlock-free under the fabric's classes of service is not assumed: it is proven on the tables
-(:mod:`hpcfabric.verify.delta`).
+(:mod:`hpcfabric.verify.incremental.delta`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ dimension before a higher one, so its dependencies cannot close a circle. A repa
   to bypass through its source (which would leave by the port it came in on).
 
 So a frame past its first hop differs from its destination in one dimension, or is on an override. None of
-this is assumed by the repair: the union proof checks the tables (:mod:`hpcfabric.verify.delta`); what it
+this is assumed by the repair: the union proof checks the tables (:mod:`hpcfabric.verify.incremental.delta`); what it
 cannot reach is said (a destination no in-order route reaches is dropped, "proven, pairs lost").
 """
 

@@ -1,6 +1,6 @@
 """Forwarding lookups for the simulator, precomputed from the compiled tables.
 
-:class:`Forwarding` runs the verifier's batch engine (:class:`hpcfabric.verify.choices.Choices`)
+:class:`Forwarding` runs the verifier's batch engine (:class:`hpcfabric.verify.union.choices.Choices`)
 over the FlowSpecs the controller installs and keeps, for every *line* (switch, ingress port
 class, arrival PCP) and every destination class of that switch, two decisions: the one the
 rules take with their PORT_STATE entries as installed (``base``) and the one they take while
@@ -24,9 +24,9 @@ from hpcfabric.errors import HpcfabricError
 from hpcfabric.rules.addressing import plan_addresses
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.topology.model import Fabric
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, PCP_SLOTS
-from hpcfabric.verify.columns import groups_of_hosts, structural_splits_of
+from hpcfabric.verify.union.pairs import groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 
 __all__ = ["SimError", "Forwarding", "PortMap", "port_map", "compile_policy", "POLICIES"]

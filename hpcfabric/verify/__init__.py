@@ -1,21 +1,25 @@
-"""Proofs over compiled tables: the reference pipeline, the vectorised engine, all-pairs, CDG, sweeps.
+"""Proofs over compiled tables; nothing here changes a table. Grouped by role (docs/architecture.md has the map):
 
-Modules, bottom up (each imports only those above it):
+* ``reference/`` -- the scalar ground truth: ``pipeline`` (one frame through one switch's tables, OpenFlow
+  1.3 semantics, overlap check, fast-failover groups), ``flatten`` (resubmit chains as plain entries),
+  ``walk`` (one frame hop by hop through the fabric);
+* ``engine/`` -- the vectorised engine, one evaluator (``flat``: entries as columns; ``batch``: destination
+  classes and the decisions of many lines at once, for the union proof and repairs) and, over it, ``rows``
+  + ``core`` (rows of one switch created as walks reach them, for the verifier, the oracle and up/down);
+  cross-checked against ``reference`` in the tests;
+* shared parts: ``codes`` (outcome / next-state codes, channel names), ``probes`` (addresses nobody owns),
+  ``scenarios`` (pause and link-down states applied to tables), ``graphs`` (packed edges, cycles),
+  ``decisions`` (one switch's entries, port classes, destination classes);
+* ``oracle/`` -- brute force: ``allpairs.verify`` (every host pair delivered, unpaused or with given ports
+  paused) and ``cdg.check_deadlock_freedom`` (the CDG oracle: every host pair in the unpaused fabric and
+  with every single port paused, over ``lines``);
+* ``union/`` -- the union proof ``proof.prove`` (the verdict of ``check`` and the controller): ``choices``
+  (every line's decision, unpaused and all paused), ``pairs`` (destination columns, injections, the
+  dependency verdict), ``unions`` (the walk over both choices), ``automorphism`` + ``orbits`` (the one
+  symmetry check: one column per orbit);
+* ``updown`` -- the up*/down* proof of fat-trees and folded Clos, switch by switch;
+* ``incremental/`` -- the union proof of a change (repairs): ``delta`` over ``redecide``, ``deltawalk``,
+  ``depgraph``.
 
-* ``pipeline`` — the scalar reference: one frame through one switch's tables (OpenFlow 1.3
-  semantics), overlap check, fast-failover groups resolved; ``flatten`` — resubmit chains as
-  plain entries;
-* ``codes`` — outcome / next-state codes and channel names; ``walk`` — one frame through the
-  fabric with the reference pipeline; ``probes`` — addresses nobody owns;
-* ``engine`` (package) — the vectorised engine: destinations, views, rows, decisions, walks;
-* ``scenarios`` — pause and link-down states applied to tables;
-* ``allpairs`` — :func:`verify`: every host pair (and the probes) delivered?;
-* ``graphs`` — packed dependency edges, cores, cycles; ``lines`` — per-port decision lines and
-  single-port scenarios; ``cdg`` — the channel dependency graph check;
-* ``columns``, ``sweep`` — every single paused port at scale, over destination classes;
-* ``decisions`` — one switch's decisions over its destination classes; ``automorphism``,
-  ``symmetry`` — symmetries of the rules and the reduced sweep; ``updown`` — the up*/down* proof;
-* ``choices`` — every line's decisions, unpaused and all paused, on the engine's batch path
-  (``engine.flat``, ``engine.batch``); ``unions`` — the union walk over both choices; ``proof`` —
-  :func:`prove`: delivery and deadlock freedom under any set of paused ports.
+Three ways to a deadlock verdict: the union proof, the CDG oracle, the up*/down* proof.
 """

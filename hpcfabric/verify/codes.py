@@ -3,7 +3,7 @@
 A decision of the vectorised engine (:mod:`hpcfabric.verify.engine`) is an ``int32``: ``>= 0`` is
 the next decision row (the frame crosses a link and arrives there), a negative value is final:
 one of the constants below, or ``DELIVER - h`` for "delivered to host id ``h``" (host ids are
-positions in ``fabric.hosts``). The scalar reference walk (:mod:`hpcfabric.verify.walk`) reports
+positions in ``fabric.hosts``). The scalar reference walk (:mod:`hpcfabric.verify.reference.walk`) reports
 the same codes, so both engines' outcomes compare directly (:func:`outcome_kind`).
 
 A *channel* is (switch, egress port, VLAN PCP): the lossless queue a frame waits in before it
@@ -13,7 +13,7 @@ crosses a link (:func:`channel_name`); ``UNTAGGED`` stands for "no VLAN tag".
 from __future__ import annotations
 
 __all__ = [
-    "DROP", "PUNT", "FLOOD", "DEAD", "SCALAR", "LOOP", "SINK", "TAGGED", "DELIVER", "NOWHERE", "NEW_ROW",
+    "DROP", "PUNT", "FLOOD", "DEAD", "SCALAR", "LOOP", "SINK", "TAGGED", "DELIVER", "NEW_ROW",
     "UNTAGGED", "PCP_SLOTS", "KINDS", "outcome_kind", "cos_label", "channel_name",
 ]
 
@@ -27,7 +27,6 @@ LOOP = -6  # walk only: hop bound exceeded / cycle
 SINK = -7  # matrix only: the row where finished walks park
 TAGGED = -8  # reached a host still carrying a VLAN tag
 DELIVER = -16  # delivered to host id h: DELIVER - h
-NOWHERE = 2**31 - 2  # views only: an output that no port takes (to the ingress port by number)
 NEW_ROW = 2**31 - 1  # engine only: egress (port, PCP) whose row does not exist yet (never a final code)
 
 UNTAGGED = -1  # VLAN PCP of an untagged frame (engine rows)

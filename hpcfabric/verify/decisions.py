@@ -1,8 +1,7 @@
 """Per-switch decisions over destination classes: one switch's rules, on their own.
 
-The local checks (symmetries of the rules, :mod:`hpcfabric.verify.symmetry`; the up/down proof,
-:mod:`hpcfabric.verify.updown`; the per-destination proof, :mod:`hpcfabric.verify.proof`) look at
-one switch at a time and need, for it:
+The local checks (the up/down proof, :mod:`hpcfabric.verify.updown`; the per-destination proof,
+:mod:`hpcfabric.verify.union.proof`) look at one switch at a time and need, for it:
 
 * :func:`forward_data_flows`: per switch, the entries a data frame can meet (resubmits inlined),
   refusing what a per-switch check does not model;
@@ -10,8 +9,7 @@ one switch at a time and need, for it:
   *capture* rule below), so one representative per class decides for all;
 * :func:`port_classes`: ingress ports whose ``in_port`` entries are equal but for the port;
 * :func:`arrival_pcps`: every VLAN PCP a frame can carry (untagged, and what entries push or set);
-* :func:`decide_line`: the engine's outcome of one row for a destination set, as arrays;
-* :func:`unique_rows`: equal rows of a decision table, grouped exactly.
+* :func:`decide_lines`: the engine's outcome of rows for a destination set, as arrays.
 """
 
 from __future__ import annotations
@@ -23,10 +21,10 @@ import numpy as np
 from hpcfabric.rules.flows import OFPP_IN_PORT, Output, PopVlan, PushVlan, SetField
 from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate
-from hpcfabric.verify.pipeline import describe_flow
+from hpcfabric.verify.engine import Destinations, Row, Unsupported, data_flows, data_relevant, entry_key, evaluate_rows
+from hpcfabric.verify.reference.pipeline import describe_flow
 
-__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_line", "unique_rows"]
+__all__ = ["forward_data_flows", "destination_classes", "port_classes", "arrival_pcps", "decide_lines"]
 
 
 def arrival_pcps(relevant: dict[str, list[Any]]) -> list[int]:
@@ -90,22 +88,6 @@ def destination_classes(relevant: list[Any], macs: np.ndarray) -> tuple[np.ndarr
     return rank[inv.reshape(-1)].astype(np.int32), first[order]
 
 
-def unique_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row, group) per row of equal rows: two 64-bit hashes group them, then every
-    row is compared with its group's first row (exact; ``np.unique(axis=0)`` if a hash collides)."""
-    rng = np.random.default_rng(0x5EED)
-    with np.errstate(over="ignore"):
-        h1 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-        h2 = (table * rng.integers(1, 1 << 62, table.shape[1], dtype=np.int64)).sum(axis=1)
-    _, first, inv = np.unique(np.stack([h1, h2], axis=1).view(np.complex128).reshape(-1),
-                              return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if not (table == table[first[inv]]).all():  # pragma: no cover - a hash collision
-        _, first, inv = np.unique(table, axis=0, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-    return first, inv
-
-
 def port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
     """Ports whose ``in_port`` entries are equal but for the port share a class."""
     ports = sorted(fabric.ports(switch))
@@ -123,10 +105,11 @@ def port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) 
     return out
 
 
-def decide_line(row: Row, dst: Destinations) -> tuple[np.ndarray, ...]:
-    """(outputs, last output port, its PCP, punt, pipeline error, PORT_STATE port met or -1) per destination."""
-    res = evaluate(row, dst, track=True)
-    return res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port
+def decide_lines(rows: list[Row], dst: Destinations) -> list[tuple[np.ndarray, ...]]:
+    """Per row, evaluated together: (outputs, last output port, its PCP, punt, pipeline error, PORT_STATE
+    port met or -1) per destination."""
+    return [(res.out_n, res.out_port, res.out_pcp, res.punt, res.err, res.ps_port)
+            for res in evaluate_rows(rows, dst, track=True)]
 
 
 def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError, *,

@@ -4,7 +4,7 @@ For each address field, a real address with that field set to a value no host us
 same higher fields (smallest and largest such value, from two base addresses), a bit just
 above the used address bits, and the multicast and globally-administered flag bits. Every
 probe must be dropped, never delivered, looped, punted or flooded
-(:func:`hpcfabric.verify.allpairs.verify`, :func:`hpcfabric.verify.updown.check_up_down`).
+(:func:`hpcfabric.verify.oracle.allpairs.verify`, :func:`hpcfabric.verify.updown.check_up_down`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hpcfabric.rules.port_state import learned_override_flow, port_state_flow
 from hpcfabric.rules.flows import GROUP_TAG, TABLE_PORT_STATE, RuleClass
 from hpcfabric.verify.engine.rows import data_flows, data_relevant
-from hpcfabric.verify.pipeline import resolve_groups
+from hpcfabric.verify.reference.pipeline import resolve_groups
 
 __all__ = ["pausable_ports", "apply_paused", "apply_down", "flip_port_states", "paused_data_flows"]
 
@@ -72,7 +72,7 @@ def apply_paused(compiled: Any, paused: Iterable[tuple[str, int]]) -> tuple[Any,
 def apply_down(compiled: Any, groups: Mapping[str, Iterable[Any]] | None, down: Iterable[tuple[str, int]]) -> Any:
     """``compiled`` as the switches execute it while the ports ``down`` (switch, port) are down: outputs to
     them lose the frame and every fast-failover group (``groups``: switch -> GroupSpecs) takes its first live
-    bucket (:func:`hpcfabric.verify.pipeline.resolve_groups`), so both engines see plain tables."""
+    bucket (:func:`hpcfabric.verify.reference.pipeline.resolve_groups`), so both engines see plain tables."""
     by_switch: dict[str, set[int]] = {}
     for sw, port in down:
         by_switch.setdefault(sw, set()).add(port)

@@ -1,9 +1,9 @@
 """Up*/down* proof for fat-trees and folded Clos: delivery and deadlock freedom under
 *any* set of paused ports, from a check of each switch's rules on its own.
 
-The paused-port sweep (:mod:`hpcfabric.verify.sweep`) walks every host pair per scenario;
-symmetries (:mod:`hpcfabric.verify.symmetry`) cut that down for Dragonflies and
-Flattened Butterflies, but a 4-stage folded Clos with the paper's truncated
+The union proof (:mod:`hpcfabric.verify.union.proof`) walks every destination column through
+every reachable line; symmetries (:mod:`hpcfabric.verify.union.orbits`) cut that down for
+Dragonflies and Flattened Butterflies, but a 4-stage folded Clos with the paper's truncated
 wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
 properties. :func:`check_up_down` checks, at every switch ``s`` separately,
@@ -44,7 +44,7 @@ The check is sound, not complete: a rule set can fail it and still work
 (e.g. a detour through a lower level). The per-switch decisions come from
 the same vectorised engine as the verifier (:mod:`hpcfabric.verify.engine`), and
 ``tests/test_updown.py`` cross-checks the verdict against the brute-force
-sweep on the small shipped fabrics and on broken rule sets.
+CDG oracle (:mod:`hpcfabric.verify.oracle.cdg`) on the small shipped fabrics and on broken rule sets.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import numpy as np
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.decisions import arrival_pcps, decide_line, destination_classes, forward_data_flows, port_classes
+from hpcfabric.verify.decisions import arrival_pcps, decide_lines, destination_classes, forward_data_flows, port_classes
 from hpcfabric.verify.engine import Destinations, Row
 from hpcfabric.verify.graphs import core_graph
 from hpcfabric.verify.probes import probe_addresses
@@ -238,19 +238,23 @@ def check_up_down(
         members: dict[int, list[int]] = {}
         for p, c in port_classes(fabric, name, rel, {}).items():
             members.setdefault(c, []).append(p)
+        todo = [(mem[0], pcp, paused, flows) for mem in members.values()
+                for pcp in ([UNTAGGED] if ports[mem[0]].is_host else pcps)
+                for paused, flows in ((False, rel), (True, flipped)) if not (paused and same)]
+        decided = dict(zip([t[:3] for t in todo], decide_lines([  # every line of the switch in one evaluation
+            Row(name, (p,), plan.host_mac[ports[p].node] if ports[p].is_host else None, False, pcp).build(flows, attrs)
+            for p, pcp, _, flows in todo], dst)))
         for mem in members.values():
             p = mem[0]
             peer = ports[p]
             from_below = any(kind[q] != 3 for q in mem)
-            src_mac = plan.host_mac[peer.node] if peer.is_host else None
             for pcp in [UNTAGGED] if peer.is_host else pcps:
                 arrival = HOST if peer.is_host else pcp
-                for paused, flows in ((False, rel), (True, flipped)):
+                for paused in (False, True):
                     if paused and same:
                         continue
                     lines += 1
-                    row = Row(name, (p,), src_mac, False, pcp).build(flows, attrs)
-                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in decide_line(row, dst))
+                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in decided[(p, pcp, paused)])
                     on = out_n.astype(np.int64)
                     op = np.clip(out_port, 0, top)
                     okind = np.where(on == 1, kind[op], 0)

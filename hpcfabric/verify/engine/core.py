@@ -20,10 +20,10 @@ import numpy as np
 
 from hpcfabric.rules.flows import OFPP_IN_PORT, FlowSpec, Output, PopVlan, PushVlan, SetField
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, LOOP, NEW_ROW, PCP_SLOTS, PUNT, SCALAR, SINK, TAGGED, UNTAGGED
-from hpcfabric.verify.engine.rows import Row, data_flows, data_relevant, evaluate, rewrites_pcp
-from hpcfabric.verify.engine.views import Destinations, Unsupported
-from hpcfabric.verify.pipeline import Frame, PipelineError, describe_flow
-from hpcfabric.verify.walk import Pipelines, host_ids
+from hpcfabric.verify.engine.flat import Unsupported
+from hpcfabric.verify.engine.rows import Destinations, Row, data_flows, data_relevant, evaluate, evaluate_rows, rewrites_pcp
+from hpcfabric.verify.reference.pipeline import Frame, PipelineError, describe_flow
+from hpcfabric.verify.reference.walk import Pipelines, host_ids
 
 __all__ = ["Engine", "BATCH_ELEMENTS"]
 
@@ -38,7 +38,7 @@ class Engine:
     then name the channel a frame arrived on, as the channel dependency graph
     needs). ``lazy``: host rows only at first, fabric rows when a decision first
     reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
-    a scenario's entries before rows are built (:mod:`hpcfabric.verify.lines`).
+    a scenario's entries before rows are built (:mod:`hpcfabric.verify.oracle.lines`).
     """
 
     def __init__(
@@ -59,10 +59,10 @@ class Engine:
         self.classes: dict[str, list[tuple[int, ...]]] = {}
         self.relevant: dict[str, list[FlowSpec]] = {}
         self.merged_ports = 0
-        self.own_port_drops: set[str] = set()  # switches whose rows drop outputs to their port (views)
+        self.own_port_drops: set[str] = set()  # switches whose rows drop outputs to their port (evaluate)
         self._ingress: tuple[np.ndarray, np.ndarray] | None = None  # see ingress_ids
         self._port_ids: dict[tuple[str, int], int] = {}
-        self.attrs: dict = {}  # (id(flow), pcp) -> (flow, *attrs)
+        self.attrs: dict = {}  # the rows' flat tables (Row.flat)
         self._switch_info: dict[str, tuple] = {}  # switch -> (flows, eth_src entries, in_port entries, built)
         extra = np.array(sorted(set(extra_macs)), dtype=np.uint64)
         self._every_dst = Destinations(np.concatenate([self.host_macs, extra]))
@@ -228,7 +228,7 @@ class Engine:
                 if entries is None:
                     built[k] = row.build(relevant, self.attrs).entries
                 else:
-                    row.entries, row.views, row.attrs = entries, {}, self.attrs
+                    row.entries, row.attrs = entries, self.attrs
         r = self.row_of[key] = len(self.rows)
         self.rows.append(row)
         return r
@@ -264,7 +264,7 @@ class Engine:
             peer = self.fabric.ports(row.switch)[row.ports[0]]
             if peer.is_host:
                 continue
-            if not row.own_port_drops:  # own_port_drops: decided in the views
+            if not row.own_port_drops:  # own_port_drops: decided in evaluate
                 arrived[r] = ids.setdefault((row.switch, row.ports[0]), len(ids))
             sent[r] = ids.setdefault((peer.node, peer.port), len(ids))
         self._ingress = (arrived, sent)
@@ -290,28 +290,38 @@ class Engine:
 
     # -- decisions ----------------------------------------------------------
     def decide(self, row: Row, dst: Destinations, ps: list | None = None) -> np.ndarray:
-        """Next-state code (int32) of ``row`` for every destination of ``dst``
-        (rows for new (port, PCP) states are created on the way). With ``ps``
-        (a list), the PORT_STATE port each destination meets is appended to it."""
-        if row.scalar:
-            return np.full(dst.n, SCALAR, dtype=np.int32)
-        res = evaluate(row, dst, ps is not None)
-        if ps is not None:
-            ps.append(res.ps_port)
-        pn = self.port_next[row.switch]
-        port = np.clip(res.out_port, 0, len(pn) - 1)
-        slot = res.out_pcp.astype(np.int64) + 1
-        nxt = pn[port, slot]
-        single = res.out_n == 1
-        new = single & (nxt == NEW_ROW)
-        if new.any():
-            for p, s in {(int(a), int(b)) for a, b in zip(port[new], slot[new])}:
-                peer = self.fabric.ports(row.switch)[p]
-                pn[p, s] = self.row(peer.node, self.class_of[(peer.node, peer.port)], s - 1)
+        """Next-state code (int32) of ``row`` for every destination of ``dst`` (:meth:`decide_rows`)."""
+        return self.decide_rows([row], dst, ps)[0]
+
+    def decide_rows(self, rows: Sequence[Row], dst: Destinations, ps: list | None = None) -> list[np.ndarray]:
+        """Next-state codes (int32) of each of ``rows`` for every destination of ``dst``, evaluated together
+        (rows for new (port, PCP) states are created on the way, in the order of ``rows``). With ``ps``
+        (a list), the PORT_STATE port each destination meets is appended to it per row not scalar."""
+        live = [row for row in rows if not row.scalar]
+        outcomes = iter(evaluate_rows(live, dst, ps is not None) if live else [])
+        codes = []
+        for row in rows:
+            if row.scalar:
+                codes.append(np.full(dst.n, SCALAR, dtype=np.int32))
+                continue
+            res = next(outcomes)
+            if ps is not None:
+                ps.append(res.ps_port)
+            pn = self.port_next[row.switch]
+            port = np.clip(res.out_port, 0, len(pn) - 1)
+            slot = res.out_pcp.astype(np.int64) + 1
             nxt = pn[port, slot]
-        code = np.where(single, nxt, np.where(res.out_n > 1, FLOOD, DROP))
-        code = np.where(res.punt, PUNT, code)
-        return np.where(res.err, DROP, code).astype(np.int32)
+            single = res.out_n == 1
+            new = single & (nxt == NEW_ROW)
+            if new.any():
+                for p, s in {(int(a), int(b)) for a, b in zip(port[new], slot[new])}:
+                    peer = self.fabric.ports(row.switch)[p]
+                    pn[p, s] = self.row(peer.node, self.class_of[(peer.node, peer.port)], s - 1)
+                nxt = pn[port, slot]
+            code = np.where(single, nxt, np.where(res.out_n > 1, FLOOD, DROP))
+            code = np.where(res.punt, PUNT, code)
+            codes.append(np.where(res.err, DROP, code).astype(np.int32))
+        return codes
 
     def decide_scalar(self, row: Row, src: int, dst_mac: int) -> int:
         """Next-state code of one frame at a source-dependent row."""
@@ -340,10 +350,8 @@ class Engine:
         plus a last all-``SINK`` row (see :meth:`walk`). Rows created while
         deciding are decided too."""
         lines: list[np.ndarray] = []
-        r = 0
-        while r < len(self.rows):
-            lines.append(self.decide(self.rows[r], dst))
-            r += 1
+        while len(lines) < len(self.rows):  # the rows created while deciding a wave make the next
+            lines.extend(self.decide_rows(self.rows[len(lines):], dst))
         m = np.empty((len(lines) + 1, dst.n), dtype=np.int32)
         for i, line in enumerate(lines):
             m[i] = line

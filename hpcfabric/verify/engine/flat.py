@@ -2,11 +2,11 @@
 
 :class:`FlatTables` reads the data-relevant entries of many *variants* (a switch's entries as
 installed, or with every PORT_STATE entry paused) once and keeps them as columns, sorted by
-variant, table and pipeline order (priority, then emission: the order :class:`~.rows.Row` and
-the reference pipeline use). What an entry's actions do to a frame of each VLAN PCP comes from
-:func:`~.views.action_effect`, once per distinct action list. :mod:`.batch` decides many
-(variant, ingress port, arrival PCP, destination) elements at once on these arrays; it is
-cross-checked against :func:`~.rows.evaluate` (``tests/test_proof.py``).
+variant, table and pipeline order (priority, then emission: the order of the reference pipeline).
+What an entry's actions do to a frame of each VLAN PCP comes from :func:`action_effect`, once per
+distinct action list. :mod:`.batch` decides many (variant, ingress port, arrival PCP, destination)
+elements at once on these arrays: the engine's one evaluator (:func:`~.rows.evaluate` runs one
+row through it), cross-checked against the reference pipeline (``tests/test_verify.py``).
 
 Candidate lists (padded index matrices, -1 = none) narrow what each element must compare:
 
@@ -23,13 +23,48 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hpcfabric.rules.flows import OFPP_IN_PORT, OFPVID_PRESENT
-from hpcfabric.verify.codes import PCP_SLOTS
-from hpcfabric.verify.engine.views import action_effect
+from hpcfabric.rules.flows import OFPP_CONTROLLER, OFPP_IN_PORT, OFPVID_PRESENT, Output, PopVlan, PushVlan, SetField
+from hpcfabric.verify.codes import PCP_SLOTS, UNTAGGED
 
-__all__ = ["FlatTables", "Ragged", "padded_groups", "IN_PORT_MARK"]
+__all__ = ["FlatTables", "Ragged", "padded_groups", "IN_PORT_MARK", "Unsupported", "action_effect"]
 
 IN_PORT_MARK = -2  # effect port: OFPP_IN_PORT (the element's ingress port)
+
+
+class Unsupported(Exception):
+    """The vectorised engine cannot model this fabric's rules (reason in args[0])."""
+
+
+def action_effect(actions: tuple, pcp: int) -> tuple[int, int, int, int, int, int]:
+    """What the ``actions`` of an entry do to a frame arriving with VLAN PCP ``pcp`` (UNTAGGED: none):
+    (outputs other than the controller, last output port, punt, PCP at that output,
+    PCP afterwards, error). An error (``set_field`` vlan_pcp or ``pop_vlan`` on an
+    untagged frame) makes the reference pipeline raise: the frame is dropped."""
+    nout = port = punt = 0
+    out_pcp = pcp
+    for a in actions:
+        if isinstance(a, Output):
+            if a.port == OFPP_CONTROLLER:
+                punt = 1
+            else:
+                nout += 1
+                port = a.port
+                out_pcp = pcp
+        elif isinstance(a, SetField):
+            if a.field != "vlan_pcp":  # pragma: no cover - rejected when the engine is built
+                raise Unsupported(f"set_field on {a.field}")
+            if pcp == UNTAGGED:
+                return nout, port, punt, out_pcp, pcp, 1
+            pcp = a.value
+        elif isinstance(a, PushVlan):
+            pcp = 0 if pcp == UNTAGGED else pcp
+        elif isinstance(a, PopVlan):
+            if pcp == UNTAGGED:
+                return nout, port, punt, out_pcp, pcp, 1
+            pcp = UNTAGGED
+        else:
+            raise Unsupported(f"action {a!r}")
+    return nout, port, punt, out_pcp, pcp, 0
 
 
 def padded_groups(group: np.ndarray, item: np.ndarray, n_groups: int) -> np.ndarray:
@@ -120,7 +155,7 @@ class FlatTables:
         self.vid_v, self.vid_m = I[:, 4], I[:, 5]
         self.goto, self.act = I[:, 6], I[:, 7]
         self.dst_v, self.dst_m, self.meta_v, self.meta_m, self.wm_v, self.wm_m = (W[:, k] for k in range(6))
-        self.n_tables = int(self.table.max(initial=-1)) + 1 or 1
+        self.n_tables = int(max(self.table.max(initial=-1), self.goto.max(initial=-1))) + 1 or 1  # goto targets too
         block = self.v * self.n_tables + self.table
         self.block_start = np.searchsorted(block, np.arange(self.n_variants * self.n_tables + 1))
         self.rank = np.arange(n_flat) - self.block_start[block]

@@ -2,11 +2,11 @@
 
 A :class:`Row` is one switch, a set of its ingress ports that no data-relevant entry tells apart
 (an *ingress class*; one port for per-port rows) and the VLAN PCP frames arrive with. It holds
-the switch's entries that can apply to it, per table, and builds :class:`~.views.View` objects
-per (table, PCP) on demand. :func:`evaluate` runs a :class:`~.views.Destinations` set through
-the row's tables (``goto``, ``write_metadata``, PCP push/set/pop regrouped per table) and returns
-an :class:`Outcome` per destination: outputs (count, last port, PCP as sent), punt, pipeline
-error, the tables reached and, on request, the PORT_STATE entry each destination meets.
+the switch's entries that can apply to it, per table. :func:`evaluate` runs a :class:`Destinations`
+set through the row's tables on the engine's one evaluator (:class:`~.flat.FlatTables` of the row's
+entries, :class:`~.batch.MatchClasses` of the destinations, :func:`~.batch.decide` per class) and
+returns an :class:`Outcome` per destination: outputs (count, last port, PCP as sent), punt,
+pipeline error, the tables reached and, on request, the PORT_STATE entry each destination meets.
 
 :func:`data_flows` turns a switch's flows into plain entries (resubmits inlined) and
 :func:`data_relevant` says whether an entry can ever match a data frame (IPv4, tagged or not).
@@ -16,22 +16,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from hpcfabric.rules.flows import (ETH_TYPE_IPV4, OFPP_IN_PORT, TABLE_PORT_STATE, FlowSpec, Match, Output, PopVlan, PushVlan,
-                                   SetField)
+from hpcfabric.rules.flows import ETH_TYPE_IPV4, FlowSpec, Match, PopVlan, PushVlan, SetField
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.engine.views import Destinations, Unsupported, View
-from hpcfabric.verify.flatten import Unflattenable, inline_resubmits
+from hpcfabric.verify.engine.batch import MatchClasses, decide
+from hpcfabric.verify.engine.flat import FlatTables, Unsupported
+from hpcfabric.verify.reference.flatten import Unflattenable, inline_resubmits
 
-__all__ = ["Row", "Outcome", "evaluate", "data_flows", "data_relevant", "rewrites_pcp", "entry_key"]
+__all__ = ["Row", "Outcome", "Destinations", "evaluate", "evaluate_rows", "data_flows", "data_relevant", "rewrites_pcp", "entry_key"]
+
+_NONE = np.zeros(0, dtype=np.int64)
+FLAT_CACHE = 256  # flat tables kept per engine (rows' attrs) before the cache starts over
+
+
+class Destinations:
+    """A destination set: MACs, and per evaluated :class:`~.flat.FlatTables` the destination classes and
+    their ``eth_dst`` candidates (:class:`~.batch.MatchClasses`), computed once for every row using them."""
+
+    def __init__(self, macs: np.ndarray) -> None:
+        self.macs = macs.astype(np.uint64)
+        self.n = len(macs)
+        self._classes: dict[int, tuple] = {}
+
+    def classes(self, flat: FlatTables, variant_group: np.ndarray, n_groups: int) -> tuple[Any, ...]:
+        """(class per (group, destination), first class per group, first variant-class per variant, candidates)."""
+        got = self._classes.get(id(flat))
+        if got is None or got[0] is not flat:
+            mc = MatchClasses(flat, variant_group, n_groups, self.macs, _NONE, np.zeros(0, dtype=np.uint64))
+            got = self._classes[id(flat)] = (flat, mc.target_class, mc.class_start, *mc.candidates())
+        return got[1:]
 
 
 def data_flows(flows: Sequence[FlowSpec]) -> Sequence[FlowSpec]:
     """``flows`` with resubmit chains (switch-local PAUSE reaction) inlined into
-    plain entries (:func:`hpcfabric.verify.flatten.inline_resubmits`)."""
+    plain entries (:func:`hpcfabric.verify.reference.flatten.inline_resubmits`)."""
     try:
         return inline_resubmits(flows)
     except Unflattenable as why:
@@ -73,20 +94,14 @@ class Row:
     scalar: bool  # source-dependent: decided per frame by the scalar pipeline
     pcp: int = UNTAGGED
     entries: dict[int, list[FlowSpec]] = field(default_factory=dict)
-    views: dict[tuple[int, int], View] = field(default_factory=dict)
-    attrs: dict = field(default_factory=dict)
-    #: decide "output to the ingress port by number" as a drop here, in the views (one fabric port
-    #: at a switch whose entries also send back by OFPP_IN_PORT, which the walks cannot tell apart)
+    attrs: dict = field(default_factory=dict)  # shared by the rows of an engine: their entries' flat tables (_flat)
+    #: decide "output to the ingress port by number" as a drop here (one fabric port at a switch whose
+    #: entries also send back by OFPP_IN_PORT, which the walks cannot tell apart)
     own_port_drops: bool = False
 
     @property
     def rep(self) -> int:
         return self.ports[0] if self.ports else 0
-
-    @property
-    def tables(self) -> dict[int, View]:
-        """Views of the tables for frames that keep the arrival PCP (compatibility)."""
-        return {t: self.view(t, self.pcp) for t in self.entries}
 
     def build(self, relevant: list[FlowSpec], cache: dict | None = None) -> "Row":
         by_table: dict[int, list[FlowSpec]] = {}
@@ -100,30 +115,8 @@ class Row:
         for entries in by_table.values():
             entries.sort(key=lambda f: -f.priority)  # stable: ties keep emission order (as Pipeline)
         self.entries = by_table
-        self.views = {}
         self.attrs = {} if cache is None else cache
         return self
-
-    def view(self, table: int, pcp: int) -> View | None:
-        key = (table, pcp)
-        v = self.views.get(key)
-        if v is None:
-            entries = self.entries.get(table)
-            if entries is None:
-                return None
-            shared = self.attrs.setdefault("views", {})  # rows with the same entries share views
-            skey = (pcp, tuple(map(id, entries)))
-            if self.own_port_drops or any(
-                isinstance(a, Output) and a.port == OFPP_IN_PORT for f in entries for a in f.actions
-            ):
-                skey += (self.rep, self.own_port_drops)
-            got = shared.get(skey)
-            if got is None:
-                view = View.build(entries, self.rep, pcp, self.attrs, own_port_drops=self.own_port_drops)
-                got = shared[skey] = (entries, view)  # keeps ids alive
-            v = self.views[key] = got[1]
-        return v
-
 
 @dataclass
 class Outcome:
@@ -140,99 +133,59 @@ class Outcome:
 
 
 def evaluate(row: Row, dst: Destinations, track: bool = False) -> Outcome:
-    """Run every destination of ``dst`` through the tables of ``row`` at once.
-    ``track``: record which PORT_STATE entry (port in the metadata) each frame meets."""
+    """Run every destination of ``dst`` through the tables of ``row`` at once (:func:`evaluate_rows`)."""
+    return evaluate_rows([row], dst, track)[0]
+
+
+def evaluate_rows(rows: Sequence[Row], dst: Destinations, track: bool = False) -> list[Outcome]:
+    """Run every destination of ``dst`` through the tables of each of ``rows``, all in one :func:`~.batch.decide`
+    (one element per row and destination class). ``track``: record which PORT_STATE entry (port in the
+    metadata) each frame meets. ``reached`` (tables any frame entered) is that of all the rows together."""
     n = dst.n
-    res = Outcome(
-        np.zeros(n, dtype=np.int16),
-        np.zeros(n, dtype=np.int64),
-        np.full(n, row.pcp, dtype=np.int8),
-        np.zeros(n, dtype=bool),
-        np.zeros(n, dtype=bool),
-        set(),
-        np.full(n, -1, dtype=np.int64) if track else None,
-    )
-    # pending: table -> parts (destination indices or None = all, metadata or None = 0, PCP: int or array)
-    pending: dict[int, list[tuple[np.ndarray | None, np.ndarray | None, Any]]] = {0: [(None, None, row.pcp)]}
-    while pending:
-        table = min(pending)
-        parts = pending.pop(table)
-        res.reached.add(table)
-        for idx, meta, pcp in _by_pcp(parts, n):
-            if res.ps_port is not None and table == TABLE_PORT_STATE:
-                port_meta = 0 if meta is None else (meta & np.uint64(0xFFFF)).astype(np.int64)
-                if idx is None:
-                    res.ps_port[:] = port_meta
-                else:
-                    res.ps_port[idx] = port_meta
-            view = row.view(table, pcp)
-            if view is None:
-                continue  # table miss for all of them
-            w = view.winners(dst, idx, meta)
-            k = view.nout[w]
-            sel = k > 0
-            if sel.any():
-                if idx is None:
-                    res.out_n += k
-                    res.out_port[sel] = view.port[w[sel]]
-                    res.out_pcp[sel] = view.out_pcp[w[sel]]
-                else:
-                    res.out_n[idx] += k
-                    res.out_port[idx[sel]] = view.port[w[sel]]
-                    res.out_pcp[idx[sel]] = view.out_pcp[w[sel]]
-            p = view.punt[w]
-            if p.any():
-                res.punt[p if idx is None else idx[p]] = True
-            e = view.err[w]
-            if e.any():
-                res.err[e if idx is None else idx[e]] = True
-            if not view.targets:
-                continue
-            g = view.goto[w]
-            if view.wm_mask[w].any():
-                old = np.zeros(len(w), dtype=np.uint64) if meta is None else meta
-                meta = (old & ~view.wm_mask[w]) | view.wm_value[w]
-            npcp = view.next_pcp[w]
-            for t in view.targets:
-                s = (g == t) & ~e
-                if not s.any():
-                    continue
-                sub_pcp = npcp[s]
-                pc: Any = int(sub_pcp[0]) if (sub_pcp == sub_pcp[0]).all() else sub_pcp
-                if s.all():
-                    pending.setdefault(t, []).append((idx, meta, pc))
-                else:
-                    sub = np.flatnonzero(s) if idx is None else idx[s]
-                    pending.setdefault(t, []).append((sub, None if meta is None else meta[s], pc))
+    flat, variant_group, line_v, line_g = _flat(rows)
+    if not n or not flat.n:
+        return [Outcome(np.zeros(n, dtype=np.int16), np.zeros(n, dtype=np.int64), np.full(n, row.pcp, dtype=np.int8),
+                        np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), {0},
+                        np.full(n, -1, dtype=np.int64) if track else None) for row in rows]
+    target_class, class_start, vk_start, dstc = dst.classes(flat, variant_group, int(variant_group.max()) + 1)
+    size = class_start[line_g + 1] - class_start[line_g]
+    el_off = np.concatenate([[0], np.cumsum(size)])
+    el_line = np.repeat(np.arange(len(rows)), size)
+    el_vk = np.arange(int(el_off[-1])) - el_off[el_line] + vk_start[line_v][el_line]
+    line_in = np.array([row.rep for row in rows], dtype=np.int64)
+    T = flat.n_tables
+    trace = np.full(T + len(el_line), -1, dtype=np.int64)
+    trace[:T] = 0
+    out_n, port, pcp, punt, err = decide(flat, flat.wild_index(line_v, line_in), dstc, line_v, line_in,
+                                         np.array([row.pcp for row in rows], dtype=np.int64),
+                                         np.array([row.own_port_drops for row in rows]), el_line, el_vk, trace)
+    reached = {0} | set(np.flatnonzero(trace[:T]).tolist())
+    ps = trace[T:]
+    res = []
+    for r in range(len(rows)):
+        at = el_off[r] + target_class[line_g[r]].astype(np.int64)
+        res.append(Outcome(out_n[at].astype(np.int16), port[at], pcp[at].astype(np.int8), punt[at], err[at], reached,
+                           ps[at] if track else None))
     return res
 
 
-def _by_pcp(parts: list[tuple[Any, Any, Any]], n: int) -> Iterator[tuple[np.ndarray | None, np.ndarray | None, int]]:
-    """Regroup the parts entering a table by PCP: (indices, metadata, PCP) per PCP value."""
-    if len(parts) == 1 and not isinstance(parts[0][2], np.ndarray):
-        yield parts[0]
-        return
-    scalars = {p for _, _, p in parts if not isinstance(p, np.ndarray)}
-    if len(scalars) == 1 and all(not isinstance(p, np.ndarray) for _, _, p in parts):
-        yield _concat(parts, n) + (scalars.pop(),)
-        return
-    idx, meta = _concat(parts, n)
-    pcp = np.concatenate([
-        np.full(n if i is None else len(i), p, dtype=np.int8) if not isinstance(p, np.ndarray) else p
-        for i, _, p in parts
-    ])
-    for v in np.unique(pcp):
-        s = pcp == v
-        yield idx[s], None if meta is None else meta[s], int(v)
-
-
-def _concat(parts: list[tuple[Any, Any, Any]], n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    if len(parts) == 1:
-        return parts[0][0], parts[0][1]
-    idx = np.concatenate([np.arange(n) if i is None else i for i, _, _ in parts])
-    sizes = [n if i is None else len(i) for i, _, _ in parts]
-    if all(m is None for _, m, _ in parts):
-        return idx, None
-    meta = np.concatenate([np.zeros(s, dtype=np.uint64) if m is None else m for (_, m, _), s in zip(parts, sizes)])
-    return idx, meta
-
+def _flat(rows: Sequence[Row]) -> tuple[FlatTables, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows' distinct entry sets as variants of one :class:`~.flat.FlatTables` (cached in the rows' ``attrs``),
+    a group per switch: (flat tables, group per variant, variant per row, group per row)."""
+    variants: dict[tuple, int] = {}
+    groups: dict[str, int] = {}
+    line_v = np.array([variants.setdefault((row.switch,) + tuple(map(id, row.entries.values())), len(variants))
+                       for row in rows], dtype=np.int64)
+    line_g = np.array([groups.setdefault(row.switch, len(groups)) for row in rows], dtype=np.int64)
+    cache = rows[0].attrs
+    key = ("flat",) + tuple(variants)
+    got = cache.get(key)
+    if got is None:
+        if len(cache) > FLAT_CACHE:
+            cache.clear()
+        lists = {v: list(row.entries.values()) for v, row in zip(line_v.tolist(), rows)}
+        vg = np.zeros(len(variants), dtype=np.int64)
+        vg[line_v] = line_g
+        flat = FlatTables([[f for lst in lists[v] for f in lst] for v in range(len(variants))])
+        got = cache[key] = (lists, flat, vg)  # the lists keep the ids alive
+    return got[1], got[2], line_v, line_g

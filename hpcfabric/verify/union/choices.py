@@ -41,7 +41,7 @@ def pack_choices(out_n: np.ndarray, out_port: np.ndarray, out_pcp: np.ndarray, p
                  err: np.ndarray, max_port: np.ndarray | int) -> np.ndarray:
     """Choices (module docstring) from per-element outputs, punts and pipeline errors."""
     port = out_port.astype(np.int64)
-    single = (out_n == 1) & (port >= 0) & (port <= max_port)  # NOWHERE and the like: dropped
+    single = (out_n == 1) & (port >= 0) & (port <= max_port)  # NOWHERE_PORT and the like: dropped
     code = np.where(single, port << SLOT_BITS | (out_pcp.astype(np.int64) + 1), DROP)
     code = np.where(out_n > 1, FLOOD, code)
     code = np.where(punt, PUNT, code)

@@ -1,7 +1,7 @@
 """Resubmit chains as plain entries, for the vectorised verifier.
 
 The switch-local PAUSE reaction (``compiled.pause_reaction == "switch"``) uses Open vSwitch's
-``resubmit`` and ``learn``; the scalar reference (:mod:`hpcfabric.verify.pipeline`) runs them
+``resubmit`` and ``learn``; the scalar reference (:mod:`hpcfabric.verify.reference.pipeline`) runs them
 literally, the vectorised engine (:mod:`hpcfabric.verify.engine`) needs plain tables:
 :func:`inline_resubmits` rewrites every resubmitting entry into an equivalent plain one.
 """
@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from hpcfabric.rules.flows import FlowSpec, Learn, LearnLoad, Resubmit, SetField
-from hpcfabric.verify.pipeline import MAX_RESUBMIT_DEPTH, PipelineError, describe_flow
+from hpcfabric.verify.reference.pipeline import MAX_RESUBMIT_DEPTH, PipelineError, describe_flow
 
 __all__ = ["Unflattenable", "inline_resubmits"]
 

@@ -4,10 +4,10 @@ What is proved
 --------------
 For every switch, every arrival channel a frame can reach (ingress port, VLAN PCP) and every
 destination class, the engine decides what the compiled rules do twice: with the PORT_STATE
-entries as installed and with all of them paused (:mod:`hpcfabric.verify.choices`). A frame
+entries as installed and with all of them paused (:mod:`hpcfabric.verify.union.choices`). A frame
 meets at most one PORT_STATE entry per switch, so under *any* set of paused ports -- changing
 while the frame travels -- each hop takes one of those two choices. The union walk
-(:mod:`hpcfabric.verify.unions`) follows both choices at every hop for every destination
+(:mod:`hpcfabric.verify.union.unions`) follows both choices at every hop for every destination
 column from every host's injection, and checks:
 
 * **delivery**: every walk ends at the destination host, untagged; no drop (table miss, pipeline
@@ -20,39 +20,39 @@ column from every host's injection, and checks:
 * no two entries of equal priority overlap (OpenFlow leaves their order undefined).
 
 ``ok`` therefore means: delivered and deadlock-free under **any set** of paused ports (every
-subset at once, not only single ones). It implies what the all-pairs verifier, the CDG check
-over every single paused port and the paused-port sweep prove: every single-port scenario's
-walks and dependencies are a subset of the union's. Minimal routing has no PORT_STATE entry:
+subset at once, not only single ones). It implies what the all-pairs verifier and the CDG check
+over every single paused port prove: every single-port scenario's walks and dependencies are a
+subset of the union's. Minimal routing has no PORT_STATE entry:
 the union is the unpaused fabric, and the proof is exactly all-pairs verify + its CDG.
 
 The converse does not hold: the union can fail where every *single* paused port passes (a
 failure that needs two ports paused together, or a dependency cycle whose edges come from
-different pause states). ``prove(..., fallback='sweep' | 'symmetric')`` then runs the
-single-paused-port check (:func:`hpcfabric.verify.sweep.sweep_single_paused` or
-:func:`hpcfabric.verify.symmetry.symmetric_sweep`) and reports both verdicts: the union's (any
-set of ports) in the report, the single-port one in ``fallback`` with a ``verdict`` line.
+different pause states). ``prove(..., fallback='cdg')`` then runs the brute-force oracle
+(:func:`hpcfabric.verify.oracle.cdg.check_deadlock_freedom` over the unpaused fabric and every single
+paused port, every host pair) and reports both verdicts: the union's (any set of ports) in the
+report, the single-port one in ``fallback`` with a ``verdict`` line.
 
-Destination columns are the sweep's (:mod:`hpcfabric.verify.columns`): the hosts of one access
-switch share a column when no entry elsewhere tells them apart and their own switch decides
-alike for them (delivery to oneself normalised) in every line, unpaused and paused; otherwise
-one column per host.
+Destination columns (:mod:`hpcfabric.verify.union.pairs`): the hosts of one access switch share a column
+when no entry elsewhere tells them apart and their own switch decides alike for them (delivery to
+oneself normalised) in every line, unpaused and paused; otherwise one column per host.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 
-from hpcfabric.verify.choices import Choices
+from hpcfabric.verify.oracle.cdg import check_deadlock_freedom
+from hpcfabric.verify.union.choices import Choices
 from hpcfabric.verify.graphs import LOW32
-from hpcfabric.verify.orbits import Reduction, reduce_columns
-from hpcfabric.verify.pairs import Columns, cdg_verdict, checked_columns, edge_names, prepare
-from hpcfabric.verify.pipeline import overlap_summary
+from hpcfabric.verify.union.orbits import Reduction, reduce_columns
+from hpcfabric.verify.union.pairs import Columns, cdg_verdict, checked_columns, edge_names, prepare
+from hpcfabric.verify.reference.pipeline import overlap_summary
 from hpcfabric.verify.scenarios import pausable_ports
-from hpcfabric.verify.unions import describe_walk, walk_union
+from hpcfabric.verify.union.unions import describe_walk, walk_union
 
 __all__ = ["ProofReport", "prove"]
 
@@ -90,9 +90,9 @@ class ProofReport:
     dependencies: int
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
-    fallback: dict[str, Any] | None = None  # the single-port sweep, when the union fails
+    fallback: dict[str, Any] | None = None  # the CDG oracle over single paused ports, when the union fails
     edges: frozenset[tuple[str, str]] | None = None  # keep=True: the dependency graph as channel-name pairs
-    # the symmetry reduction (verify.orbits) and whether it was used: then nodes count the walked
+    # the symmetry reduction (verify.union.orbits) and whether it was used: then nodes count the walked
     # columns' and channels / dependencies the quotient graph's (channels mapped to their orbits)
     symmetry: dict[str, Any] | None = None
     # the surviving fabric (compiled.failures): (destination column, injection) pairs the failures disconnect,
@@ -143,19 +143,18 @@ def prove(
     """Prove delivery and deadlock freedom of ``compiled`` under any set of paused ports
     (module docstring), or report what fails.
 
-    ``fallback``: when the union fails, also run the single-paused-port check: ``'sweep'``
-    (:func:`hpcfabric.verify.sweep.sweep_single_paused`) or ``'symmetric'``
-    (:func:`hpcfabric.verify.symmetry.symmetric_sweep`); its report lands in ``fallback``.
+    ``fallback='cdg'``: when the union fails, also run the brute-force CDG oracle over every single
+    paused port (:func:`hpcfabric.verify.oracle.cdg.check_deadlock_freedom`); its report lands in ``fallback``.
     ``symmetry``: walk one destination column per orbit of the automorphisms that commute with
-    the decisions (:mod:`hpcfabric.verify.orbits`) when the quotient is acyclic (failures then count
+    the decisions (:mod:`hpcfabric.verify.union.orbits`) when the quotient is acyclic (failures then count
     once per column of their orbit, witnesses come from the walked columns); otherwise, and with
     ``keep``, every column is walked. ``overlaps=False`` skips the equal-priority overlap check
     (quadratic in a table's entries: minutes on flat-addressed fabrics; not part of deadlock freedom).
     Raises :class:`VerificationError` for rules the engine does not model (MAC rewrites,
     source-dependent entries, groups).
     """
-    if fallback not in (None, "sweep", "symmetric"):
-        raise ValueError(f"fallback must be None, 'sweep' or 'symmetric', not {fallback!r}")
+    if fallback not in (None, "cdg"):
+        raise ValueError(f"fallback must be None or 'cdg', not {fallback!r}")
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     fabric = compiled.fabric
@@ -204,19 +203,10 @@ def prove(
     if report.ok or fallback is None:
         return report
     t1 = time.perf_counter()
-    if fallback == "symmetric":
-        from hpcfabric.verify.symmetry import symmetric_sweep
-
-        single = symmetric_sweep(compiled).as_dict()
-    else:
-        from hpcfabric.verify.sweep import sweep_single_paused
-
-        single = sweep_single_paused(compiled).as_dict()
+    single = check_deadlock_freedom(compiled, "single").as_dict()
     timings["fallback"] = time.perf_counter() - t1
     verdict = "fails also with single paused ports" if not single["ok"] else \
         "union only: every single paused port passes (a failure needs several ports paused together)"
-    from dataclasses import replace
-
     return replace(report, fallback={"method": fallback, "verdict": verdict, "report": single},
                    seconds=time.perf_counter() - t0, timings=timings)
 

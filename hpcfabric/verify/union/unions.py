@@ -1,7 +1,7 @@
 """Per-destination union walks: every walk any pause state allows, for every destination at once.
 
 Nodes are (destination column, state), a state being a frame's arrival channel at a switch
-(:class:`hpcfabric.verify.choices.Choices`). From a node both choices of its cell (unpaused,
+(:class:`hpcfabric.verify.union.choices.Choices`). From a node both choices of its cell (unpaused,
 paused) are followed, so the walks are those of frames whose switches, hop by hop, each take
 either decision: any set of paused ports, changing while the frame travels.
 
@@ -10,7 +10,7 @@ and expands every node once (a dense visited map per block: no per-level sorting
 nodes). Every final outcome is compared with the column's own: delivered to its host
 untagged, or, for a probe, dropped. Dependencies between fabric channels (an arrival that
 leaves on another fabric port) of host traffic are collected for the channel dependency graph
-(probes, which every switch must drop, are left out, as in :mod:`hpcfabric.verify.cdg`).
+(probes, which every switch must drop, are left out, as in :mod:`hpcfabric.verify.oracle.cdg`).
 
 Loops: a walk that never ends revisits a node, so the node graph of its column has a cycle.
 After its first hop a host frame only arrives on fabric ports, so such a cycle is also a cycle
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 
 __all__ = ["UnionWalk", "walk_union", "describe_walk", "BLOCK_CELLS"]
@@ -207,7 +207,7 @@ class _Context:
             fabric_arrival, cell_base, col_cls, want, probe.astype(bool))
         self.out_width = int(ch.max_ports.max(initial=0) + 1) * PCP_SLOTS
         # arrivals where an output back to the ingress port by number is dropped here (switches that also
-        # send back by OFPP_IN_PORT decided that in the views)
+        # send back by OFPP_IN_PORT decided that in the engine)
         self.back_ok = fabric_arrival & ~ch.in_port_out[sw_of]
         self.next_base, self.next_alt = (self._resolve(codes) for codes in (ch.base, ch.alt))
         self.has_alt = ch.alt != ch.base

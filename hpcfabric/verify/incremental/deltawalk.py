@@ -1,9 +1,9 @@
-"""The walk of a change (:mod:`hpcfabric.verify.delta`): destination columns walked through new decisions
+"""The walk of a change (:mod:`hpcfabric.verify.incremental.delta`): destination columns walked through new decisions
 from the states that changed, stopping where the old, proven walk takes over.
 
 A node is (column, state). :class:`ChangeWalk` expands nodes level by level, vectorised: per node the
 choices (unpaused, paused) of its switch -- the switches the change decided again, the base's
-committed overlay, else the base :class:`~hpcfabric.verify.choices.Choices` -- and where each output
+committed overlay, else the base :class:`~hpcfabric.verify.union.choices.Choices` -- and where each output
 leads under the failures in force. A final outcome other than the column's own is a failure (a frame
 at a switch the failures cut off from its destination excepted); a fabric arrival's next hop is a
 dependency. A next node is expanded unless it is unchanged and in the base's reach of its column
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
-from hpcfabric.verify.depgraph import union, unique
-from hpcfabric.verify.redecide import SwitchDecisions
-from hpcfabric.verify.unions import Counter
+from hpcfabric.verify.incremental.depgraph import union, unique
+from hpcfabric.verify.incremental.redecide import SwitchDecisions
+from hpcfabric.verify.union.unions import Counter
 
 __all__ = ["ChangeWalk", "NodeSet", "entries", "set_bits"]
 
@@ -81,7 +81,7 @@ class NodeSet:
 
 
 class ChangeWalk:
-    """One change's walk over a :class:`~hpcfabric.verify.delta.ProofState` (module docstring)."""
+    """One change's walk over a :class:`~hpcfabric.verify.incremental.delta.ProofState` (module docstring)."""
 
     def __init__(self, state: Any, compiled: Any, new: dict[str, SwitchDecisions], *, egress: np.ndarray,
                  comp: np.ndarray, mix: bool, max_failures: int = 20) -> None:
@@ -295,7 +295,7 @@ class ChangeWalk:
 
 
 def entries(st: Any, old: ChangeWalk, below_set: NodeSet, failed: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The nodes below a change the new walk must start from (:meth:`~hpcfabric.verify.delta.ProofState.check`):
+    """The nodes below a change the new walk must start from (:meth:`~hpcfabric.verify.incremental.delta.ProofState.check`):
     injections (at switches not ``failed``), and fabric arrivals that a reached node outside ``below`` leads to
     (it is still reached, its choice the same) over a live link.
 

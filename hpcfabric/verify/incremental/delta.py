@@ -2,20 +2,20 @@
 
 A failure repair changes a few hundred of a fabric's thousands of switches, and only for a few
 destinations; walking the whole fabric again takes a minute at Table III. :class:`ProofState` keeps,
-from one full union walk (:mod:`hpcfabric.verify.proof`: every destination column from every
+from one full union walk (:mod:`hpcfabric.verify.union.proof`: every destination column from every
 injection, no symmetry reduction -- a failure breaks symmetries), what a change needs:
 
 * ``R[c]``: per destination column, the states its walk reached (a bit set);
 * ``E``: the channel dependency edges, with a rank of every channel that grows along them.
 
 :meth:`ProofState.check` takes the tables after a change (``compiled``, its ``failures`` in force) and
-the switches whose tables changed. It decides those switches again (:mod:`hpcfabric.verify.redecide`;
+the switches whose tables changed. It decides those switches again (:mod:`hpcfabric.verify.incremental.redecide`;
 every state some walk reached there, unpaused and paused) and calls (column, state) *changed* when its
 choice differs or its output now leads elsewhere (a link out, or back). Invariant of the base: ``R[c]``
 is closed under the current choices, and every outcome and dependency of its states was checked and is
 in ``E``. So walking column ``c`` from its changed states in ``R[c]`` through the new choices, stopping
 at unchanged states of ``R[c]`` -- what follows them is the old, proven walk --
-(:mod:`hpcfabric.verify.deltawalk`) finds every new outcome and every new dependency:
+(:mod:`hpcfabric.verify.incremental.deltawalk`) finds every new outcome and every new dependency:
 
 * **delivery**: every outcome of an expanded node is the column's own (a frame at a switch the failures
   cut off from its destination excepted: no pair to deliver);
@@ -45,15 +45,15 @@ import numpy as np
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.topology.failures import NO_FAILURES
-from hpcfabric.verify.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import SLOT_BITS
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
-from hpcfabric.verify.columns import structural_splits_of
+from hpcfabric.verify.union.pairs import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
-from hpcfabric.verify.deltawalk import ChangeWalk, NodeSet, entries, set_bits
-from hpcfabric.verify.depgraph import DepGraph, not_in, union, unique
-from hpcfabric.verify.pairs import Inputs, cdg_verdict, channel_namer, prepare
-from hpcfabric.verify.redecide import SwitchDecisions, decide_switches
-from hpcfabric.verify.unions import reach_index, walk_union
+from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
+from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
+from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
+from hpcfabric.verify.incremental.redecide import SwitchDecisions, decide_switches
+from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 

@@ -1,10 +1,10 @@
 """A few switches decided again: their choices for every destination column, on new entries.
 
-:class:`~hpcfabric.verify.choices.Choices` decides every line of a whole fabric at once;
+:class:`~hpcfabric.verify.union.choices.Choices` decides every line of a whole fabric at once;
 :func:`decide_switches` decides the given states of a few switches on given entries, the same way
 (the engine's batch path: :class:`~hpcfabric.verify.engine.flat.FlatTables`,
 :class:`~hpcfabric.verify.engine.batch.MatchClasses`, :func:`~hpcfabric.verify.engine.batch.decide`),
-unpaused and with every PORT_STATE entry paused. The incremental proof (:mod:`hpcfabric.verify.delta`)
+unpaused and with every PORT_STATE entry paused. The incremental proof (:mod:`hpcfabric.verify.incremental.delta`)
 uses it for the switches a change touches, and for states no walk reached before.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.choices import Choices, pack_choices
+from hpcfabric.verify.union.choices import Choices, pack_choices
 from hpcfabric.verify.codes import DROP, PCP_SLOTS
 from hpcfabric.verify.decisions import port_classes
-from hpcfabric.verify.depgraph import union
+from hpcfabric.verify.incremental.depgraph import union
 from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
 from hpcfabric.verify.scenarios import paused_data_flows
@@ -63,7 +63,7 @@ def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: 
                     ) -> dict[str, SwitchDecisions]:
     """Decide, on ``relevant`` (the data-relevant entries of ``compiled``'s tables there), every state of each
     switch of ``names`` that has a line in ``ch`` (some walk reached it), and the ``extra`` states.
-    ``columns``: :class:`~hpcfabric.verify.pairs.Columns` (targets per column, per-host columns' own classes)."""
+    ``columns``: :class:`~hpcfabric.verify.union.pairs.Columns` (targets per column, per-host columns' own classes)."""
     fabric = ch.fabric
     lists: list[list[Any]] = []
     group: list[int] = []

@@ -1,8 +1,8 @@
 """Symmetry reduction of the union proof: walk one destination column per orbit.
 
-A candidate automorphism ``σ`` of the topology (:mod:`hpcfabric.verify.automorphism`: Dragonfly
+A candidate automorphism ``σ`` of the topology (:mod:`hpcfabric.verify.union.automorphism`: Dragonfly
 group rotations or XORs, flattened-butterfly shifts) is **kept** only when it commutes with the
-decisions the proof walks, checked cell by cell on :class:`~hpcfabric.verify.choices.Choices`:
+decisions the proof walks, checked cell by cell on :class:`~hpcfabric.verify.union.choices.Choices`:
 
 * every reachable state ``x`` (switch ``s``, port ``p``, PCP) has an image state
   ``σx = (σs, σp, PCP)`` with a decided line, and ``s`` and ``σs`` agree on sending frames back
@@ -19,7 +19,7 @@ ones wrong). Walking one column per orbit of the group the kept generators gener
 decides delivery for every column. Dependencies: the full graph is the union of the images of
 the walked columns' graph; mapping every channel to its orbit (:func:`state_orbits`) maps a
 cycle of the full graph to a closed walk of the quotient, so an **acyclic quotient proves the
-full graph acyclic**. The converse fails, so :func:`hpcfabric.verify.proof.prove` uses the
+full graph acyclic**. The converse fails, so :func:`hpcfabric.verify.union.proof.prove` uses the
 reduction only when its quotient is acyclic; otherwise it walks every column (same verdicts and
 witnesses as without the reduction). A walked column's failures stand for its whole orbit's
 (wrong outcomes map to wrong ones of the same kind): they count orbit-size times.
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.automorphism import Automorphism, automorphism, candidate_generators, union_find
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.automorphism import Automorphism, automorphism, candidate_generators, union_find
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import PCP_SLOTS
 
 __all__ = ["Reduction", "reduce_columns"]
@@ -182,7 +182,7 @@ def _check(ch: Choices, cols: Any, a: Automorphism, starts: list[tuple[Any, ...]
 def _starts(ch: Choices, cols: Any, start_col: np.ndarray, start_state: np.ndarray) -> list[tuple[Any, ...]]:
     """The host columns' injections as (column, state, id per line of an injection or -1, table of
     (column, line id) pairs that are injections, shared). Columns of several hosts are all injected
-    into from the same states (``Columns.starts`` in :mod:`hpcfabric.verify.pairs`), so the first
+    into from the same states (``Columns.starts`` in :mod:`hpcfabric.verify.union.pairs`), so the first
     stands for them all (``shared``: one table row, the column is not mapped); per-host columns
     skip their own host's port and are listed each."""
     nh = cols.n_host_columns

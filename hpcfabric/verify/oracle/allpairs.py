@@ -6,7 +6,7 @@ Every host ``s`` sends a data frame (``eth_type`` 0x0800, untagged, ``eth_src``
 = its planned MAC, ``in_port`` = its switch port) to every other host ``d``
 (``eth_dst`` = the planned MAC of ``d``); self-pairs are excluded, so an
 all-pairs run checks ``H*(H-1)`` pairs. The frame walks switch to switch
-through ``compiled.tables`` exactly as :mod:`hpcfabric.verify.pipeline` (the scalar
+through ``compiled.tables`` exactly as :mod:`hpcfabric.verify.reference.pipeline` (the scalar
 OpenFlow reference) would forward it; an egress port leads, via
 ``Fabric.peer``, to the next switch (and its ingress port) or to a host.
 Outcomes per pair:
@@ -87,12 +87,12 @@ PAUSE; with switch-local PAUSE reaction (``compiled.pause_reaction ==
 "switch"``) a port is paused by adding the override its PAUSE makes the
 switch learn (:func:`hpcfabric.rules.port_state.learned_override_flow`). The
 vectorised engine models ``resubmit`` chains by inlining them per entry
-(:func:`hpcfabric.verify.flatten.inline_resubmits`; the scalar reference runs them
+(:func:`hpcfabric.verify.reference.flatten.inline_resubmits`; the scalar reference runs them
 literally). The channel dependency graph over every single paused port is
-:mod:`hpcfabric.verify.cdg`.
+:mod:`hpcfabric.verify.oracle.cdg`.
 
 Where things live: the engine is :mod:`hpcfabric.verify.engine`, the scalar walk
-:mod:`hpcfabric.verify.walk`, the probes :mod:`hpcfabric.verify.probes`, pause and link-down
+:mod:`hpcfabric.verify.reference.walk`, the probes :mod:`hpcfabric.verify.probes`, pause and link-down
 states :mod:`hpcfabric.verify.scenarios`; this module re-exports their public entry points
 (``walk_pair``, ``Walk``, ``probe_addresses``, ``apply_paused``, ``apply_down``).
 """
@@ -109,10 +109,10 @@ import numpy as np
 from hpcfabric.rules.addressing import format_mac
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, KINDS, LOOP, PUNT, TAGGED, outcome_kind
 from hpcfabric.verify.engine import Destinations, Engine, Unsupported
-from hpcfabric.verify.pipeline import PipelineError, overlap_summary
+from hpcfabric.verify.reference.pipeline import PipelineError, overlap_summary
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import apply_down, apply_paused
-from hpcfabric.verify.walk import Pipelines, Walk, host_ids, walk_pair
+from hpcfabric.verify.reference.walk import Pipelines, Walk, host_ids, walk_pair
 
 __all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused", "apply_down"]
 
@@ -266,7 +266,7 @@ def verify(
     engine : {'auto', 'fast', 'scalar'}
         'auto' uses the vectorised engine and falls back to the scalar
         reference walk when the rules rewrite frames; 'fast' raises instead
-        of falling back (:class:`~hpcfabric.verify.pipeline.PipelineError`);
+        of falling back (:class:`~hpcfabric.verify.reference.pipeline.PipelineError`);
         'scalar' always uses the reference walk (slow: small fabrics only).
     groups, down : optional
         Fast-failover groups per switch (:mod:`hpcfabric.failover.groups`) and ports whose link is down
@@ -276,7 +276,7 @@ def verify(
         would send back out of the port it came in on is dropped, as on a switch (the scalar walk
         always does this). Default: on up to ``PER_PORT_AUTO_PORTS`` fabric ports; above that,
         ports no rule tells apart share a row (far faster on big fabrics) and the report says
-        ``ingress_exact: false`` (``hpcfabric sweep`` and the CDG check walk per port).
+        ``ingress_exact: false`` (the union proof and the CDG oracle walk per port).
     """
     if engine not in ("auto", "fast", "scalar"):
         raise ValueError(f"engine must be 'auto', 'fast' or 'scalar', not {engine!r}")

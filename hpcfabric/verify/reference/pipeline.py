@@ -41,8 +41,8 @@ never matches an untagged frame); ``eth_src``, ``eth_dst``, ``metadata``,
 tagged: :func:`hpcfabric.rules.flows.frame_vlan_vid`).
 
 This module is deliberately simple: it is the reference the fast verifier
-(:mod:`hpcfabric.verify.allpairs`) is cross-checked against. Resubmit chains become
-plain entries for the vectorised engine in :mod:`hpcfabric.verify.flatten`.
+(:mod:`hpcfabric.verify.oracle.allpairs`) is cross-checked against. Resubmit chains become
+plain entries for the vectorised engine in :mod:`hpcfabric.verify.reference.flatten`.
 """
 
 from __future__ import annotations
@@ -514,7 +514,7 @@ def describe_flow(f: FlowSpec) -> str:
 def resolve_groups(flows: Iterable[FlowSpec], groups: Iterable[GroupSpec], down: Iterable[int]) -> tuple[FlowSpec, ...]:
     """``flows`` as one switch executes them while its ports ``down`` are down: every ``Group`` replaced by
     its first live bucket's actions (nothing if none is live), outputs to down ports removed. Used by the
-    vectorised verifier (:func:`hpcfabric.verify.allpairs.verify` with ``groups``/``down``), which needs plain tables;
+    vectorised verifier (:func:`hpcfabric.verify.oracle.allpairs.verify` with ``groups``/``down``), which needs plain tables;
     :class:`Pipeline` executes groups directly. (A bucket output to the frame's ingress
     port, dropped by a real switch, is kept here: :func:`fast_failover_groups` never builds such detours.)"""
     table = {g.group_id: g for g in groups}

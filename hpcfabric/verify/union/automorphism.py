@@ -1,23 +1,23 @@
-"""Automorphisms of a fabric's topology: candidates from its structure, checked, and their orbits.
+"""Automorphisms of a fabric's topology: candidates from its structure, checked, and orbits (union-find).
 
 An :class:`Automorphism` maps switches to switches, each switch's ports to the image switch's
 ports (fabric ports follow their links, host ports keep their number) and hosts to hosts, such
 that every link maps onto a link. :func:`candidate_generators` proposes switch maps from the
 generator's structure (Dragonfly palmtree: rotate groups; xor: XOR group numbers with 2^b;
 flattened butterfly: shift one coordinate); :func:`automorphism` extends and checks one.
-Whether the compiled *rules* commute with it is :mod:`hpcfabric.verify.symmetry`'s business.
+Whether the compiled *rules* commute with it is checked on the decisions by :mod:`hpcfabric.verify.union.orbits`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
 from hpcfabric.topology.model import Fabric
 
-__all__ = ["Automorphism", "candidate_generators", "automorphism", "union_find", "orbit_representatives", "channel_orbits"]
+__all__ = ["Automorphism", "candidate_generators", "automorphism", "union_find"]
 
 
 @dataclass(frozen=True)
@@ -137,37 +137,3 @@ def union_find(n: int, pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.nda
             np.minimum.at(parent, hi, lo)
             parent[:] = parent[parent]
     return find_all(np.arange(n, dtype=np.int64))
-
-
-def orbit_representatives(fabric: Fabric, autos: Sequence[Automorphism]) -> list[str]:
-    """One access switch per orbit under ``autos`` (the first in fabric order)."""
-    access = [s.name for s in fabric.access_switches]
-    idx = {s: i for i, s in enumerate(access)}
-    pairs = [
-        (np.arange(len(access)), np.array([idx[a.switch[s]] for s in access], dtype=np.int64)) for a in autos
-    ]
-    lab = union_find(len(access), pairs)
-    return [access[i] for i in sorted(set(lab.tolist()))]
-
-
-def channel_orbits(fabric: Fabric, autos: Sequence[Automorphism]) -> Callable[[str, int], int]:
-    """Orbit id of (switch, port) under ``autos`` (the PCP of a channel is left alone)."""
-    names = [s.name for s in fabric.switches]
-    sidx = {s: i for i, s in enumerate(names)}
-    width = 1 + max((max(fabric.ports(s), default=0) for s in names), default=0)
-    pairs = []
-    for a in autos:
-        src, dst = [], []
-        for s in names:
-            pi = a.port[s]
-            ps = np.flatnonzero(pi >= 0)
-            src.append(sidx[s] * width + ps)
-            dst.append(sidx[a.switch[s]] * width + pi[ps])
-        pairs.append((np.concatenate(src), np.concatenate(dst)))
-    lab = union_find(len(names) * width, pairs)
-
-    def orbit(switch: str, port: int) -> int:
-        return int(lab[sidx[switch] * width + port])
-
-    return orbit
-

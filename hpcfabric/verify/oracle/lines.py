@@ -5,9 +5,8 @@ a row *is* the channel a frame arrived on, and stores one decision line per grou
 entries are equal but for ``in_port`` (:func:`row_signature`; Table III: ~14 lines per switch
 instead of 31 ports x 3 PCPs). :meth:`DecisionLines.scenario` re-decides, for one paused port,
 only the destinations that meet its PORT_STATE entry; :meth:`DecisionLines.walk` walks every host
-pair through the lines (changed lines patched in) and collects the channel dependencies. The CDG
-check (:mod:`hpcfabric.verify.cdg`) uses it directly, the paused-port sweep
-(:mod:`hpcfabric.verify.columns`) over destination classes.
+pair through the lines (changed lines patched in) and collects the channel dependencies: the
+brute-force CDG oracle (:mod:`hpcfabric.verify.oracle.cdg`).
 """
 
 from __future__ import annotations
@@ -77,17 +76,19 @@ class DecisionLines:
         """Base (unpaused) decisions for every row and the row indexes."""
         eng = self.eng
         start = len(self.li)
-        while len(self.li) < len(eng.rows):
-            row = eng.rows[len(self.li)]
-            sig = self.signature(row)
-            u = self._sig_id.get(sig)
-            if u is None:
-                line = eng.decide(row, self.dst)
-                u = self._sig_id[sig] = len(self.uniq)
+        while len(self.li) < len(eng.rows):  # in waves: the rows created while deciding one make the next
+            wave = range(len(self.li), len(eng.rows))
+            sigs = [self.signature(eng.rows[r]) for r in wave]
+            first: dict[tuple, int] = {}
+            for r, sig in zip(wave, sigs):
+                if sig not in self._sig_id:
+                    first.setdefault(sig, r)
+            for sig, line in zip(first, eng.decide_rows([eng.rows[r] for r in first.values()], self.dst)):
+                self._sig_id[sig] = len(self.uniq)
                 self.uniq.append(line)
                 self._U = None
-            self.li.append(u)
-            self.sigs.append(sig)
+            self.li.extend(self._sig_id[sig] for sig in sigs)
+            self.sigs.extend(sigs)
         self.index_rows(start)
 
     def index_rows(self, start: int) -> None:
@@ -110,19 +111,14 @@ class DecisionLines:
             self._U = U
         return self._U
 
-    def ups(self, r: int) -> np.ndarray:
-        """The PORT_STATE port (metadata) each destination meets in row ``r`` (-1: none), cached per line."""
-        u = self.li[r]
-        got = self._ups.get(u)
-        if got is None:
+    def ups(self, rows: Sequence[int]) -> list[np.ndarray]:
+        """Per row the PORT_STATE port (metadata) each destination meets (-1: none), cached per line."""
+        todo = {self.li[r]: r for r in rows if self.li[r] not in self._ups}
+        if todo:
             ps: list = []
-            self.eng.decide(self.eng.rows[r], self.dst, ps)
-            got = self._ups[u] = ps[0].astype(np.int32)
-        return got
-
-    def _check_row(self, row: Row, flows: list | None, cols: np.ndarray | None) -> None:
-        """Hook run on every row a scenario decides anew (``flows``: the scenario's rules, None for a
-        row created on the way; ``cols``: the columns re-decided). Subclasses raise to abort."""
+            self.eng.decide_rows([self.eng.rows[r] for r in todo.values()], self.dst, ps)
+            self._ups.update((u, p.astype(np.int32)) for u, p in zip(todo, ps))
+        return [self._ups[self.li[r]] for r in rows]
 
     def scenario(self, switch: str, port: int, flows: Sequence[Any]) -> dict[int, np.ndarray]:
         """Lines that change when ``switch`` runs ``flows`` (``port`` paused): row -> line."""
@@ -133,18 +129,24 @@ class DecisionLines:
         memo: dict[tuple, np.ndarray] = {}
         known = len(self.li)
         try:
-            for r in list(self.rows_at.get(switch, ())):
-                u = self.li[r]
-                cols = np.flatnonzero(self.ups(r) == port)
-                if not cols.size:
-                    continue
-                code = memo.get(self.sigs[r])  # equal base signatures: equal with the same entry swapped
-                if code is None:
-                    row = eng.rows[r]
-                    tmp = Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng.attrs)
-                    code = memo[self.sigs[r]] = eng.decide(tmp, Destinations(self.dst.macs[cols]))
-                    self._check_row(row, relevant, cols)
-                base = self.uniq[u]
+            rows = list(self.rows_at.get(switch, ()))
+            hit = [(r, np.flatnonzero(ups == port)) for r, ups in zip(rows, self.ups(rows))]
+            hit = [(r, cols) for r, cols in hit if cols.size]
+            todo: dict[tuple, tuple[int, np.ndarray]] = {}  # equal base signatures: equal with the same entry swapped
+            for r, cols in hit:
+                todo.setdefault(self.sigs[r], (r, cols))
+            order = list(todo.items())
+            run: list[tuple[tuple, Row]] = []  # consecutive rows with the same columns: decided together, in order
+            for i, (sig, (r, cols)) in enumerate(order):
+                row = eng.rows[r]
+                run.append((sig, Row(row.switch, row.ports, row.src_mac, row.scalar, row.pcp).build(relevant, eng.attrs)))
+                if i + 1 == len(order) or not np.array_equal(order[i + 1][1][1], cols):
+                    got = eng.decide_rows([t for _, t in run], Destinations(self.dst.macs[cols]))
+                    memo.update(zip([k for k, _ in run], got))
+                    run = []
+            for r, cols in hit:
+                code = memo[self.sigs[r]]
+                base = self.uniq[self.li[r]]
                 if (code != base[cols]).any():
                     line = base.copy()
                     line[cols] = code
@@ -155,7 +157,6 @@ class DecisionLines:
                 row = eng.rows[r]
                 if row.switch == switch:
                     changed[r] = eng.decide(row, self.dst)
-                    self._check_row(row, None, None)
                 r += 1
         finally:
             eng.relevant[switch] = self.base_relevant[switch]

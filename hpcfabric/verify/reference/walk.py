@@ -1,7 +1,7 @@
 """The scalar reference walk: one frame, switch by switch, through the reference pipeline.
 
 :func:`walk_pair` sends a data frame from a host to a destination MAC through
-:class:`hpcfabric.verify.pipeline.Pipeline` of every switch it reaches (``Fabric.peer`` gives the
+:class:`hpcfabric.verify.reference.pipeline.Pipeline` of every switch it reaches (``Fabric.peer`` gives the
 next switch and its ingress port, or a host) and reports the outcome as a code of
 :mod:`hpcfabric.verify.codes`, the switches visited and why it stopped. It is slow and
 literal; the vectorised engine (:mod:`hpcfabric.verify.engine`) is cross-checked against it,
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from hpcfabric.rules.flows import Match
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, LOOP, PUNT, TAGGED
-from hpcfabric.verify.pipeline import Frame, Pipeline, PipelineError, describe_flow
+from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError, describe_flow
 
 __all__ = ["Walk", "Pipelines", "walk_pair", "host_ids"]
 

@@ -1,8 +1,8 @@
 """The union proof's destination columns, injections and dependency verdict, shared by the whole-fabric
-proof (:mod:`hpcfabric.verify.proof`) and the incremental one (:mod:`hpcfabric.verify.delta`).
+proof (:mod:`hpcfabric.verify.union.proof`) and the incremental one (:mod:`hpcfabric.verify.incremental.delta`).
 
 :func:`prepare` reads a compiled fabric once: the data-relevant entries, the destination columns (one per
-alike access switch, one per host otherwise, then the invalid probes), their :class:`~hpcfabric.verify.choices.Choices`
+alike access switch, one per host otherwise, then the invalid probes), their :class:`~hpcfabric.verify.union.choices.Choices`
 and where hosts inject (:class:`Columns`). On the surviving fabric (``compiled.failures``) a failed switch injects
 nothing, and a pair the failures disconnect (a failed switch's hosts among them) is no pair to deliver --
 its frames are walked all the same: they wait in queues until dropped, so their dependencies count. :func:`cdg_verdict` checks a set of packed dependency edges for cycles, whole and per class.
@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import networkx as nx
 import numpy as np
 
 from hpcfabric.errors import VerificationError
-from hpcfabric.verify.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_label
-from hpcfabric.verify.columns import SELF, groups_of_hosts, structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
 from hpcfabric.verify.probes import probe_addresses
 
-__all__ = ["Inputs", "prepare", "Columns", "checked_columns", "alike", "channel_namer", "edge_names", "cdg_verdict"]
+__all__ = ["Inputs", "prepare", "Columns", "checked_columns", "alike", "channel_namer", "edge_names", "cdg_verdict",
+           "groups_of_hosts", "structural_splits_of"]
+
+SELF = -(2**30)  # "delivered to the destination itself" in normalised decisions
 
 
 @dataclass
@@ -146,7 +148,7 @@ class Columns:
     def surviving(self, ch: Choices, failures: Any) -> None:
         """On the surviving fabric, a host pair whose switches the failures disconnect is no pair to deliver
         (its frames are still walked: their dependencies count until they are dropped): :attr:`components`
-        for :func:`~hpcfabric.verify.unions.walk_union`, :attr:`unreachable` counts those injections."""
+        for :func:`~hpcfabric.verify.union.unions.walk_union`, :attr:`unreachable` counts those injections."""
         fabric = ch.fabric
         g = nx.Graph()
         g.add_nodes_from(ch.names)
@@ -185,6 +187,55 @@ class Columns:
             col = np.concatenate([col, np.tile(np.arange(n_host_cols, n_host_cols + n_probe), len(first))])
             st = np.concatenate([st, np.repeat(first, n_probe)])
         return col, st
+
+
+def groups_of_hosts(hosts: Sequence[Any]) -> dict[str, np.ndarray]:
+    """Host ids (positions in ``hosts``) per access switch."""
+    by_sw: dict[str, list[int]] = {}
+    for h, host in enumerate(hosts):
+        by_sw.setdefault(host.switch, []).append(h)
+    return {sw: np.array(ids, dtype=np.int64) for sw, ids in by_sw.items()}
+
+
+def structural_splits_of(relevant: dict[str, list[Any]], host_macs: np.ndarray, groups: dict[str, np.ndarray]) -> set[str]:
+    """Access switches ``t`` whose hosts some ``eth_dst`` match on another switch tells apart (from the
+    data-relevant entries per switch and the host MACs).
+
+    For each mask: groups whose hosts differ under the mask, then every entry
+    with that mask whose value is one of those hosts' masked addresses (true
+    for some hosts of the group and false for others) on a switch other than
+    the group's own."""
+    names = list(groups)
+    gid = np.empty(len(host_macs), dtype=np.int64)
+    for i, sw in enumerate(names):
+        gid[groups[sw]] = i
+    order = np.argsort(gid, kind="stable")
+    starts = np.searchsorted(gid[order], np.arange(len(names)))
+    by_mask: dict[int, list[tuple[str, int]]] = {}
+    for sw, flows in relevant.items():
+        for f in flows:
+            if f.match.eth_dst is not None:
+                v, m = f.match.eth_dst
+                by_mask.setdefault(m, []).append((sw, v & m))
+    split: set[str] = set()
+    for m, entries in by_mask.items():
+        masked = (host_macs & np.uint64(m))[order]
+        lo = np.minimum.reduceat(masked, starts)
+        hi = np.maximum.reduceat(masked, starts)
+        differ = np.flatnonzero(lo != hi)
+        if not differ.size:
+            continue
+        in_differ = np.zeros(len(names), dtype=bool)
+        in_differ[differ] = True
+        hosts = np.flatnonzero(in_differ[gid])
+        owner: dict[int, set[int]] = {}
+        for h, val in zip(hosts.tolist(), (host_macs[hosts] & np.uint64(m)).tolist()):
+            owner.setdefault(val, set()).add(int(gid[h]))
+        for sw, v in entries:
+            for g in owner.get(v, ()):
+                if names[g] != sw:
+                    split.add(names[g])
+    return split
 
 
 def checked_columns(cols: Columns) -> np.ndarray:

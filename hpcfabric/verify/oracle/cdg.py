@@ -11,7 +11,7 @@ What is built
 -------------
 Dependencies come from walking every host pair through the compiled tables
 (the fast engine of :mod:`hpcfabric.verify.engine` through the decision lines of
-:mod:`hpcfabric.verify.lines`, one decision row per ingress port and arrival PCP, so a row
+:mod:`hpcfabric.verify.oracle.lines`, one decision row per ingress port and arrival PCP, so a row
 *is* the channel the frame arrived on), for
 every *scenario*: no port paused, and each fabric port paused alone (its
 PORT_STATE entry flipped with :func:`hpcfabric.rules.port_state.port_state_flow`, as
@@ -40,7 +40,7 @@ import numpy as np
 
 from hpcfabric.verify.codes import channel_name, cos_label
 from hpcfabric.verify.graphs import edge_graph, find_cycle
-from hpcfabric.verify.lines import DecisionLines
+from hpcfabric.verify.oracle.lines import DecisionLines
 from hpcfabric.verify.scenarios import apply_paused, pausable_ports
 
 __all__ = ["CdgReport", "check_deadlock_freedom", "minimum_cos_levels", "pausable_ports", "channel_name"]
@@ -68,6 +68,7 @@ class CdgReport:
     seconds: float
     cyclic_scenarios: int = 0
     notes: tuple[str, ...] = field(default=())
+    edges: frozenset[tuple[str, str]] | None = None  # keep=True: the union graph as channel-name pairs
 
     @property
     def ok(self) -> bool:
@@ -98,8 +99,8 @@ class CdgReport:
         }
 
 
-def _cycle(sweep: DecisionLines, g: Any) -> tuple[str, ...] | None:
-    return find_cycle(g, lambda r: channel_name(sweep.eng.channel(r)))  # type: ignore[arg-type]
+def _cycle(lines: DecisionLines, g: Any) -> tuple[str, ...] | None:
+    return find_cycle(g, lambda r: channel_name(lines.eng.channel(r)))  # type: ignore[arg-type]
 
 
 def check_deadlock_freedom(
@@ -107,6 +108,7 @@ def check_deadlock_freedom(
     scenarios: str | Sequence[tuple[str, int]] = "single",
     *,
     max_failures: int = 20,
+    keep: bool = False,
 ) -> CdgReport:
     """Build the CDG of ``compiled`` over ``scenarios`` and check it (see the module docstring).
 
@@ -126,14 +128,14 @@ def check_deadlock_freedom(
         raise ValueError(f"scenarios must be 'single', 'none' or a list of (switch, port), not {scenarios!r}")
     else:
         ports = list(scenarios)
-    sweep = DecisionLines(compiled)
-    n_hosts = sweep.n
+    lines = DecisionLines(compiled)
+    n_hosts = lines.n
     union: set[int] = set()
     scen: list[tuple[str, dict[int, np.ndarray]]] = []  # paused port, the decision lines it changes
     failures: list[dict[str, Any]] = []
     failed = 0
     notes = []
-    base_edges, summary, _cols = sweep.walk()
+    base_edges, summary, _cols = lines.walk()
     union.update(base_edges.tolist())
     if summary["undelivered"]:
         failed += 1
@@ -146,11 +148,11 @@ def check_deadlock_freedom(
             ignored += 1
             continue
         walked += 1
-        changed = sweep.scenario(sw, port, flipped.tables[sw].flows)
+        changed = lines.scenario(sw, port, flipped.tables[sw].flows)
         scen.append((f"{sw}:{port}", changed))
         if not changed:
             continue
-        edges, summary, _cols = sweep.walk(changed)
+        edges, summary, _cols = lines.walk(changed)
         union.update(edges.tolist())
         if summary["undelivered"]:
             failed += 1
@@ -159,18 +161,18 @@ def check_deadlock_freedom(
     if ignored:
         notes.append(f"{ignored} listed ports have no PORT_STATE entry (nothing to pause)")
     g = edge_graph(union)
-    cycle = _cycle(sweep, g)
+    cycle = _cycle(lines, g)
     per_cos: dict[str, tuple[str, ...] | None] = {}
-    pcp_of = {r: sweep.eng.channel(r)[2] for r in g.nodes}  # type: ignore[index]
+    pcp_of = {r: lines.eng.channel(r)[2] for r in g.nodes}  # type: ignore[index]
     classes = sorted(set(pcp_of.values()))
     for k in classes:
         sub = g.subgraph([r for r, p in pcp_of.items() if p == k])
-        per_cos[cos_label(k)] = _cycle(sweep, sub)  # type: ignore[arg-type]
+        per_cos[cos_label(k)] = _cycle(lines, sub)  # type: ignore[arg-type]
     cyclic = 0
     if cycle is not None:  # the union is cyclic: which scenarios are cyclic on their own? (walked again in full)
         for name, changed in [("none", {})] + scen:
-            edges = base_edges if not changed else sweep.walk(changed, only_changed=False)[0]
-            c = _cycle(sweep, edge_graph(edges.tolist()))
+            edges = base_edges if not changed else lines.walk(changed, only_changed=False)[0]
+            c = _cycle(lines, edge_graph(edges.tolist()))
             if c is not None:
                 cyclic += 1
                 if len(failures) < max_failures:
@@ -196,6 +198,8 @@ def check_deadlock_freedom(
         seconds=time.perf_counter() - t0,
         cyclic_scenarios=cyclic,
         notes=tuple(notes),
+        edges=frozenset((channel_name(lines.eng.channel(a)), channel_name(lines.eng.channel(b)))  # type: ignore[arg-type]
+                        for a, b in g.edges) if keep else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""The dependency graph of the incremental union proof (:mod:`hpcfabric.verify.delta`), kept exact.
+"""The dependency graph of the incremental union proof (:mod:`hpcfabric.verify.incremental.delta`), kept exact.
 
 :class:`DepGraph` holds the channel dependency edges (packed ``state << 32 | state``, sorted) and, per
 edge, how many (column, node) expansions of the union walk make it. A change gives back the edges of the

@@ -1,0 +1,1 @@
+"""The scalar reference: one frame through one switch (``pipeline``, ``flatten``) and through the fabric (``walk``)."""
