@@ -45,7 +45,7 @@ import numpy as np
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.topology.failures import NO_FAILURES
-from hpcfabric.verify.union.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import egress_offset
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.union.pairs import structural_splits_of
 from hpcfabric.verify.decisions import forward_data_flows
@@ -57,7 +57,6 @@ from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 
-SLOT_MASK = (1 << SLOT_BITS) - 1
 
 
 class NotIncremental(Exception):
@@ -439,7 +438,7 @@ class ProofState:
             diff = (ob[:, po] != nb[:, pn]) | (oa[:, po] != na[:, pn])
             for codes in (nb[:, pn], na[:, pn], ob[:, po], oa[:, po]):  # outputs whose link went out or came back
                 single = codes >= 0
-                at = lo + (codes.astype(np.int64) >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
+                at = lo + egress_offset(codes)
                 diff |= single & (self.egress[np.where(single, at, 0)] != egress[np.where(single, at, 0)])
             r, k = np.nonzero(diff)  # (state, class pair) whose choice or output moved: then its columns
             inv = inv.reshape(-1)

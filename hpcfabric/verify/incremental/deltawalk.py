@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.union.choices import SLOT_BITS
+from hpcfabric.verify.union.choices import SLOT_BITS, egress_offset
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 from hpcfabric.verify.incremental.depgraph import union, unique
 from hpcfabric.verify.incremental.redecide import SwitchDecisions
@@ -26,7 +26,6 @@ from hpcfabric.verify.union.unions import Counter
 
 __all__ = ["ChangeWalk", "NodeSet", "entries", "set_bits"]
 
-SLOT_MASK = (1 << SLOT_BITS) - 1
 
 
 def set_bits(bits: np.ndarray, rows: np.ndarray, pos: np.ndarray, on: bool) -> None:
@@ -173,7 +172,7 @@ class ChangeWalk:
         ch = st.ch
         port = (x - ch.state_base[sw]) // PCP_SLOTS
         single = codes >= 0
-        at = ch.state_base[sw] + (codes >> SLOT_BITS) * PCP_SLOTS + (codes & SLOT_MASK)
+        at = ch.state_base[sw] + egress_offset(codes)
         res = np.where(single, self.egress[np.where(single, at, 0)], codes)
         back = single & self.back_ok[sw] & ~st.host_state[x] & ((codes >> SLOT_BITS) == port)
         res = np.where(back, DROP, res)

@@ -31,10 +31,18 @@ from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
 from hpcfabric.verify.scenarios import paused_data_flows
 
-__all__ = ["SLOT_BITS", "Choices", "pack_choices"]
+__all__ = ["SLOT_BITS", "SLOT_MASK", "Choices", "egress_offset", "pack_choices"]
 
 SLOT_BITS = 4  # a choice is port << SLOT_BITS | (PCP + 1)
+SLOT_MASK = (1 << SLOT_BITS) - 1
 LINE_CELLS = 1 << 21  # (line, class) cells decided at once
+
+
+def egress_offset(choice: np.ndarray) -> np.ndarray:
+    """Per single-output ``choice``: its egress (port, PCP slot) as an offset from its switch's first state, int64
+    (int32 choices times a width can pass 2^31 at 300k)."""
+    choice = choice.astype(np.int64, copy=False)
+    return (choice >> SLOT_BITS) * PCP_SLOTS + (choice & SLOT_MASK)
 
 
 def pack_choices(out_n: np.ndarray, out_port: np.ndarray, out_pcp: np.ndarray, punt: np.ndarray,
@@ -268,9 +276,7 @@ class Choices:
 
     def egress(self, sw: np.ndarray, choice: np.ndarray) -> np.ndarray:
         """Next state or final code of single-output ``choice`` s made at switches ``sw``."""
-        port = choice >> SLOT_BITS
-        slot = choice & ((1 << SLOT_BITS) - 1)
-        return self.egress_codes[self.state_base[sw] + port * PCP_SLOTS + slot]
+        return self.egress_codes[self.state_base[sw] + egress_offset(choice)]
 
     @property
     def lines(self) -> int:

@@ -38,12 +38,11 @@ from typing import Any
 import numpy as np
 
 from hpcfabric.verify.union.automorphism import Automorphism, automorphism, candidate_generators, union_find
-from hpcfabric.verify.union.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, SLOT_MASK, Choices
 from hpcfabric.verify.codes import PCP_SLOTS
 
 __all__ = ["Reduction", "reduce_columns"]
 
-SLOT_MASK = (1 << SLOT_BITS) - 1
 ROW_CELLS = 1 << 23  # (switch, column) cells of the class correspondence at a time
 
 

@@ -28,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from hpcfabric.verify.union.choices import SLOT_BITS, Choices
+from hpcfabric.verify.union.choices import SLOT_BITS, Choices, egress_offset
 from hpcfabric.verify.codes import DEAD, DROP, PCP_SLOTS, outcome_kind
 
 __all__ = ["UnionWalk", "walk_union", "describe_walk", "BLOCK_CELLS"]
 
 BLOCK_CELLS = 1 << 24  # (column, state) cells of one block's visited map
 RESOLVE_CELLS = 1 << 22  # decision cells resolved to next states at a time
-SLOT_MASK = (1 << SLOT_BITS) - 1
 NO_LINE = -(1 << 30)  # next state without a decided line (never reached by a walk that the work list saw)
 
 
@@ -358,7 +357,7 @@ def dependency_keys(arrival: np.ndarray, code: np.ndarray, out_width: int) -> np
 
     The states come in as int32 and numpy keeps int32 times a Python int in int32: at fb-4d-300k conditional
     (11.5 M states x 567 slots) the product passed 2^31, wrapped and named wrong dependencies."""
-    return arrival.astype(np.int64) * out_width + (code >> SLOT_BITS) * PCP_SLOTS + (code & SLOT_MASK)
+    return arrival.astype(np.int64) * out_width + egress_offset(code)
 
 
 def _first_seen(stamp: np.ndarray, keys: np.ndarray, index: bool = False) -> np.ndarray:
