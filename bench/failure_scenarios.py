@@ -88,7 +88,8 @@ def report(c: Any, confirmed: float | None, last: float, fms: float, installed: 
             "installed": main.get("installed"), "verdict": verdict.get("verdict"),
             "redirect_detours": verdict.get("redirect_detours"),
             "proof_s": (main.get("timings") or {}).get("prove"), "plan_s": main.get("seconds"),
-            "changed": main.get("changed"), "entries": main.get("entries"), "waves": main.get("waves")}
+            "changed": main.get("changed"), "entries": main.get("entries"), "waves": main.get("waves"),
+            "phases_ms": main.get("phases_ms")}
 
 
 def adaptive(c: Any, switch: str, emu_sum: Callable) -> dict[str, Any]:

@@ -249,6 +249,7 @@ class Failover:
             planner = self.planner
             assert planner is not None
             replans = 0
+            settled = time.monotonic()
             while True:
                 now = time.monotonic()
                 self.since = None  # events from now on: after this plan's snapshot
@@ -272,7 +273,11 @@ class Failover:
                     hub.sleep(self.unsettled(time.monotonic()))
             self._applied_ports = ports
             verdict = plan["verdict"]
-            record = {"at": time.time(), **plan["summary"]}
+            planned = time.monotonic()
+            record = {"at": time.time(), **plan["summary"],
+                      "phases_ms": {"settle": round((settled - t0) * 1000.0, 3),
+                                    "planning": round((planned - settled) * 1000.0, 3),
+                                    "last_plan": plan.get("phases_ms"), "replans": replans}}
             if not plan["proven"] and config.flow_control == "pfc":
                 planner.decide(False)
                 self.refused += 1
@@ -286,10 +291,15 @@ class Failover:
             planner.decide(True)
             self.in_force = failures
             self.dead = set(failures.switches)
-            sent = self.install(plan)
+            installing = time.monotonic()
+            waves_ms: list[float] = []
+            sent = self.install(plan, waves_ms)
             self.repairs += 1
             self.flow_mods += sent
-            self.last_ms = round((time.monotonic() - t0) * 1000.0, 3)
+            done = time.monotonic()
+            self.last_ms = round((done - t0) * 1000.0, 3)
+            record["phases_ms"].update(decide=round((installing - planned) * 1000.0, 3),
+                                       install=round((done - installing) * 1000.0, 3), waves=waves_ms)
             self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms, "confirmed_at": time.time()}
             LOG.warning("failover: %s -> %s repair (%s), %d switch(es) changed in %d wave(s), %d flow-mod(s), "
                         "confirmed %.1f ms after the event (plan %.1f ms)",
@@ -306,9 +316,10 @@ class Failover:
             self.again = False
             self.schedule()
 
-    def install(self, plan: Any) -> int:
+    def install(self, plan: Any, waves_ms: list[float] | None = None) -> int:
         """The plan's tables in force, wave by wave: each switch gets the entries that differ (one bundle and a
-        barrier); a wave is confirmed before the next starts. Returns the flow-mods sent."""
+        barrier); a wave is confirmed before the next starts. Returns the flow-mods sent (each wave's ms appended to
+        ``waves_ms``)."""
         fab = self.state
         tables = fab.tables
         old = {name: fab.desired(name) for name in plan["desired"]}
@@ -322,6 +333,7 @@ class Failover:
                 del tables.repaired[name]
         sent = 0
         for wave in plan["waves"]:
+            began = time.monotonic()
             threads = []
             for name in wave:
                 st = fab.switches.get(name)
@@ -333,6 +345,8 @@ class Failover:
                     self.resync(st)  # not settled: a full reconciliation
             for t in threads:
                 sent += t.wait() or 0
+            if waves_ms is not None:
+                waves_ms.append(round((time.monotonic() - began) * 1000.0, 3))
         return sent
 
     def _apply(self, st: Any, dp: Any, old: Any, new: Any) -> int:

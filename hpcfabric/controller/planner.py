@@ -24,7 +24,18 @@ from hpcfabric.repair.service import read_message, slim, write_message
 
 LOG = logging.getLogger("hpcfabric.controller")
 
-__all__ = ["Planner"]
+__all__ = ["Planner", "phases"]
+
+
+def phases(asked: float, stamps: dict[str, float] | None, answered: float) -> dict[str, float]:
+    """Where a plan's round trip went, in ms (one monotonic clock on the host): ``request`` (sent -> the planner read
+    it), ``plan`` (its plan, with its own bookkeeping), ``reply`` (pickled, through the pipe, unpickled), ``total``."""
+    out = {"total": round((answered - asked) * 1000.0, 3)}
+    if stamps:
+        out.update(request=round((stamps["received"] - asked) * 1000.0, 3),
+                   plan=round((stamps["planned"] - stamps["received"]) * 1000.0, 3),
+                   reply=round((answered - stamps["planned"]) * 1000.0, 3))
+    return out
 
 
 class Planner:
@@ -73,12 +84,14 @@ class Planner:
         if self.mode == "process":
             try:
                 assert self.proc is not None and self.proc.stdin is not None
+                asked = time.monotonic()
                 write_message(self.proc.stdin, ("plan", failures))
                 got = self._read()
             except (OSError, ValueError, AssertionError) as err:
                 got = None
                 LOG.error("failover: repair planner: %s", err)
             if got is not None:
+                got["phases_ms"] = phases(asked, got.pop("stamps", None), time.monotonic())
                 self.last = got
                 return got
             self._fallback("the repair planner process died")

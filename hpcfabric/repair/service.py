@@ -127,8 +127,11 @@ def serve(rep: Any, inp: BinaryIO, out: BinaryIO, ready: dict[str, Any]) -> int:
         if msg is None or msg[0] == "stop":
             return 0
         if msg[0] == "plan":
+            got = time.monotonic()
             plan = rep.plan(msg[1])
-            write_message(out, slim(plan))
+            reply = slim(plan)
+            reply["stamps"] = {"received": got, "planned": time.monotonic()}  # CLOCK_MONOTONIC: one clock per host
+            write_message(out, reply)
         elif msg[0] == "apply" and plan is not None:
             rep.apply(plan)
             if not plan.proven and rep.prove:  # installed as at load under pause: the base is built again
