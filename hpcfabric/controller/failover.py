@@ -29,6 +29,7 @@ from hpcfabric.controller.channel import Disconnected, SyncError
 from hpcfabric.controller.framework import hub
 from hpcfabric.controller.planner import Planner
 from hpcfabric.controller.state import Changes, State
+from hpcfabric.repair.patch import PatchMismatch, rebuild
 from hpcfabric.failover.damping import FlapDamper
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 
@@ -288,12 +289,13 @@ class Failover:
                 self.last = {**record, "installed": False}
                 return
             self.unproven = None
+            desired = self.tables_of(plan)  # before the planner applies it: a patch that does not fit asks for it whole
             planner.decide(True)
             self.in_force = failures
             self.dead = set(failures.switches)
             installing = time.monotonic()
             waves_ms: list[float] = []
-            sent = self.install(plan, waves_ms)
+            sent = self.install(plan, desired, waves_ms)
             self.repairs += 1
             self.flow_mods += sent
             done = time.monotonic()
@@ -316,14 +318,36 @@ class Failover:
             self.again = False
             self.schedule()
 
-    def install(self, plan: Any, waves_ms: list[float] | None = None) -> int:
-        """The plan's tables in force, wave by wave: each switch gets the entries that differ (one bundle and a
-        barrier); a wave is confirmed before the next starts. Returns the flow-mods sent (each wave's ms appended to
-        ``waves_ms``)."""
+    def tables_of(self, plan: Any) -> dict[str, Any]:
+        """The tables ``plan`` installs: rebuilt from its patches of the tables in force here (the planner holds the
+        same ones; kept entries stay the very objects in force), or whole where a patch does not fit (asked of the
+        planner, and logged)."""
+        if "patches" not in plan:
+            return dict(plan["desired"])
+        tables = self.state.tables
+        out: dict[str, Any] = {}
+        misfits = []
+        for name, patch in plan["patches"].items():
+            try:
+                out[name] = rebuild(tables.base(name), patch)
+            except PatchMismatch:
+                misfits.append(name)
+        if misfits:
+            LOG.error("failover: the planner's tables in force differ from ours on %d switch(es) (%s): their repaired "
+                      "tables asked for whole", len(misfits), ", ".join(misfits[:5]))
+            assert self.planner is not None
+            whole = self.planner.tables(misfits)
+            out.update((name, whole[name]) for name in misfits if name in whole)
+        return out
+
+    def install(self, plan: Any, desired: dict[str, Any], waves_ms: list[float] | None = None) -> int:
+        """The plan's tables (``desired``: :meth:`tables_of`) in force, wave by wave: each switch gets the entries that
+        differ (one bundle and a barrier); a wave is confirmed before the next starts. Returns the flow-mods sent (each
+        wave's ms appended to ``waves_ms``)."""
         fab = self.state
         tables = fab.tables
-        old = {name: fab.desired(name) for name in plan["desired"]}
-        tables.repaired.update(plan["desired"])
+        old = {name: fab.desired(name) for name in desired}
+        tables.repaired.update(desired)
         if plan["groups"] or tables.groups:
             from hpcfabric.controller.tables import group_buckets
 
