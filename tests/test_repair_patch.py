@@ -85,3 +85,33 @@ def test_a_plans_patches_rebuild_its_tables_from_the_controllers_and_are_smaller
     assert got == dict(plan.desired)
     for s, table in got.items():
         assert plan_change(mine[s], table).messages() == plan_change(mine[s], plan.desired[s]).messages()
+
+
+def test_a_patch_that_does_not_fit_the_controllers_table_is_asked_for_whole(tmp_path, caplog):
+    """The controller's table in force for a changed switch differs from the planner's (here: one entry short): its
+    patch is refused, the table comes whole from the planner process, and the switch ends up with the plan's table."""
+    import logging
+
+    from test_ops_failover import port_status
+    from test_ops_fakes import fake_fabric, ours, wait_reroute
+
+    from hpcfabric.openflow.reconcile import canonical
+
+    app, sws = fake_fabric(tmp_path)
+    try:
+        link = next(link for link in app.fabric.links if link.kind == "global")
+        expected = Repairer(app.config, prove=False).plan(Failures.of(app.fabric, [(link.a, link.a_port)]))
+        victim = expected.changed[0]
+        app.state.tables.repaired[victim] = app.config.desired[victim][:-1]  # not what the planner holds
+        with caplog.at_level(logging.ERROR, logger="hpcfabric.controller"):
+            port_status(sws[link.a], link.a_port, True)
+            port_status(sws[link.b], link.b_port, True)
+            wait_reroute(app)
+        st = app.status()["failover"]
+        assert st["repairs"] == 1 and st["last"]["installed"], st
+        assert any("asked for whole" in r.getMessage() and victim in r.getMessage() for r in caplog.records)
+        assert app.state.tables.repaired[victim] == expected.desired[victim]
+        for n in expected.changed:
+            assert ours(sws[n].table()) == {canonical(f) for f in expected.desired[n]}, n
+    finally:
+        app.stop()

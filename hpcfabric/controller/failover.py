@@ -289,7 +289,11 @@ class Failover:
                 self.last = {**record, "installed": False}
                 return
             self.unproven = None
-            desired = self.tables_of(plan)  # before the planner applies it: a patch that does not fit asks for it whole
+            try:  # before the planner applies it: a patch that does not fit asks for that table whole
+                desired = self.tables_of(plan)
+            except Exception:
+                planner.decide(False)  # the planner's proof base back to the tables in force
+                raise
             planner.decide(True)
             self.in_force = failures
             self.dead = set(failures.switches)
