@@ -58,8 +58,8 @@ def wait_repaired(c: Any, before: list[int], t0: float, timeout: float, expect: 
 
 def lags(c: Any) -> dict[str, Any]:
     """Right after :func:`wait_repaired`: how long after the controller's own confirmation (``last.confirmed_at``)
-    its status file was written (``status_written_s``: the status loop's milestone and the write) and seen here
-    (``status_seen_s``: the harness's poll), per controller (wall clocks of one host)."""
+    the status file showing it was begun (``status_written_s``: its ``time``; the status loop's milestone) and then
+    seen here (``status_seen_s``: the write, the harness's poll and parse), per controller (wall clocks of one host)."""
     now = time.time()
     out: dict[str, list] = {"status_written_s": [], "status_seen_s": []}
     for i in range(len(c.parts)):
