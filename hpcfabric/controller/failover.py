@@ -29,8 +29,8 @@ from hpcfabric.controller.channel import Disconnected, SyncError
 from hpcfabric.controller.framework import hub
 from hpcfabric.controller.planner import Planner
 from hpcfabric.controller.state import Changes, State
-from hpcfabric.repair.patch import PatchMismatch, rebuild
 from hpcfabric.failover.damping import FlapDamper
+from hpcfabric.repair.patch import PatchMismatch, rebuild
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -325,7 +325,7 @@ class Failover:
     def tables_of(self, plan: Any) -> dict[str, Any]:
         """The tables ``plan`` installs: rebuilt from its patches of the tables in force here (the planner holds the
         same ones; kept entries stay the very objects in force), or whole where a patch does not fit (asked of the
-        planner, and logged)."""
+        planner, and logged). Raises :class:`PatchMismatch` if a table cannot be had (nothing of the plan is installed)."""
         if "patches" not in plan:
             return dict(plan["desired"])
         tables = self.state.tables
@@ -341,7 +341,10 @@ class Failover:
                       "tables asked for whole", len(misfits), ", ".join(misfits[:5]))
             assert self.planner is not None
             whole = self.planner.tables(misfits)
-            out.update((name, whole[name]) for name in misfits if name in whole)
+            missing = [name for name in misfits if name not in whole]
+            if missing:  # never a part of a proven plan: the caller discards it whole
+                raise PatchMismatch(f"the planner did not send the tables of {', '.join(missing[:5])}")
+            out.update((name, whole[name]) for name in misfits)
         return out
 
     def install(self, plan: Any, desired: dict[str, Any], waves_ms: list[float] | None = None) -> int:
