@@ -8,8 +8,9 @@ wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
 properties. :func:`check_up_down` checks, at every switch ``s`` separately,
 for every ingress port class, every arrival VLAN PCP a frame can carry, and
-every destination class (the exact classes of :mod:`hpcfabric.verify.decisions`:
-destinations no entry of ``s`` tells apart), unpaused **and** with every
+every destination class (:func:`hpcfabric.verify.engine.batch.switch_classes`, the
+engine's :class:`~hpcfabric.verify.engine.batch.MatchClasses` over ``s``'s entries installed and
+paused: destinations that meet the same ``eth_dst`` entries), unpaused **and** with every
 PORT_STATE entry flipped to "paused":
 
 * **cone rule** (assigned host addresses): let ``cone(s)`` be the access
@@ -57,14 +58,16 @@ import numpy as np
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
+from hpcfabric.rules.flows import PushVlan, SetField
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.decisions import arrival_pcps, decide_lines, destination_classes, forward_data_flows, port_classes
-from hpcfabric.verify.engine import Destinations, Row
+from hpcfabric.verify.decisions import forward_data_flows, port_classes
+from hpcfabric.verify.engine import Destinations, Row, evaluate_rows
+from hpcfabric.verify.engine.batch import switch_classes
 from hpcfabric.verify.graphs import core_graph
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import pausable_ports, paused_data_flows
 
-__all__ = ["UpDownReport", "check_up_down"]
+__all__ = ["UpDownReport", "check_up_down", "arrival_pcps"]
 
 HOST = "host"  # arrival key of lines from host ports (always reachable)
 
@@ -231,7 +234,7 @@ def check_up_down(
 
         rel = relevant[name]
         flipped, same = paused_data_flows(compiled, name, rel)
-        cls, reps = destination_classes(rel, macs)  # flipping changes actions, never matches
+        cls, reps = switch_classes([rel] if same else [rel, flipped], macs)
         classes += len(reps)
         dst = Destinations(macs[reps])
         attrs: dict = {}
@@ -241,9 +244,9 @@ def check_up_down(
         todo = [(mem[0], pcp, paused, flows) for mem in members.values()
                 for pcp in ([UNTAGGED] if ports[mem[0]].is_host else pcps)
                 for paused, flows in ((False, rel), (True, flipped)) if not (paused and same)]
-        decided = dict(zip([t[:3] for t in todo], decide_lines([  # every line of the switch in one evaluation
+        decided = {t[:3]: (res.out_n, res.out_port, res.out_pcp, res.punt, res.err) for t, res in zip(todo, evaluate_rows([
             Row(name, (p,), plan.host_mac[ports[p].node] if ports[p].is_host else None, False, pcp).build(flows, attrs)
-            for p, pcp, _, flows in todo], dst)))
+            for p, pcp, _, flows in todo], dst))}  # every line of the switch in one evaluation
         for mem in members.values():
             p = mem[0]
             peer = ports[p]
@@ -254,7 +257,7 @@ def check_up_down(
                     if paused and same:
                         continue
                     lines += 1
-                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in decided[(p, pcp, paused)])
+                    out_n, out_port, out_pcp, punt, err = (np.asarray(v)[cls] for v in decided[(p, pcp, paused)])
                     on = out_n.astype(np.int64)
                     op = np.clip(out_port, 0, top)
                     okind = np.where(on == 1, kind[op], 0)
@@ -317,6 +320,19 @@ def check_up_down(
     if raise_on_failure and not rep.ok:
         raise VerificationError(f"up-down proof failed ({failure_count} decisions): {kept[0]}")
     return rep
+
+
+def arrival_pcps(relevant: dict[str, list[Any]]) -> list[int]:
+    """Arrival PCPs a frame can carry: untagged, and what the entries push or set."""
+    vals = {UNTAGGED}
+    for flows in relevant.values():
+        for f in flows:
+            for a in f.actions:
+                if isinstance(a, PushVlan):
+                    vals.add(0)
+                elif isinstance(a, SetField) and a.field == "vlan_pcp":
+                    vals.add(int(a.value))
+    return sorted(vals)
 
 
 def _pcp_name(pcp: int) -> str:
