@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import networkx as nx
+
 from hpcfabric.topology.model import Switch
 
 __all__ = ["RowBypasses"]
@@ -91,19 +93,10 @@ class RowBypasses:
             return alive[a] and alive[b] and self.live(members[a].name, self.dim_port(members[a], d, b))
 
         clean = [c for c in range(k) if alive[c] and all(up(c, w) for w in range(k) if w != c)]
-        after: dict[tuple[int, int], list[tuple[int, int]]] = {}  # channel -> channels that wait on it
+        after = nx.DiGraph()  # channel -> channels that wait on it
 
         def reaches(a: tuple[int, int], b: tuple[int, int]) -> bool:
-            todo, seen = [a], {a}
-            while todo:
-                c = todo.pop()
-                if c == b:
-                    return True
-                for n in after.get(c, ()):
-                    if n not in seen:
-                        seen.add(n)
-                        todo.append(n)
-            return False
+            return a in after and b in after and nx.has_path(after, a, b)
 
         out: dict[tuple[int, int], int] = {}
         for u in range(k):
@@ -116,7 +109,7 @@ class RowBypasses:
                                 and not reaches((c, v), (u, c))), None)
                 if hub is not None:
                     out[(u, v)] = hub
-                    after.setdefault((u, hub), []).append((hub, v))
+                    after.add_edge((u, hub), (hub, v))
         return out
 
     def link_up(self, src: Switch, d: int, value: int) -> bool:
