@@ -290,9 +290,6 @@ class FoldedClosRouter(UpDownRouter):
                 ports.setdefault(child.coords[1], []).append(port)  # the child's block prefix
             self.down[sw.name] = ports
 
-    def level(self, sw: Switch) -> int:
-        return sw.coords[0]
-
     def is_below(self, sw: Switch, group: int) -> bool:
         """True when pod ``group`` sits below ``sw``."""
         level = sw.coords[0]

@@ -38,14 +38,12 @@ class Engine:
     ``extra_macs``: destinations besides the hosts (the verifier's probes) that
     ingress classes must hold for. ``per_port``: one ingress class per port (rows
     then name the channel a frame arrived on, as the channel dependency graph
-    needs). ``lazy``: host rows only at first, fabric rows when a decision first
-    reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
+    needs). Every untagged row exists from the start; rows of tagged arrivals are created when a
+    decision first reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
     a scenario's entries before rows are built (:mod:`hpcfabric.verify.oracle.lines`).
     """
 
-    def __init__(
-        self, compiled: Any, extra_macs: Iterable[int] = (), *, per_port: bool = False, lazy: bool = False
-    ) -> None:
+    def __init__(self, compiled: Any, extra_macs: Iterable[int] = (), *, per_port: bool = False) -> None:
         self.compiled = compiled
         fabric = self.fabric = compiled.fabric
         self.plan = compiled.plan
@@ -88,14 +86,10 @@ class Engine:
             self._classes(sw.name, relevant)
         if rewrites:
             raise Unsupported(f"{len(rewrites)} entries rewrite data frames (first: {rewrites[0]})")
-        for sw in fabric.switches:  # lazy: host rows only, fabric rows when a decision first reaches them
-            host_ports = fabric.host_ports(sw.name) if lazy else ()
-            for ci, cls in enumerate(self.classes[sw.name]):
-                if not lazy or cls[0] in host_ports:
-                    self.row(sw.name, ci, UNTAGGED)
+        for sw in fabric.switches:
+            for ci in range(len(self.classes[sw.name])):
+                self.row(sw.name, ci, UNTAGGED)
         self.scalar_rows = sum(r.scalar for r in self.rows)
-        if lazy and any(f.match.eth_src is not None for flows in self.relevant.values() for f in flows):
-            raise Unsupported("lazy rows with source-dependent (eth_src) rules")
         if self.scalar_rows and self.tagging:
             raise Unsupported("source-dependent rules (eth_src) together with VLAN PCP rewrites")
         # egress (port, PCP) -> next state; NEW_ROW until the row exists
@@ -110,8 +104,7 @@ class Engine:
                     pn[p, 0] = DELIVER - self.hid[peer.node]
                 else:
                     pn[p, :] = NEW_ROW
-                    if not lazy:
-                        pn[p, 0] = self.row_of[(peer.node, self.class_of[(peer.node, peer.port)], UNTAGGED)]
+                    pn[p, 0] = self.row_of[(peer.node, self.class_of[(peer.node, peer.port)], UNTAGGED)]
             self.port_next[sw.name] = pn
 
     # -- rows ---------------------------------------------------------------
