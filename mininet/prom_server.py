@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,18 +30,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hpcfabric.emu.driver import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "configs" / "prometheus"
 
 
 class PrometheusError(RuntimeError):
     """Prometheus missing, not starting, or an API call that failed."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def executable(name: str = "prometheus") -> str:

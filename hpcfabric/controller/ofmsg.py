@@ -34,7 +34,7 @@ from hpcfabric.rules.flows import (
 )
 from hpcfabric.controller.framework import ofproto as ofp
 from hpcfabric.controller.framework import ofproto_parser as parser
-from hpcfabric.openflow.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
+from hpcfabric.openflow.ofwire import OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, flow_mod_addressing
 
 _ALL64 = (1 << 64) - 1
 _MAC_FIELDS = ("eth_src", "eth_dst")
@@ -119,13 +119,8 @@ def to_instructions(flow: FlowSpec) -> list[Any]:
 
 
 def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
-    """``OFPFlowMod`` for ``flow`` (see :func:`hpcfabric.openflow.ofwire.flow_mod_body` for the command semantics)."""
-    if command == OFPFC_ADD:
-        cookie, mask, out_port, out_group = flow.cookie, 0, 0, 0
-    elif command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
-        cookie, mask, out_port, out_group = OUR_COOKIE, COOKIE_APP_MASK, ofp.OFPP_ANY, ofp.OFPG_ANY
-    else:
-        cookie, mask, out_port, out_group = flow.cookie, COOKIE_APP_MASK, 0, 0
+    """``OFPFlowMod`` for ``flow`` (the command semantics of :func:`hpcfabric.openflow.ofwire.flow_mod_addressing`)."""
+    cookie, mask, out_port, out_group = flow_mod_addressing(flow, command)
     instructions = [] if command in (OFPFC_DELETE, OFPFC_DELETE_STRICT) else to_instructions(flow)
     return parser.OFPFlowMod(
         datapath,
