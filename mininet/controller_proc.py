@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from runkit import CheckFailed
 
-from hpcfabric.emu.driver import free_port, listening  # noqa: F401  (free_port: for the runners)
+from hpcfabric.emu.driver import free_port, listening, stop_process  # noqa: F401  (free_port: for the runners)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,24 +158,8 @@ class Controller:
 
     def stop(self, sig: int = signal.SIGTERM, grace: float = 5.0) -> int | None:
         """Send ``sig`` to our controller PID, then SIGKILL after ``grace`` seconds. Returns its exit status."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(5)
-        self.proc = None
-        return proc.returncode
+        proc, self.proc = self.proc, None
+        return None if proc is None else stop_process(proc, grace, sig)
 
     def status(self) -> dict[str, Any] | None:
         try:

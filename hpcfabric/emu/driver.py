@@ -72,6 +72,18 @@ def listening(port: int) -> bool:
     return False
 
 
+def stop_process(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> int | None:
+    """Send ``sig`` to ``proc`` (by its PID) unless it has exited, SIGKILL after ``grace`` s; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
 def partition(fabric: Any, parts: int) -> list[list[str]]:
     """The switches of each of ``parts`` partitions as the controllers derive them (``[ha] partitions``:
     :func:`hpcfabric.topology.partition.partition_fabric`, contiguous group ranges)."""
@@ -305,14 +317,8 @@ class Cluster:
         return self.emus[self.emu_of[switch]]
 
     def stop_controller(self, i: int) -> None:
-        p = self.ctl[i]
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        if self.ctl[i] is not None:
+            stop_process(self.ctl[i], 20)
         self.ctl[i] = None
 
     def stop(self) -> None:
