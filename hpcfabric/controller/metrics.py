@@ -9,17 +9,14 @@ named ``hpcfabric_*``; :data:`METRICS` lists them with their help text
 The collector renders the same snapshot the status file is written from
 (:func:`hpcfabric.controller.snapshot.snapshot`: the state, the counters and
 each collaborator's ``as_dict()``), so it is unit-tested with the real app and
-fake switches. :class:`MetricsServer` serves it over HTTP in a green thread.
+fake switches. The app serves :func:`make_registry` over HTTP (``framework.HttpServer``, ``/metrics``).
 """
 
 from __future__ import annotations
 
-import logging
-import socket
 import time
 from typing import Any, Iterator
 
-from hpcfabric.controller.framework import serve_wsgi
 from hpcfabric.controller.snapshot import Sources, snapshot
 from hpcfabric.controller.linkmetrics import LINK_METRICS
 
@@ -270,42 +267,15 @@ def make_registry(sources: Sources) -> Any:
     return registry
 
 
+def metrics_app(sources: Sources) -> Any:
+    """The WSGI app a scrape of ``/metrics`` reaches (served by ``framework.HttpServer``)."""
+    from prometheus_client import make_wsgi_app
+
+    return make_wsgi_app(make_registry(sources))
+
+
 def render(sources: Sources) -> bytes:
     """The text exposition of the metrics of ``sources`` (what a scrape returns)."""
     from prometheus_client import generate_latest
 
     return generate_latest(make_registry(sources))
-
-
-class MetricsServer:
-    """``[metrics] listen = HOST:PORT``: the metrics of ``sources`` over HTTP (``/metrics``) in a green thread."""
-
-    def __init__(self, sources: Sources) -> None:
-        self.sources = sources
-        self.sock: Any = None
-
-    def start(self) -> Any:
-        """Listen and serve; returns the server's green thread (None without ``[metrics] listen``)."""
-        listen = self.sources.state.config.metrics_listen
-        if listen is None:
-            return None
-        from prometheus_client import make_wsgi_app
-
-        host, port = listen
-        quiet = logging.getLogger("hpcfabric.controller.metrics.http")
-        quiet.setLevel(logging.WARNING)
-        self.sock, thread = serve_wsgi(host, port, socket_family(host), make_wsgi_app(make_registry(self.sources)), quiet)
-        logging.getLogger("hpcfabric.controller").info("metrics: http://%s:%d/metrics", host, port)
-        return thread
-
-    def stop(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:  # pragma: no cover
-                pass
-            self.sock = None
-
-
-def socket_family(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
