@@ -44,10 +44,6 @@ class Unrepresentable(ValueError):
     """An installed flow uses match fields, actions or instructions a FlowSpec has no word for."""
 
 
-def _mac(value: int) -> str:
-    return format_mac(value)
-
-
 def _parse_mac(text: str) -> int:
     return int(text.replace(":", ""), 16)
 
@@ -74,7 +70,7 @@ def to_match(match: Match) -> Any:
     for name in _MAC_FIELDS:
         vm = getattr(match, name)
         if vm is not None:
-            kw[name] = _mac(vm[0]) if vm[1] == MAC_EXACT else (_mac(vm[0]), _mac(vm[1]))
+            kw[name] = format_mac(vm[0]) if vm[1] == MAC_EXACT else (format_mac(vm[0]), format_mac(vm[1]))
     if match.metadata is not None:
         v, m = match.metadata
         kw["metadata"] = v if m == _ALL64 else (v, m)
@@ -86,7 +82,7 @@ def to_action(action: Any) -> Any:
         max_len = ofp.OFPCML_NO_BUFFER if action.port == OFPP_CONTROLLER else 0
         return parser.OFPActionOutput(action.port, max_len)
     if isinstance(action, SetField):
-        value = _mac(action.value) if action.field in _MAC_FIELDS else action.value
+        value = format_mac(action.value) if action.field in _MAC_FIELDS else action.value
         return parser.OFPActionSetField(**{action.field: value})
     if isinstance(action, PushVlan):
         return parser.OFPActionPushVlan(action.ethertype)
