@@ -282,22 +282,16 @@ class HpcfabricController(App):
     def _barrier_reply(self, ev: Any) -> None:
         try:
             msg = ev.msg
-            dpid = msg.datapath.id
-            if not self.admission.admitted(msg.datapath):
-                self.counters["unadmitted_messages"] += 1
-                return
-            if not self.pausing.barrier(dpid, msg.xid):
-                self.channel.wake(dpid, msg.xid, reply=msg)
+            if self._heard(msg) and not self.pausing.barrier(msg.datapath.id, msg.xid):
+                self.channel.wake(msg.datapath.id, msg.xid, reply=msg)
         except Exception:  # pragma: no cover - never kill the receive loop
             LOG.exception("barrier reply handling failed")
 
     @set_ev_handler(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
         try:
-            if self.admission.admitted(ev.msg.datapath):
+            if self._heard(ev.msg):
                 self.channel.record_error(ev.msg)
-            else:
-                self.counters["unadmitted_messages"] += 1
         except Exception:  # pragma: no cover - never kill the receive loop
             LOG.exception("error message handling failed")
 
