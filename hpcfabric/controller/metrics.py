@@ -255,7 +255,7 @@ class FabricCollector:
         yield counter("hpcfabric_repair_flow_mods", fo["flow_mods"])
         yield gauge("hpcfabric_ports_damped", len(fo["damped"]))
         if self.sources.links is not None:
-            yield from self.sources.links.families(gauge, counter)
+            yield from self.sources.links.families(gauge, counter, labelled)
 
 
 def make_registry(sources: Sources) -> Any:
