@@ -250,10 +250,6 @@ class HpcfabricController(App):
     def unknown_dpids(self) -> list[str]:
         return self.wiring.unknown_dpids()
 
-    def mark(self, rediscover: bool = False) -> None:
-        """Something the status shows changed (``rediscover``: the discovery report too)."""
-        self.changes.mark(rediscover)
-
     # ------------------------------------------------------------ events
     # Latency-critical events (packet-ins, barrier replies) are handled in
     # the datapath's receive green thread, like os-ken's own ofp_handler does, not
@@ -394,7 +390,7 @@ class HpcfabricController(App):
         deleted = msg.reason == msg.datapath.ofproto.OFPPR_DELETE
         self.wiring.port_status(msg.datapath, msg.desc, deleted)
         self.failover.port_status(msg.datapath, msg.desc, deleted)
-        self.mark()
+        self.changes.mark()
 
 
 def _from_state(name: str) -> property:
