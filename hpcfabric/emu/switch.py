@@ -126,16 +126,14 @@ class EmuSwitch:
                 return W.FLOW_MOD_BAD_TABLE_ID
             self.flows[(table, priority, match)] = Flow(cookie, idle, hard, flags, instructions, now)
             return None
-        if command == OFPFC_MODIFY_STRICT:
-            f = self.flows.get((table, priority, match))
-            if f is not None and (f.cookie & cookie_mask) == (cookie & cookie_mask):
-                f.instructions = instructions
-            return None
-        if command == OFPFC_DELETE_STRICT:
+        if command in (OFPFC_MODIFY_STRICT, OFPFC_DELETE_STRICT):  # one entry, if its cookie matches under the mask
             key = (table, priority, match)
             f = self.flows.get(key)
             if f is not None and (f.cookie & cookie_mask) == (cookie & cookie_mask):
-                del self.flows[key]
+                if command == OFPFC_DELETE_STRICT:
+                    del self.flows[key]
+                else:
+                    f.instructions = instructions
             return None
         if command in (OFPFC_DELETE, OFPFC_MODIFY):
             keys = self.select(table, cookie, cookie_mask, match)
