@@ -25,7 +25,7 @@ from ovs_flows import flow_counts, install_static_flows  # mininet/ovs_flows.py
 from runkit import StepResult, UsageError
 
 from hpcfabric.config.ini import read_ini
-from hpcfabric.rules.addressing import AddressPlan, plan_addresses
+from hpcfabric.rules.addressing import AddressPlan
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.topology.loader import load_topology
 from hpcfabric.topology.model import Fabric
@@ -159,12 +159,11 @@ def setup_from_config(path: Path) -> Setup:
 
 def setup_from_topology(args: argparse.Namespace) -> Setup:
     """Static mode without a config: compile from --topology and the overrides."""
+    from hpcfabric.cli.common import plan_of  # mode and widths as ``hpcfabric rules`` takes them
+
     fabric = load_topology(args.topology)
-    defaults = fabric.params.get("addressing") or {}
-    mode = args.addressing or defaults.get("mode") or "compact"
-    widths = defaults.get("widths") if defaults.get("mode", mode) == mode else None
-    plan = plan_addresses(fabric, mode, widths)
-    routing = args.routing or ("conditional" if conditional_ok(fabric, mode) else "minimal")
+    plan = plan_of(fabric, argparse.Namespace(addressing=args.addressing, widths=None))
+    routing = args.routing or ("conditional" if conditional_ok(fabric, plan.mode) else "minimal")
     compiled = compile_fabric(fabric, plan, routing=routing)
     desired = {name: t.flows for name, t in compiled.tables.items()}
     return Setup(fabric, plan, routing, args.link_speed_gbps or 10.0, desired, None, compiled)
