@@ -291,18 +291,12 @@ class Cluster:
 
     def wait(self, cond: str = "confirmed", timeout: float = 600.0, since: float = 0.0) -> float:
         """Seconds until every controller reports all its switches confirmed (``cond='links'``: all links seen)."""
+        got, want = ("switches_confirmed", "switches_expected") if cond == "confirmed" else \
+            ("links_discovered", "links_expected")
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            done = True
-            for i in range(len(self.parts)):
-                s = self.status(i)
-                if s.get("time", 0) < since:
-                    done = False
-                elif cond == "confirmed":
-                    done &= bool(s) and s.get("switches_confirmed") == s.get("switches_expected")
-                else:
-                    done &= bool(s) and s.get("links_discovered") == s.get("links_expected")
-            if done:
+            statuses = [self.status(i) for i in range(len(self.parts))]  # each written at or after ``since``
+            if all(s and s.get("time", 0) >= since and s.get(got) == s.get(want) for s in statuses):
                 return time.monotonic() - t0
             time.sleep(0.05)
         raise TimeoutError(f"not all {cond} after {timeout} s")
