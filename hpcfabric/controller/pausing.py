@@ -61,38 +61,45 @@ class Pausing:
 
     # ------------------------------------------------------------ frames
     def on_pause(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
-        """A PAUSE/PFC frame copied from a fabric port: counted once (unknown, host port, malformed, minimal
-        routing, the switch's own reaction, or used: the flips applied)."""
-        fab = self.state
+        fab, mark = self.state, self.changes.mark
         c = self.counters
         c["pause_frames"] += 1
         sw = fab.by_dpid.get(msg.datapath.id)
-        peer = fab.fabric.peer(sw.name, in_port) if sw is not None else None
         if sw is None:
             c["pause_unknown_switch"] += 1
-        elif peer is None:
+            mark()
+            return
+        peer = fab.fabric.peer(sw.name, in_port)
+        if peer is None:
             c["pause_unknown_port"] += 1
-        elif peer.is_host:
+            mark()
+            return
+        if peer.is_host:
             c["pause_host_port"] += 1
-        else:
-            try:
-                frame = parse_mac_control(data)
-            except MalformedFrame as err:
-                c["pause_malformed"] += 1
-                LOG.debug("switch %s port %d: malformed MAC-control frame dropped: %s", sw.name, in_port, err)
-            else:
-                self.port_frames[(sw.name, in_port)] += 1
-                if not self.conditional:
-                    c["pause_minimal"] += 1
-                elif fab.config.pause_reaction == "switch":  # the switch learned its override from this very frame
-                    c["pause_switch_local"] += 1
-                    self.port_pauses[(sw.name, in_port)] += 1
-                else:
-                    c["pause_used"] += 1
-                    for flip in fab.pause.on_frame(sw.name, in_port, frame, t0):
-                        self.apply_flip(flip, t0)
-                    self._wake_for(sw.name, in_port)
-        self.changes.mark()
+            mark()
+            return
+        try:
+            frame = parse_mac_control(data)
+        except MalformedFrame as err:
+            c["pause_malformed"] += 1
+            LOG.debug("switch %s port %d: malformed MAC-control frame dropped: %s", sw.name, in_port, err)
+            mark()
+            return
+        self.port_frames[(sw.name, in_port)] += 1
+        if not self.conditional:
+            c["pause_minimal"] += 1
+            mark()
+            return
+        if fab.config.pause_reaction == "switch":  # the switch learned its override from this very frame
+            c["pause_switch_local"] += 1
+            self.port_pauses[(sw.name, in_port)] += 1
+            mark()
+            return
+        c["pause_used"] += 1
+        for flip in fab.pause.on_frame(sw.name, in_port, frame, t0):
+            self.apply_flip(flip, t0)
+        self._wake_for(sw.name, in_port)
+        mark()
 
     def on_cnm(self, msg: Any, data: bytes, in_port: int, t0: float) -> None:
         """An 802.1Qau CNM copied from a fabric port: the same flip as a PAUSE, held
