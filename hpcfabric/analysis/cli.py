@@ -258,24 +258,26 @@ def add_analyze_parser(sub: Any) -> None:
     def jobs(p: argparse.ArgumentParser) -> None:
         p.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: CPUs, at most 2)")
 
+    def outputs(p: argparse.ArgumentParser, out: str = DEFAULT_OUT, files: str = "CSV and JSON") -> None:
+        """``--out DIR``, ``--no-plots`` and ``--jobs`` of an analysis that writes files."""
+        p.add_argument("--out", default=out, metavar="DIR", help=f"output directory (default {out})")
+        p.add_argument("--no-plots", action="store_true", help=f"{files} only")
+        jobs(p)
+
     p = an.add_parser("rules", help="closed forms vs compiled rule counts, Fig. 4 and Fig. 6",
                       description="Eq. 1 / Table I closed forms next to compiled counts for 8..96-port switches")  # fmt: skip
     p.set_defaults(func=cmd_rules)
     p.add_argument("--ports", default="8,16,24,48,96", metavar="P,...", help="switch sizes (multiples of 4, 8..256)")
     p.add_argument("--topologies", default="folded-clos,fb-2d,fb-3d,fb-4d,dragonfly", metavar="T,...")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--max-elements", type=int, default=2_000_000, metavar="N",
                    help="build fabrics up to N switches+hosts+links; larger ones get closed forms only")  # fmt: skip
-    p.add_argument("--no-plots", action="store_true", help="CSV only")
-    jobs(p)
+    outputs(p, files="CSV")
 
     p = an.add_parser("power", help="Sec. VI-A power model: Fig. 11 and the savings split",
                       description="network power per topology and table organisation for the ~300k-host builds")  # fmt: skip
     p.set_defaults(func=cmd_power)
     p.add_argument("files", nargs="*", metavar="FILE", help="topology files (default: the three 300k builds)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p)
 
     p = an.add_parser("onoff", help="Andújar et al. on/off-link power and energy of a fabric",
                       description="Andújar et al. (2022) Eqs. 1-7, Table 2 constants")  # fmt: skip
@@ -301,7 +303,6 @@ def add_analyze_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_fig12)
     p.add_argument("file", nargs="?", default="topologies/dragonfly-table3.yaml", metavar="TOPOLOGY",
                    help="topology YAML file (default topologies/dragonfly-table3.yaml)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--quick", action="store_true", help="3 loads per pattern, 1 seed, short windows (CI)")
     p.add_argument("--routers", default="MIN,VAL,PB,COND-ideal,COND-switch,COND-controller", metavar="R,...")
     p.add_argument("--patterns", default="uniform,adversarial", metavar="P,...")
@@ -325,8 +326,7 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")
     p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p)
 
     p = an.add_parser("workload", help="workload-aware vs static Valiant intermediates in the simulator (docs/workload.md)",
                       description="per traffic pattern: the intermediates chosen for its matrix, the tables' saturation "
@@ -334,12 +334,10 @@ def add_analyze_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_workload)
     p.add_argument("file", nargs="?", default="topologies/dragonfly-a4-p2-h2.yaml", metavar="TOPOLOGY",
                    help="topology YAML file (default topologies/dragonfly-a4-p2-h2.yaml)")
-    p.add_argument("--out", default="workload-out", metavar="DIR", help="output directory (default workload-out)")
     p.add_argument("--quick", action="store_true", help="2 loads per pattern, 1 seed, short windows (CI)")
     p.add_argument("--routers", default="MIN,VAL,VAL+WA,COND-ideal,COND-ideal+WA", metavar="R,...")
     p.add_argument("--patterns", default="uniform,adversarial,stencil,transpose", metavar="P,...",
                    help="uniform, adversarial, stencil, transpose, bitrev; NAME:spread = one rank per switch")
     p.add_argument("--loads", default=None, metavar="L,...", help="offered loads (default per pattern)")
     p.add_argument("--seeds", type=int, default=None, metavar="N", help="runs per point (default 2, quick 1)")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p, out="workload-out")
