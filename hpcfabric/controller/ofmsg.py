@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcfabric.rules.addressing import format_mac
+from hpcfabric.rules.addressing import format_mac, parse_mac
 from hpcfabric.rules.flows import (
     MAC_EXACT,
     VLAN_VID_EXACT,
@@ -42,10 +42,6 @@ _MAC_FIELDS = ("eth_src", "eth_dst")
 
 class Unrepresentable(ValueError):
     """An installed flow uses match fields, actions or instructions a FlowSpec has no word for."""
-
-
-def _parse_mac(text: str) -> int:
-    return int(text.replace(":", ""), 16)
 
 
 #: os-ken's names of the fields a learn spec uses -> ours (OVS may answer with NXM in_port)
@@ -142,8 +138,8 @@ def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
 
 def _masked_mac(value: Any) -> tuple[int, int]:
     if isinstance(value, tuple):
-        return _parse_mac(value[0]), _parse_mac(value[1])
-    return _parse_mac(value), MAC_EXACT
+        return parse_mac(value[0]), parse_mac(value[1])
+    return parse_mac(value), MAC_EXACT
 
 
 def from_match(match: Any) -> Match:
@@ -171,7 +167,7 @@ def from_action(action: Any) -> Any:
         return Output(action.port)
     if isinstance(action, parser.OFPActionSetField):
         if action.key in _MAC_FIELDS:
-            return SetField(action.key, _parse_mac(action.value))
+            return SetField(action.key, parse_mac(action.value))
         if action.key == "vlan_pcp":
             return SetField(action.key, action.value)
         raise Unrepresentable(f"set_field {action.key}")
