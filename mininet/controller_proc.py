@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,29 +20,9 @@ from typing import Any, Callable
 
 from runkit import CheckFailed
 
+from hpcfabric.emu.driver import free_port, listening, stop_process  # noqa: F401  (free_port: for the runners)
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now (bound and released on 127.0.0.1)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_listening(port: int) -> bool:
-    """Is a TCP socket LISTENing on ``port`` (any address)? Reads /proc/net/tcp{,6}."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except (OSError, StopIteration):
-            continue
-    return False
 
 
 def controller_available() -> bool:
@@ -165,7 +144,7 @@ class Controller:
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise CheckFailed(f"controller exited with status {self.proc.returncode}: {self.log_tail()}")
-            if port_listening(self.port):
+            if listening(self.port):
                 return time.monotonic() - t0
             time.sleep(0.1)
         raise CheckFailed(f"controller not listening on port {self.port} after {timeout:g} s: {self.log_tail()}")
@@ -179,24 +158,8 @@ class Controller:
 
     def stop(self, sig: int = signal.SIGTERM, grace: float = 5.0) -> int | None:
         """Send ``sig`` to our controller PID, then SIGKILL after ``grace`` seconds. Returns its exit status."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(5)
-        self.proc = None
-        return proc.returncode
+        proc, self.proc = self.proc, None
+        return None if proc is None else stop_process(proc, grace, sig)
 
     def status(self) -> dict[str, Any] | None:
         try:

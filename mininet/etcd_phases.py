@@ -31,7 +31,7 @@ from controller_proc import Controller, free_port, status_changes  # mininet/con
 from fabric_setup import write_conf
 from fabric_topo import run_cmd, set_controllers
 from fabric_up import Up, fabric_up
-from ovs_flows import port_state_entry
+from ovs_flows import wait_port_state
 from pause_inject import inject_pause
 from reachability import all_pairs_ping, steady_across
 from reliability_phases import ha_settings
@@ -138,13 +138,7 @@ def logged_at(ctl: Controller, text: str, after: float) -> float | None:
 def pause_written(fabric: Any, prefix: str, switch: str, port: int, wait: float) -> bool:
     """Inject a PAUSE at ``switch:port``; True if a controller flipped its PORT_STATE entry within ``wait`` s."""
     inject_pause(fabric, switch, port, 0xFFFF, prefix=prefix)
-    end = time.monotonic() + wait
-    while time.monotonic() < end:
-        ps = port_state_entry(prefix + switch, port)
-        if ps is not None and "goto_table:3" in ps.actions:
-            return True
-        time.sleep(0.02)
-    return False
+    return wait_port_state(prefix + switch, port, True, wait) is not None
 
 
 def etcd_phase(topology: Path, prefix: str, pings: int, report: Report, log: Log, tmp: Path) -> None:

@@ -76,13 +76,9 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plots(records: list[dict[str, Any]], rows: list[dict[str, Any]], out: Path) -> list[str]:
     """Throughput bars, latency CDFs and per-source throughput box plots (PNG). Returns the file names."""
-    try:
-        import matplotlib
+    from hpcfabric.analysis.plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
+    plt = pyplot()
     files = []
     fabrics = sorted({r["fabric"] for r in rows})
     patterns = sorted({r["pattern"] for r in rows})

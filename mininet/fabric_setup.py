@@ -24,10 +24,31 @@ from typing import Any, Callable, Mapping
 from ovs_flows import flow_counts, install_static_flows  # mininet/ovs_flows.py
 from runkit import StepResult, UsageError
 
-from hpcfabric.rules.addressing import AddressPlan, plan_addresses
+from hpcfabric.config.ini import read_ini
+from hpcfabric.rules.addressing import AddressPlan
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.topology.loader import load_topology
 from hpcfabric.topology.model import Fabric
+
+
+#: the shipped fabrics the experiment runners know by label (``--fabrics``): label -> controller config
+FABRICS = {"df": "configs/dragonfly-a4-p2-h2.conf", "fb": "configs/fb-2d-4x4.conf"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fabric_labels(text: str) -> list[str]:
+    """``--fabrics``: a comma list of :data:`FABRICS` labels or controller ``.conf`` files (UsageError otherwise)."""
+    labels = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [f for f in labels if f not in FABRICS and not (f.endswith(".conf") and Path(f).is_file())]
+    if bad or not labels:
+        raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
+                         f"{', '.join(FABRICS)} or controller .conf files")
+    return labels
+
+
+def fabric_config(label: str) -> tuple[str, Path]:
+    """(name, controller config) of a :func:`fabric_labels` entry."""
+    return (label, ROOT / FABRICS[label]) if label in FABRICS else (Path(label).stem, Path(label).resolve())
 
 
 @dataclass
@@ -57,12 +78,9 @@ def abs_path(path: str, base: Path | None = None) -> str:
 
 
 def read_conf(path: Path | str | None = None) -> configparser.ConfigParser:
-    """A controller config as the controller parses it (case kept, no interpolation); empty without ``path``."""
-    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"), default_section="\0none")
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    if path is not None:
-        parser.read(path, encoding="utf-8")
-    return parser
+    """A controller config parsed as the controller parses it (:func:`hpcfabric.config.ini.read_ini`: case kept, no
+    interpolation); empty without ``path``."""
+    return read_ini(str(path)) if path is not None else read_ini("(no config)", "")
 
 
 def write_conf(out: Path, settings: Mapping[str, Mapping[str, Any]], base: Path | str | None = None, *,
@@ -141,12 +159,11 @@ def setup_from_config(path: Path) -> Setup:
 
 def setup_from_topology(args: argparse.Namespace) -> Setup:
     """Static mode without a config: compile from --topology and the overrides."""
+    from hpcfabric.cli.common import plan_of  # mode and widths as ``hpcfabric rules`` takes them
+
     fabric = load_topology(args.topology)
-    defaults = fabric.params.get("addressing") or {}
-    mode = args.addressing or defaults.get("mode") or "compact"
-    widths = defaults.get("widths") if defaults.get("mode", mode) == mode else None
-    plan = plan_addresses(fabric, mode, widths)
-    routing = args.routing or ("conditional" if conditional_ok(fabric, mode) else "minimal")
+    plan = plan_of(fabric, argparse.Namespace(addressing=args.addressing, widths=None))
+    routing = args.routing or ("conditional" if conditional_ok(fabric, plan.mode) else "minimal")
     compiled = compile_fabric(fabric, plan, routing=routing)
     desired = {name: t.flows for name, t in compiled.tables.items()}
     return Setup(fabric, plan, routing, args.link_speed_gbps or 10.0, desired, None, compiled)

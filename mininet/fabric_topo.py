@@ -105,16 +105,9 @@ def random_vendor_mac(rng: random.Random) -> str:
 
 def check_names(fabric: Fabric, prefix: str = "") -> None:
     """Raise FabricNetError if an interface name would exceed Linux's 15 characters."""
-    too_long = []
-    for sw in fabric.switches:
-        for port in fabric.ports(sw.name):
-            name = intf_name(sw.name, port, prefix)
-            if len(name) > IFNAMSIZ:
-                too_long.append(name)
-    for h in fabric.hosts:
-        name = intf_name(h.name, HOST_PORT, prefix)
-        if len(name) > IFNAMSIZ:
-            too_long.append(name)
+    names = [intf_name(sw.name, port, prefix) for sw in fabric.switches for port in fabric.ports(sw.name)]
+    names += [intf_name(h.name, HOST_PORT, prefix) for h in fabric.hosts]
+    too_long = [name for name in names if len(name) > IFNAMSIZ]
     if too_long:
         raise FabricNetError(
             f"{len(too_long)} interface name(s) exceed {IFNAMSIZ} characters, e.g. {too_long[0]!r}: "

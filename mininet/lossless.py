@@ -43,13 +43,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from hpcfabric.protocols.pause import build_pause, build_pfc
+
 #: htb/bfifo handles used by :func:`shape_links` (the leaf FIFO is what the emulator watches)
 ROOT_HANDLE = "1:"
 LEAF_HANDLE = "10:"
 LEAF_HANDLE_ID = 0x00100000  # tc reads "10:" as hex
-PAUSE_DST = bytes.fromhex("0180c2000001")
-ETH_TYPE_MAC_CONTROL = 0x8808
-OPCODE_PFC = 0x0101
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 
@@ -237,17 +236,13 @@ class PauseSettings:
 
 
 def pause_frame(src: bytes, quanta: int, pfc_classes: Iterable[int] = ()) -> bytes:
-    """The XOFF (``quanta`` > 0) or XON (0) frame from ``src``, padded to 60 bytes: an 802.3x PAUSE
-    (opcode 0x0001) without ``pfc_classes``, else a PFC frame (802.1Qbb, opcode 0x0101) whose
-    class-enable vector names those priorities, each with ``quanta`` (the others 0)."""
-    classes = sorted(set(pfc_classes))
-    if not classes:
-        return (PAUSE_DST + src + struct.pack("!HHH", ETH_TYPE_MAC_CONTROL, 1, quanta)).ljust(60, b"\0")
-    if not all(0 <= c <= 7 for c in classes):
-        raise LosslessError(f"PFC priorities must be 0..7, got {classes}")
-    vector = sum(1 << c for c in classes)
-    times = [quanta if c in classes else 0 for c in range(8)]
-    return (PAUSE_DST + src + struct.pack("!HHH8H", ETH_TYPE_MAC_CONTROL, OPCODE_PFC, vector, *times)).ljust(60, b"\0")
+    """The XOFF (``quanta`` > 0) or XON (0) frame from ``src``: an 802.3x PAUSE without ``pfc_classes``, else
+    a PFC frame (802.1Qbb) pausing those priorities, each with ``quanta`` (:mod:`hpcfabric.protocols.pause`)."""
+    classes = set(pfc_classes)
+    try:
+        return build_pfc(src, {c: quanta for c in classes}) if classes else build_pause(src, quanta)
+    except ValueError:
+        raise LosslessError(f"PFC priorities must be 0..7, got {sorted(classes)}") from None
 
 
 @dataclass

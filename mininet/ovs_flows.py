@@ -4,14 +4,15 @@
   :func:`table_packets`; :func:`sync_stats` first when a counter must be current (the userspace
   datapath pushes megaflow counters to the OpenFlow rules only when its revalidators run).
 * :func:`install_static_flows`: static mode, one atomic ``--bundle add-flows`` per bridge.
-* :func:`port_state_entry` / :func:`set_port_state`: a fabric port's PORT_STATE entry, read, and
-  flipped as the controller does on a PAUSE (static mode plays the controller).
+* :func:`port_state_entry` / :func:`wait_port_state` / :func:`set_port_state`: a fabric port's PORT_STATE
+  entry, read, waited for, and flipped as the controller does on a PAUSE (static mode plays the controller).
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -177,6 +178,18 @@ def port_state_entry(bridge: str, port: int) -> FlowStat | None:
     for f in dump_flows(bridge, table=TABLE_PORT_STATE):
         if is_port_state(f, port):
             return f
+    return None
+
+
+def wait_port_state(bridge: str, port: int, paused: bool, timeout: float) -> float | None:
+    """Poll until the PORT_STATE entry of ``port`` is (not) paused (``goto_table:3``); the time reached, or None
+    after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ps = port_state_entry(bridge, port)
+        if ps is not None and ("goto_table:3" in ps.actions) == paused:
+            return time.monotonic()
+        time.sleep(0.005)
     return None
 
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ovs_flows import dump_flows, is_port_state, port_state_entry, port_stats, set_port_state, sync_stats
+from ovs_flows import dump_flows, is_port_state, port_stats, set_port_state, sync_stats, wait_port_state
 from pause_inject import PauseTrain, pause_plan
 from reachability import SteadyPing
 from runkit import StepResult, UsageError, summary_stats
@@ -171,17 +171,6 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _wait_state(bridge: str, port: int, paused: bool, timeout: float) -> float | None:
-    """Poll until the PORT_STATE entry of ``port`` is (not) paused; time reached or None."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ps = port_state_entry(bridge, port)
-        if ps is not None and ("goto_table:3" in ps.actions) == paused:
-            return time.monotonic()
-        time.sleep(0.005)
-    return None
-
-
 # ---------------------------------------------------------------------------
 # the test
 
@@ -238,7 +227,7 @@ def pause_test(
         t_inject = train.start()
         if controller is None:  # static mode: we are the controller
             set_port_state(bridge, target.port, True)
-        seen = _wait_state(bridge, target.port, True, timeout=max(2.0, plan_["hold_s"]))
+        seen = wait_port_state(bridge, target.port, True, timeout=max(2.0, plan_["hold_s"]))
         if seen is None:
             res["error"] = "PORT_STATE entry never switched to goto_table:3"
             return res
@@ -264,7 +253,7 @@ def pause_test(
         if controller is None:
             time.sleep(max(0.0, t_end - time.monotonic()))
             set_port_state(bridge, target.port, False)
-        back = _wait_state(bridge, target.port, False, timeout=max(0.0, t_end - time.monotonic()) + 3.0)
+        back = wait_port_state(bridge, target.port, False, timeout=max(0.0, t_end - time.monotonic()) + 3.0)
         if back is None:
             res["error"] = "PORT_STATE entry not restored after the pause expired"
             return res

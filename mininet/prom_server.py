@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,18 +30,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hpcfabric.emu.driver import free_port, stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "configs" / "prometheus"
 
 
 class PrometheusError(RuntimeError):
     """Prometheus missing, not starting, or an API call that failed."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def executable(name: str = "prometheus") -> str:
@@ -95,11 +90,7 @@ class Prometheus:
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM our PID, SIGKILL after ``grace`` s; returns its exit status."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            stop_pid(proc.pid, grace, proc)
-        return proc.returncode
+        return None if proc is None else stop_process(proc, grace)
 
     def log_tail(self, lines: int = 10) -> str:
         try:
@@ -136,23 +127,21 @@ class Prometheus:
         return self.api("targets")["activeTargets"]
 
 
-def stop_pid(pid: int, grace: float = 10.0, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM ``pid``, wait up to ``grace`` s, then SIGKILL."""
+def stop_pid(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM ``pid`` (a Prometheus this process did not start), wait up to ``grace`` s, then SIGKILL."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     end = time.monotonic() + grace
     while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None or proc is None and not _alive(pid):
+        if not _alive(pid):
             return
         time.sleep(0.1)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        return
-    if proc is not None:
-        proc.wait(5)
+        pass
 
 
 def _alive(pid: int) -> bool:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import signal
@@ -57,64 +56,20 @@ def pair_targets(fabric: Fabric, coverage: str = "all", sample: int = 4) -> dict
     return out
 
 
-def all_pairs_ping(
-    net: Any, fabric: Fabric, count: int = 1, interval_ms: int = 5, timeout_ms: int = 1000, tool: str | None = None,
-    coverage: str = "all", pacing: Pacing | None = None, progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Ping every ordered pair of hosts (``coverage="cover"``: :func:`pair_targets`' covering set).
-
-    With fping (installed by scripts/bootstrap.sh): paced and adaptive (:mod:`paced_ping`; a pair is
-    lost only when every retry pass failed). Without it (or ``tool="ping"``): parallel ``ping``,
-    16 at a time per source, every source at once (small fabrics only).
+def all_pairs_ping(net: Any, fabric: Fabric, coverage: str = "all", pacing: Pacing | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Ping every ordered pair of hosts (``coverage="cover"``: :func:`pair_targets`' covering set) with fping
+    (installed by scripts/bootstrap.sh), paced and adaptive (:mod:`paced_ping`; a pair is lost only when every
+    retry pass failed); CheckFailed without fping.
 
     Returns pairs, sent, received, lost and unreachable_pairs (pairs never answered), lost_pairs (first
-    20), rtt_avg_ms/rtt_max_ms, seconds and the tool; the paced sweep adds retried, passes, rate_pps, ...
+    20), rtt_avg_ms/rtt_max_ms, seconds, the tool, retried, passes, rate_pps, ...
     """
-    use_fping = tool == "fping" or (tool is None and shutil.which("fping") is not None)
-    targets = pair_targets(fabric, coverage)
-    if use_fping:
-        res = paced_reachability(net, targets, pacing, progress=progress)
-        res.update(sent=res["probes"], received=res["reached"], unreachable_pairs=res["lost"], coverage=coverage)
-        return res
-    t0 = time.monotonic()
-    ips = net.hf_ips
-    by_ip = {ip: name for name, ip in ips.items()}
-    procs = {}
-    wait_s = max(1, math.ceil(timeout_ms / 1000))
-    for src, dsts in targets.items():
-        script = (
-            f"printf '%s\\n' {' '.join(ips[d] for d in dsts)} | xargs -P 16 -I@ sh -c "
-            f"'ping -n -q -c {count} -i 0.02 -W {wait_s} @ >/dev/null 2>&1 && echo OK @ || echo LOST @'"
-        )
-        procs[src] = node(net, src).popen(["bash", "-c", script], text=True)
-    sent = received = seen = 0
-    lost_pairs: list[tuple[str, str]] = []
-    for src, proc in procs.items():
-        out, _ = proc.communicate(timeout=120)
-        for line in out.splitlines():
-            word, _, ip = line.partition(" ")
-            if word in ("OK", "LOST"):
-                seen += 1
-                sent += count
-                if word == "OK":
-                    received += count
-                else:
-                    lost_pairs.append((src, by_ip.get(ip, ip)))
-    pairs = sum(len(d) for d in targets.values())
-    missing = pairs - seen  # no report at all for a pair counts as lost
-    return {
-        "tool": "ping",
-        "coverage": coverage,
-        "pairs": pairs,
-        "sent": sent + missing * count,
-        "received": received,
-        "lost": len(lost_pairs) + missing,
-        "unreachable_pairs": len(lost_pairs) + missing,
-        "lost_pairs": [f"{a}->{b}" for a, b in lost_pairs[:20]],
-        "rtt_avg_ms": None,
-        "rtt_max_ms": None,
-        "seconds": round(time.monotonic() - t0, 2),
-    }
+    if shutil.which("fping") is None:
+        raise CheckFailed("fping is not installed: run scripts/bootstrap.sh (Debian package fping)")
+    res = paced_reachability(net, pair_targets(fabric, coverage), pacing, progress=progress)
+    res.update(sent=res["probes"], received=res["reached"], unreachable_pairs=res["lost"], coverage=coverage)
+    return res
 
 
 def ping_step(net: Any, fabric: Fabric, progress: Callable[[str], None], coverage: str = "all") -> StepResult:

@@ -42,18 +42,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(HERE), str(ROOT)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # a checkout without the package installed (mininet/ itself is the script's folder)
+    sys.path.insert(0, str(ROOT))
 
 import lossless  # noqa: E402  (mininet/lossless.py, by path)
 from controller_proc import Controller, free_port  # noqa: E402
 from exp_report import check_targets, plots, ratios, report_md, table  # noqa: E402
 from exp_traffic import SWITCH_MODE_MAX_IDLE_MS, Plan, check_send_buffer, measure, set_max_idle  # noqa: E402
 from exp_workload import PATTERN_NAMES, POLICIES, Job, bring_ups, pattern_dests  # noqa: E402
-from fabric_setup import write_conf  # noqa: E402
+from fabric_setup import FABRICS, fabric_config, fabric_labels, write_conf  # noqa: E402
 from fabric_up import Run, fabric_up, run_main  # noqa: E402
 from reachability import reachable_all_pairs  # noqa: E402
 from runkit import CheckFailed, Progress, UsageError  # noqa: E402
@@ -63,11 +61,6 @@ from hpcfabric.errors import HpcfabricError  # noqa: E402
 
 PROG = "run_experiment"
 
-#: the experiment fabrics: label -> (config file, topology file)
-FABRICS = {
-    "df": ("configs/dragonfly-a4-p2-h2.conf", "topologies/dragonfly-a4-p2-h2.yaml"),
-    "fb": ("configs/fb-2d-4x4.conf", "topologies/fb-2d-4x4.yaml"),
-}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -124,11 +117,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
-    fabrics = tuple(x.strip() for x in args.fabrics.split(",") if x.strip())
-    bad = [f for f in fabrics if f not in FABRICS and not (f.endswith(".conf") and Path(f).is_file())]
-    if bad or not fabrics:
-        raise UsageError(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected a comma list of "
-                         f"{', '.join(FABRICS)} or controller .conf files")
+    fabrics = tuple(fabric_labels(args.fabrics))
     default = "minimal,valiant,valiant-wl,conditional,conditional-wl" + ("" if args.quick else ",conditional-switch")
     policies = tuple(x.strip() for x in (args.policies or default).split(",") if x.strip())
     bad = [p for p in policies if p not in POLICIES]
@@ -193,8 +182,7 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
     measured on this bring-up (default ``(policy,)``): a routing's static and workload-aware (``-wl``) variants
     share it, the controller switched between them by the diff-only reload. Returns one record per run."""
     variants = variants or (policy,)
-    cfg_file = FABRICS[label][0] if label in FABRICS else str(Path(label).resolve())
-    label = label if label in FABRICS else Path(label).stem
+    label, cfg_file = fabric_config(label)
     tmp = work / f"{label}-{policy}"
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -202,10 +190,9 @@ def run_policy(label: str, policy: str, plan: Plan, prefix: str, work: Path, pro
     traffic = tmp / "traffic.csv" if any(POLICIES[v][2] for v in variants) else None
     job = Job(traffic, tmp)
     if POLICIES[variants[0]][2]:  # start with the first pattern's matrix
-        job.start(load_config(ROOT / cfg_file if label in FABRICS else cfg_file, compile=False).fabric,
-                  plan.patterns[0])
+        job.start(load_config(cfg_file, compile=False).fabric, plan.patterns[0])
     settings = policy_settings(policy, plan.link_mbit, plan.pause_hold_ms, job.current_file)
-    conf = write_conf(tmp / f"{policy}.conf", settings, ROOT / cfg_file, port=port, status=status_file)
+    conf = write_conf(tmp / f"{policy}.conf", settings, cfg_file, port=port, status=status_file)
     try:
         cfg = load_config(conf)
     except HpcfabricError as err:

@@ -32,11 +32,9 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(HERE), str(ROOT)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # a checkout without the package installed (mininet/ itself is the script's folder)
+    sys.path.insert(0, str(ROOT))
 
 from controller_proc import MANAGERS, Controller, free_port, manager_available  # noqa: E402  (mininet/, by path)
 from fabric_setup import (  # noqa: E402

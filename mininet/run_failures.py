@@ -39,11 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(HERE), str(ROOT)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # a checkout without the package installed (mininet/ itself is the script's folder)
+    sys.path.insert(0, str(ROOT))
 
 from controller_proc import Controller, free_port  # noqa: E402  (mininet/, by path)
 from fabric_setup import abs_path, describe, discovery_step, rules_in_place, setup_from_config, write_conf  # noqa: E402

@@ -30,14 +30,12 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(HERE), str(ROOT)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # a checkout without the package installed (mininet/ itself is the script's folder)
+    sys.path.insert(0, str(ROOT))
 
 from controller_proc import Controller, free_port  # noqa: E402  (mininet/, by path)
-from fabric_setup import write_conf  # noqa: E402
+from fabric_setup import FABRICS, fabric_config, fabric_labels, write_conf  # noqa: E402
 from fabric_up import Run, fabric_up, run_main  # noqa: E402
 from job_switch import Generators, expected_diff, job_settings, switch_job, write_matrices  # noqa: E402
 from reachability import SteadyPing  # noqa: E402
@@ -47,7 +45,6 @@ from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.errors import HpcfabricError  # noqa: E402
 
 PROG = "run_job_switch"
-FABRICS = {"df": "configs/dragonfly-a4-p2-h2.conf", "fb": "configs/fb-2d-4x4.conf"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,10 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gap", type=float, default=3.0, help="seconds of traffic before, between and after switches")
     ap.add_argument("--prefix", default="js", help="Mininet node name prefix (default js)")
     args = ap.parse_args(argv)
-    args.fabric_list = [x.strip() for x in args.fabrics.split(",") if x.strip()]
-    bad = [f for f in args.fabric_list if f not in FABRICS and not (f.endswith(".conf") and Path(f).is_file())]
-    if bad or not args.fabric_list:
-        ap.error(f"--fabrics: unknown {', '.join(bad) or '(empty)'}; expected {', '.join(FABRICS)} or .conf files")
+    try:
+        args.fabric_list = fabric_labels(args.fabrics)
+    except UsageError as err:
+        ap.error(str(err))
     args.job_list = [x.strip() for x in args.jobs.split(",") if x.strip()]
     if len(args.job_list) < 2:
         ap.error("--jobs: give at least two jobs (the first is loaded at start, the others are switched to)")
@@ -74,8 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_fabric(label: str, args: argparse.Namespace, work: Path, report: Report, log: Progress) -> None:
-    base = ROOT / FABRICS[label] if label in FABRICS else Path(label).resolve()
-    name = label if label in FABRICS else base.stem
+    name, base = fabric_config(label)
     tmp = work / name
     tmp.mkdir(parents=True)
     fabric = load_config(base, compile=False).fabric

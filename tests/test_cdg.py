@@ -18,11 +18,23 @@ import pytest
 from test_policies import CASES, TOPOLOGIES, applicable, compiled, fabric, sweep
 
 from hpcfabric.rules.addressing import plan_addresses
-from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, minimum_cos_levels, pausable_ports
+from hpcfabric.verify.oracle.cdg import CdgReport, check_deadlock_freedom, pausable_ports
 from hpcfabric.rules.compiler import compile_fabric
 from hpcfabric.rules.cos import default_cos
 from hpcfabric.topology import flattened_butterfly_fabric
 from hpcfabric.verify.oracle.allpairs import verify
+
+
+def minimum_cos_levels(fabric, plan, routing, scheme, *, scenarios="single", max_levels=8):
+    """Smallest ``cos_levels`` for which the union CDG under ``scheme`` is acyclic
+    (None if none up to ``max_levels``), and the report of every level tried."""
+    reports: dict[int, CdgReport] = {}
+    for levels in range(1, max_levels + 1):
+        compiled = compile_fabric(fabric, plan, routing=routing, cos=scheme, cos_levels=levels)
+        rep = reports[levels] = check_deadlock_freedom(compiled, scenarios)
+        if rep.acyclic:
+            return levels, reports
+    return None, reports
 
 
 def assert_real_cycle(f, cycle):

@@ -46,7 +46,8 @@ from hpcfabric.rules.flows import (
 from hpcfabric.verify.reference.pipeline import Frame, Pipeline
 from hpcfabric.topology import flattened_butterfly_fabric
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.oracle.allpairs import apply_paused, pair_outcomes, verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import apply_paused, verify, walk_pair
+from pair_outcomes import pair_outcomes
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
 POLICIES = ("minimal", "valiant", "conditional")

@@ -33,7 +33,7 @@ import pytest
 from channel_probe import HELLO, plain_client, refused_dpids, sample, scrape, until
 
 from hpcfabric.emu.driver import ROOT, Cluster, free_port
-from hpcfabric.emu.pki import ovs_ca, ovs_pki
+from ovs_pki import ovs_ca, ovs_pki  # tests/ovs_pki.py
 
 pytestmark = [
     pytest.mark.ovs,

@@ -200,15 +200,17 @@ def test_cli_prove_up_down(capsys):
 
 @pytest.mark.parametrize("name", ["fb-3d-4x4x4", "dragonfly-a4-p2-h2"])
 def test_destination_classes_decide_alike(name):
-    """The classes the up/down proof decides one representative of are sound: every host of a class
-    gets the same decision in every row of the switch, unpaused and with PORT_STATE flipped."""
+    """The classes the up/down proof decides one representative of (``MatchClasses`` of the switch's entries,
+    installed and flipped) are sound: every host of a class gets the same decision in every row of the switch,
+    unpaused and with PORT_STATE flipped."""
     import numpy as np
 
     from hpcfabric.verify.codes import UNTAGGED
-    from hpcfabric.verify.decisions import arrival_pcps as _pcp_values, destination_classes as _classes
     from hpcfabric.verify.engine import Destinations as _Dst, Row as _Row, data_flows, data_relevant as _relevant
+    from hpcfabric.verify.engine.batch import switch_classes
     from hpcfabric.verify.engine import evaluate as _evaluate
     from hpcfabric.verify.scenarios import flip_port_states as _flipped
+    from hpcfabric.verify.updown import arrival_pcps as _pcp_values
 
     comp = compiled(name, "conditional")
     fab = comp.fabric
@@ -218,9 +220,9 @@ def test_destination_classes_decide_alike(name):
     pcps = _pcp_values(relevant)
     sizes = []
     for sw in fab.switches[::3]:
-        cls, reps = _classes(relevant[sw.name], macs)
-        sizes.append(len(reps))
         flipped = [f for f in data_flows(_flipped(comp.tables[sw.name].flows)) if _relevant(f)]
+        cls, reps = switch_classes([relevant[sw.name], flipped], macs)
+        sizes.append(len(reps))
         for p, peer in fab.ports(sw.name).items():
             src = comp.plan.host_mac[peer.node] if peer.is_host else None
             for pcp in [UNTAGGED] if peer.is_host else pcps:

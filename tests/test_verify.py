@@ -37,7 +37,8 @@ from hpcfabric.rules.flows import (
 )
 from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.topology.loader import load_topology
-from hpcfabric.verify.oracle.allpairs import pair_outcomes, probe_addresses, verify, walk_pair
+from hpcfabric.verify.oracle.allpairs import probe_addresses, verify, walk_pair
+from pair_outcomes import pair_outcomes
 from hpcfabric.verify.engine import Engine as _Engine
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

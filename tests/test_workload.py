@@ -20,7 +20,7 @@ from hpcfabric.sim.bounds import saturation_bound
 from hpcfabric.sim.tables import Forwarding
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.patterns import PatternError
-from hpcfabric.topology.traffic import TRAFFIC_PATTERNS, load_traffic, pattern_traffic, write_traffic
+from hpcfabric.topology.traffic import TRAFFIC_PATTERNS, load_traffic, make_matrix, pattern_traffic, write_traffic
 from hpcfabric.verify.oracle.allpairs import verify
 from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 
@@ -38,6 +38,18 @@ def _flows(comp):
 
 
 # ---------------------------------------------------------------------------- the matrix
+
+
+def _switch_level(m, fabric):
+    """``m`` between access switches (host entries summed per switch pair)."""
+    m.check(fabric)
+    if m.level == "switch":
+        return m
+    names = tuple(sw.name for sw in fabric.access_switches)
+    idx = {n: i for i, n in enumerate(names)}
+    of_host = np.array([idx[fabric.host(h).switch] for h in m.names], dtype=np.int64)
+    return make_matrix(fabric, "switch", names, of_host[m.src], of_host[m.dst], m.weight, m.source)
+
 
 def test_patterns_roundtrip_through_csv_and_yaml(tmp_path):
     f = fabric("dragonfly-a4-p2-h2")
@@ -65,7 +77,7 @@ def test_pattern_contents():
     tr = pattern_traffic(f, "transpose")  # 8 x 8 ranks: (x, y) -> (y, x)
     pairs = set(zip(tr.src.tolist(), tr.dst.tolist()))
     assert (1, 8) in pairs and (8, 1) in pairs and len(pairs) == 64 - 8
-    adv = pattern_traffic(f, "adv").switch_level(f)
+    adv = _switch_level(pattern_traffic(f, "adv"), f)
     for a, b, _ in adv.entries():
         assert f.switch(b).group == (f.switch(a).group + 1) % 9
     with pytest.raises(PatternError, match="unknown traffic pattern"):

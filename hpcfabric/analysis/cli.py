@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hpcfabric.errors import ConfigError
 
@@ -42,28 +42,52 @@ def _jobs(args: argparse.Namespace) -> int:
     return jobs
 
 
-def _int_list(text: str, what: str) -> list[int]:
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _names(text: str, what: str, known: Any, noun: str) -> list[str]:
+    """The comma list ``text``, each one of ``known`` (ConfigError naming ``what`` otherwise)."""
+    names = _split(text)
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"unknown {noun} {name!r}; expected some of {', '.join(known)}", field=what)
+    return names
+
+
+def _numbers(text: str, what: str, parse: Callable[[str], Any], noun: str, like: str) -> list[Any]:
+    """The comma list ``text`` through ``parse`` (ValueError: not a number), at least one."""
     out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    for part in _split(text):
         try:
-            out.append(int(part, 10))
+            out.append(parse(part))
         except ValueError:
-            raise ConfigError(f"expected comma-separated integers like 8,16,24, got {part!r}", field=what) from None
+            raise ConfigError(f"expected comma-separated {noun} like {like}, got {part!r}", field=what) from None
     if not out:
-        raise ConfigError("expected at least one value, e.g. 8,16,24,48,96", field=what)
+        raise ConfigError(f"expected at least one {noun.rstrip('s')}, e.g. {like}", field=what)
     return out
+
+
+def _loads(text: str, what: str) -> list[float]:
+    def load(part: str) -> float:
+        v = float(part)
+        if not 0.0 < v <= 1.0:
+            raise ConfigError(f"a load is a fraction of the link rate in (0, 1], got {v}", field=what)
+        return v
+
+    return _numbers(text, what, load, "loads", "0.1,0.4,0.7")
+
+
+def _at_least_one(value: int | None, what: str) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"must be >= 1, got {value}", field=what)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
     from hpcfabric.analysis import rules
 
-    ports = rules.check_ports(_int_list(args.ports, "--ports"))
-    topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
-    for t in topologies:
-        if t not in rules.TOPOLOGIES:
-            raise ConfigError(f"unknown topology {t!r}; expected some of {', '.join(rules.TOPOLOGIES)}", field="--topologies")
+    ports = rules.check_ports(_numbers(args.ports, "--ports", lambda p: int(p, 10), "integers", "8,16,24,48,96"))
+    topologies = _names(args.topologies, "--topologies", rules.TOPOLOGIES, "topology")
     if args.max_elements < 1:
         raise ConfigError(f"must be positive, got {args.max_elements}", field="--max-elements")
     rows, files = rules.run(
@@ -134,30 +158,12 @@ def cmd_scale(args: argparse.Namespace) -> int:
     from hpcfabric.analysis.scale import verify_at_scale
     from hpcfabric.topology.loader import load_topology
 
-    if args.sample < 1:
-        raise ConfigError(f"must be >= 1, got {args.sample}", field="--sample")
+    _at_least_one(args.sample, "--sample")
     fabric = load_topology(args.file)
     mode = args.addressing or (fabric.params.get("addressing") or {}).get("mode") or "compact"
     res = verify_at_scale(fabric, mode, sample=args.sample, seed=args.seed, jobs=_jobs(args), progress=_progress())
     print(json.dumps(res))
     return 0 if res["ok"] else 1
-
-
-def _float_list(text: str, what: str) -> list[float]:
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ConfigError(f"expected comma-separated loads like 0.1,0.4, got {part!r}", field=what) from None
-        if not 0.0 < v <= 1.0:
-            raise ConfigError(f"a load is a fraction of the link rate in (0, 1], got {v}", field=what)
-        out.append(v)
-    if not out:
-        raise ConfigError("expected at least one load, e.g. 0.1,0.4,0.7", field=what)
-    return out
 
 
 def _report_points(res: dict[str, Any], paths: list[Path], keys: tuple[str, ...]) -> int:
@@ -181,19 +187,12 @@ def cmd_fig12(args: argparse.Namespace) -> int:
     from hpcfabric.sim.sweep import ROUTERS
     from hpcfabric.topology.loader import load_topology
 
-    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
-    for r in routers:
-        if r not in ROUTERS:
-            raise ConfigError(f"unknown router {r!r}; expected some of {', '.join(ROUTERS)}", field="--routers")
-    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
-    for p in patterns:
-        if p not in fig12.PATTERNS:
-            raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(fig12.PATTERNS)}", field="--patterns")
-    if args.seeds is not None and args.seeds < 1:
-        raise ConfigError(f"must be >= 1, got {args.seeds}", field="--seeds")
+    routers = _names(args.routers, "--routers", ROUTERS, "router")
+    patterns = _names(args.patterns, "--patterns", fig12.PATTERNS, "pattern")
+    _at_least_one(args.seeds, "--seeds")
     base = fig12.QUICK_LOADS if args.quick else fig12.LOADS
-    loads = {"uniform": _float_list(args.loads_un, "--loads-un") if args.loads_un else list(base["uniform"]),
-             "adversarial": _float_list(args.loads_adv, "--loads-adv") if args.loads_adv else list(base["adversarial"])}
+    loads = {"uniform": _loads(args.loads_un, "--loads-un") if args.loads_un else list(base["uniform"]),
+             "adversarial": _loads(args.loads_adv, "--loads-adv") if args.loads_adv else list(base["adversarial"])}
     fabric = load_topology(args.file)
     kw = {k: v for k, v in (("buffer_frames", args.buffer), ("xoff_frames", args.xoff), ("ticks_per_frame", args.ticks_per_frame),
                              ("warmup_slots", args.warmup), ("window_slots", args.window), ("drain_slots", args.drain))
@@ -229,22 +228,18 @@ def cmd_workload(args: argparse.Namespace) -> int:
     from hpcfabric.topology.loader import load_topology
     from hpcfabric.topology.traffic import TRAFFIC_PATTERNS
 
-    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
     known = set(workload.ROUTERS) | {"COND-switch", "COND-controller", "COND-switch" + WA, "COND-controller" + WA}
-    for r in routers:
-        if r not in known:
-            raise ConfigError(f"unknown router {r!r}; expected some of {', '.join(sorted(known))}", field="--routers")
-    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    routers = _names(args.routers, "--routers", sorted(known), "router")
+    patterns = _split(args.patterns)
     for p in patterns:
         name, _, placement = p.partition(":")
         if name not in TRAFFIC_PATTERNS or placement not in ("", "packed", "spread") or \
                 (placement and name in ("uniform", "adversarial")):
             raise ConfigError(f"unknown pattern {p!r}; expected some of {', '.join(TRAFFIC_PATTERNS)} "
                               f"(stencil, transpose, bitrev also as NAME:spread)", field="--patterns")
-    if args.seeds is not None and args.seeds < 1:
-        raise ConfigError(f"must be >= 1, got {args.seeds}", field="--seeds")
+    _at_least_one(args.seeds, "--seeds")
     base = workload.QUICK_LOADS if args.quick else workload.LOADS
-    loads = {p: _float_list(args.loads, "--loads") if args.loads else list(base[p.partition(":")[0]]) for p in patterns}
+    loads = {p: _loads(args.loads, "--loads") if args.loads else list(base[p.partition(":")[0]]) for p in patterns}
     fabric = load_topology(args.file)
     res, paths = workload.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
                               seeds=args.seeds, jobs=_jobs(args), plots=not args.no_plots, log=_log)
@@ -263,24 +258,26 @@ def add_analyze_parser(sub: Any) -> None:
     def jobs(p: argparse.ArgumentParser) -> None:
         p.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: CPUs, at most 2)")
 
+    def outputs(p: argparse.ArgumentParser, out: str = DEFAULT_OUT, files: str = "CSV and JSON") -> None:
+        """``--out DIR``, ``--no-plots`` and ``--jobs`` of an analysis that writes files."""
+        p.add_argument("--out", default=out, metavar="DIR", help=f"output directory (default {out})")
+        p.add_argument("--no-plots", action="store_true", help=f"{files} only")
+        jobs(p)
+
     p = an.add_parser("rules", help="closed forms vs compiled rule counts, Fig. 4 and Fig. 6",
                       description="Eq. 1 / Table I closed forms next to compiled counts for 8..96-port switches")  # fmt: skip
     p.set_defaults(func=cmd_rules)
     p.add_argument("--ports", default="8,16,24,48,96", metavar="P,...", help="switch sizes (multiples of 4, 8..256)")
     p.add_argument("--topologies", default="folded-clos,fb-2d,fb-3d,fb-4d,dragonfly", metavar="T,...")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--max-elements", type=int, default=2_000_000, metavar="N",
                    help="build fabrics up to N switches+hosts+links; larger ones get closed forms only")  # fmt: skip
-    p.add_argument("--no-plots", action="store_true", help="CSV only")
-    jobs(p)
+    outputs(p, files="CSV")
 
     p = an.add_parser("power", help="Sec. VI-A power model: Fig. 11 and the savings split",
                       description="network power per topology and table organisation for the ~300k-host builds")  # fmt: skip
     p.set_defaults(func=cmd_power)
     p.add_argument("files", nargs="*", metavar="FILE", help="topology files (default: the three 300k builds)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p)
 
     p = an.add_parser("onoff", help="Andújar et al. on/off-link power and energy of a fabric",
                       description="Andújar et al. (2022) Eqs. 1-7, Table 2 constants")  # fmt: skip
@@ -306,7 +303,6 @@ def add_analyze_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_fig12)
     p.add_argument("file", nargs="?", default="topologies/dragonfly-table3.yaml", metavar="TOPOLOGY",
                    help="topology YAML file (default topologies/dragonfly-table3.yaml)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--quick", action="store_true", help="3 loads per pattern, 1 seed, short windows (CI)")
     p.add_argument("--routers", default="MIN,VAL,PB,COND-ideal,COND-switch,COND-controller", metavar="R,...")
     p.add_argument("--patterns", default="uniform,adversarial", metavar="P,...")
@@ -330,8 +326,7 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")
     p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p)
 
     p = an.add_parser("workload", help="workload-aware vs static Valiant intermediates in the simulator (docs/workload.md)",
                       description="per traffic pattern: the intermediates chosen for its matrix, the tables' saturation "
@@ -339,12 +334,10 @@ def add_analyze_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_workload)
     p.add_argument("file", nargs="?", default="topologies/dragonfly-a4-p2-h2.yaml", metavar="TOPOLOGY",
                    help="topology YAML file (default topologies/dragonfly-a4-p2-h2.yaml)")
-    p.add_argument("--out", default="workload-out", metavar="DIR", help="output directory (default workload-out)")
     p.add_argument("--quick", action="store_true", help="2 loads per pattern, 1 seed, short windows (CI)")
     p.add_argument("--routers", default="MIN,VAL,VAL+WA,COND-ideal,COND-ideal+WA", metavar="R,...")
     p.add_argument("--patterns", default="uniform,adversarial,stencil,transpose", metavar="P,...",
                    help="uniform, adversarial, stencil, transpose, bitrev; NAME:spread = one rank per switch")
     p.add_argument("--loads", default=None, metavar="L,...", help="offered loads (default per pattern)")
     p.add_argument("--seeds", type=int, default=None, metavar="N", help="runs per point (default 2, quick 1)")
-    p.add_argument("--no-plots", action="store_true", help="CSV and JSON only")
-    jobs(p)
+    outputs(p, out="workload-out")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hpcfabric.analysis.distributed import map_tasks
-from hpcfabric.analysis.results import partial_path, write_csv, write_results
+from hpcfabric.analysis.results import partial_path, plot_curves, write_csv, write_results
 from hpcfabric.sim.bounds import dragonfly_adv_closed_forms, saturation_bound
 from hpcfabric.sim.params import SimParams
 from hpcfabric.sim.sweep import ROUTERS, Routers, run_point, summarise
@@ -151,26 +151,5 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    from hpcfabric.analysis.plotting import pyplot, save_figure
-
-    plt = pyplot()
     pats = sorted({r["pattern"] for r in result["points"]}, key=lambda p: PATTERNS.index(p) if p in PATTERNS else 9)
-    fig, axes = plt.subplots(2, max(1, len(pats)), figsize=(6 * max(1, len(pats)), 8), squeeze=False)
-    for j, pat in enumerate(pats):
-        for name in result["routers"]:
-            pts = [r for r in result["points"] if r["pattern"] == pat and r["router"] == name]
-            if not pts:
-                continue
-            x = [r["load"] for r in pts]
-            axes[0][j].errorbar(x, [r["latency_ns"] / 1000 for r in pts], yerr=[r["latency_ci_ns"] / 1000 for r in pts],
-                                marker="o", ms=3, label=name, capsize=2)
-            axes[1][j].errorbar(x, [r["accepted"] for r in pts], yerr=[r["accepted_ci"] for r in pts], marker="o", ms=3,
-                                label=name, capsize=2)
-        axes[0][j].set(title=f"{result['fabric']}: {pat}", xlabel="offered load (fraction of link rate)",
-                       ylabel="average latency (us)", yscale="log")
-        axes[1][j].plot([0, 1], [0, 1], color="grey", lw=0.5)
-        axes[1][j].set(xlabel="offered load", ylabel="accepted load", xlim=(0, 1), ylim=(0, 1))
-        axes[0][j].legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    plot_curves(result, path, pats)

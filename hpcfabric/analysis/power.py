@@ -365,11 +365,7 @@ def savings(results: Sequence[Breakdown]) -> dict[str, Any]:
 def write_csv(results: Sequence[Breakdown], path: str | os.PathLike[str]) -> None:
     ref = next((b.total_w for b in results if b.kind == "folded_clos" and b.organisation == "cam-flat"), None)
     rows = [b.row(ref) for b in results]
-    fields = list(rows[0]) if rows else []
-    for r in rows:
-        for k in r:
-            if k not in fields:
-                fields.append(k)
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # every key, in first-seen order
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
         w.writeheader()

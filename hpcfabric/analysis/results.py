@@ -2,7 +2,8 @@
 
 A sweep named ``stem`` writes ``<stem>.partial.csv`` while its curves finish
 (:func:`partial_path`, :func:`write_csv`), then ``<stem>.csv``, ``<stem>.json`` and, with a
-plot function, ``<stem>.png``, removing the partial file (:func:`write_results`).
+plot function, ``<stem>.png``, removing the partial file (:func:`write_results`); :func:`plot_curves` is
+the plot both sweeps draw.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["partial_path", "write_csv", "write_results"]
+__all__ = ["partial_path", "plot_curves", "write_csv", "write_results"]
 
 
 def partial_path(outdir: Path, stem: str) -> Path:
@@ -43,3 +44,31 @@ def write_results(outdir: Path, stem: str, rows: Sequence[dict[str, Any]], resul
         paths.append(outdir / f"{stem}.png")
         plot(result, paths[2])
     return paths
+
+
+def plot_curves(result: dict[str, Any], path: Path, patterns: Sequence[str], *, width: float = 6,
+                accepted: str = "accepted load", style: Callable[[str], str] = lambda router: "-") -> None:
+    """Latency (top) and accepted load (bottom, y label ``accepted``) vs offered load, one column of ``width``
+    inches per pattern, one curve per router of ``result`` (line style ``style(router)``)."""
+    from hpcfabric.analysis.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(2, max(1, len(patterns)), figsize=(width * max(1, len(patterns)), 8), squeeze=False)
+    for j, pat in enumerate(patterns):
+        for name in result["routers"]:
+            pts = [r for r in result["points"] if r["pattern"] == pat and r["router"] == name]
+            if not pts:
+                continue
+            x = [r["load"] for r in pts]
+            axes[0][j].errorbar(x, [r["latency_ns"] / 1000 for r in pts], yerr=[r["latency_ci_ns"] / 1000 for r in pts],
+                                marker="o", ms=3, ls=style(name), label=name, capsize=2)
+            axes[1][j].errorbar(x, [r["accepted"] for r in pts], yerr=[r["accepted_ci"] for r in pts], marker="o", ms=3,
+                                ls=style(name), label=name, capsize=2)
+        axes[0][j].set(title=f"{result['fabric']}: {pat}", xlabel="offered load (fraction of link rate)",
+                       ylabel="average latency (us)", yscale="log")
+        axes[1][j].plot([0, 1], [0, 1], color="grey", lw=0.5)
+        axes[1][j].set(xlabel="offered load", ylabel=accepted, xlim=(0, 1), ylim=(0, 1))
+        axes[0][j].legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

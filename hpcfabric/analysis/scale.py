@@ -24,7 +24,6 @@ field states both parts.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import resource
 import time
@@ -33,6 +32,7 @@ from statistics import mean
 from typing import Any, Iterable, Sequence
 
 from hpcfabric.rules.addressing import AddressPlan, plan_addresses
+from hpcfabric.analysis.distributed import map_tasks
 from hpcfabric.analysis.progress import bar
 from hpcfabric.errors import ConfigError
 from hpcfabric.rules.flows import OFPP_CONTROLLER, OFPP_IN_PORT, TABLE_ROUTE, Output
@@ -245,19 +245,13 @@ def count_rules(
     pb = bar(len(idx), desc or f"{fabric.name} {plan.mode}", progress)
     try:
         jobs = min(jobs, max(1, len(idx) // 64))
-        if jobs == 1:
-            step = max(1, len(idx) // 100)
-            for s in range(0, len(idx), step):
-                results += _compile_range(idx[s : s + step])
-                pb.update(len(idx[s : s + step]))
-        else:
-            chunk = max(1, min(2000, len(idx) // (jobs * 8)))
-            parts = [idx[s : s + chunk] for s in range(0, len(idx), chunk)]
-            mp = multiprocessing.get_context("fork")
-            with mp.Pool(jobs) as pool:
-                for part in pool.imap_unordered(_compile_range, parts):
-                    results += part
-                    pb.update(len(part))
+        chunk = max(1, len(idx) // 100) if jobs == 1 else max(1, min(2000, len(idx) // (jobs * 8)))
+
+        def collect(part: list[tuple[int, SwitchCount]]) -> None:
+            results.extend(part)
+            pb.update(len(part))
+
+        map_tasks(_compile_range, [idx[s : s + chunk] for s in range(0, len(idx), chunk)], jobs, None, collect)
     finally:
         pb.close()
         _WORK.clear()

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from hpcfabric.analysis.distributed import map_tasks
-from hpcfabric.analysis.results import partial_path, write_csv, write_results
+from hpcfabric.analysis.results import partial_path, plot_curves, write_csv, write_results
 from hpcfabric.rules.policies.workload import choose_intermediates
 from hpcfabric.sim.bounds import saturation_bound
 from hpcfabric.sim.params import SimParams
@@ -127,28 +127,6 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    """Latency (top) and accepted load (bottom) vs offered load, one column per pattern."""
-    from hpcfabric.analysis.plotting import pyplot, save_figure
-
-    plt = pyplot()
-    pats = result["patterns"]
-    fig, axes = plt.subplots(2, max(1, len(pats)), figsize=(5 * max(1, len(pats)), 8), squeeze=False)
-    for j, pat in enumerate(pats):
-        for name in result["routers"]:
-            pts = [r for r in result["points"] if r["pattern"] == pat and r["router"] == name]
-            if not pts:
-                continue
-            x = [r["load"] for r in pts]
-            style = "--" if name.endswith(WA) else "-"
-            axes[0][j].errorbar(x, [r["latency_ns"] / 1000 for r in pts], yerr=[r["latency_ci_ns"] / 1000 for r in pts],
-                                marker="o", ms=3, ls=style, label=name, capsize=2)
-            axes[1][j].errorbar(x, [r["accepted"] for r in pts], yerr=[r["accepted_ci"] for r in pts], marker="o", ms=3,
-                                ls=style, label=name, capsize=2)
-        axes[0][j].set(title=f"{result['fabric']}: {pat}", xlabel="offered load (fraction of link rate)",
-                       ylabel="average latency (us)", yscale="log")
-        axes[1][j].plot([0, 1], [0, 1], color="grey", lw=0.5)
-        axes[1][j].set(xlabel="offered load", ylabel="accepted load per sending host", xlim=(0, 1), ylim=(0, 1))
-        axes[0][j].legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    """Latency (top) and accepted load (bottom) vs offered load, one column per pattern (+WA dashed)."""
+    plot_curves(result, path, result["patterns"], width=5, accepted="accepted load per sending host",
+                style=lambda name: "--" if name.endswith(WA) else "-")

@@ -87,31 +87,28 @@ def adapt_switches(cfg: ControllerConfig, compiled: Any, names: Any,
         except ConfigError:
             adapted = adapt_tables(replace(cfg, fast_failover=False), compiled)
         return {n: adapted.desired[n] for n in names}, dict(adapted.groups)
-    fabric, plan, real_macs = cfg.fabric, cfg.plan, cfg.real_macs
+    return _host_side(cfg, compiled, {n: compiled.tables[n].flows for n in names}), {}
+
+
+def _host_side(cfg: ControllerConfig, compiled: Any, tables: dict[str, Any]) -> dict[str, Any]:
+    """``tables`` with the host MAC rewrite and the guards (source check, punt meters) the config asks for."""
     tagged = compiled.cos is not None
-    tables = {n: compiled.tables[n].flows for n in names}
     if cfg.host_mac == "rewrite":
-        tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
+        tables = rewrite_flows(cfg.fabric, cfg.plan, tables, dict(cfg.real_macs), cos=tagged)
     if cfg.source_check or cfg.punt_meters:
         from hpcfabric.rules.guards import guard_flows
 
-        tables = guard_flows(fabric, plan, tables, source_check=cfg.source_check, punt_meters=cfg.punt_meters, cos=tagged)
-    return dict(tables), {}
+        tables = guard_flows(cfg.fabric, cfg.plan, tables, source_check=cfg.source_check,
+                             punt_meters=cfg.punt_meters, cos=tagged)
+    return dict(tables)
 
 
 def adapt_tables(cfg: ControllerConfig, compiled: Any, failover: Any = None) -> ControllerConfig:
     """``cfg`` with ``compiled`` (a whole fabric's or a partition's tables) adapted to what the config asks:
     host MAC rewrite, guards, fast-failover groups (these need the whole fabric's tables; ``failover``: a
     :class:`~hpcfabric.failover.groups.FailoverAnalysis` of this fabric kept between calls, else one from scratch)."""
-    source, fabric, plan, real_macs = cfg.path, cfg.fabric, cfg.plan, cfg.real_macs
-    tagged = compiled.cos is not None
-    tables = {name: t.flows for name, t in compiled.tables.items()}
-    if cfg.host_mac == "rewrite":
-        tables = rewrite_flows(fabric, plan, tables, dict(real_macs), cos=tagged)
-    if cfg.source_check or cfg.punt_meters:
-        from hpcfabric.rules.guards import guard_flows
-
-        tables = guard_flows(fabric, plan, tables, source_check=cfg.source_check, punt_meters=cfg.punt_meters, cos=tagged)
+    source, fabric, real_macs = cfg.path, cfg.fabric, cfg.real_macs
+    tables = _host_side(cfg, compiled, {name: t.flows for name, t in compiled.tables.items()})
     groups: dict[str, tuple[Any, ...]] = {}
     if cfg.fast_failover:
         from hpcfabric.failover.groups import fast_failover_groups

@@ -27,6 +27,7 @@ import networkx as nx
 
 from hpcfabric.config.ini import config_error
 from hpcfabric.errors import VerificationError
+from hpcfabric.verify.graphs import find_cycle
 
 __all__ = ["FLOW_CONTROLS", "MERGED_CHECK_MAX_SWITCHES", "deadlock_verdict", "merged_cycle", "failures_promise"]
 
@@ -147,11 +148,8 @@ def merged_cycle(edges: frozenset[tuple[str, str]]) -> list[str] | None:
     """A cycle of the dependency graph with classes merged (``sw:port@pcp`` -> ``sw:port``), or None."""
     g = nx.DiGraph()
     g.add_edges_from((a.rpartition("@")[0], b.rpartition("@")[0]) for a, b in edges)
-    try:
-        cyc = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return None
-    return [u for u, _ in cyc] + [cyc[0][0]]
+    cycle = find_cycle(g, str)
+    return None if cycle is None else list(cycle)
 
 
 def _fix(cfg: Any) -> str:

@@ -152,10 +152,6 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
     metrics_poll = number(source, "metrics.poll_interval", get_value(parser, "metrics", "poll_interval"), low=0.1,
                            high=3600, low_open=False)
     if metrics_listen is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("prometheus_client") is None:
-            raise config_error(source, "metrics.listen", "needs the Python package prometheus_client (pip install prometheus_client)")
         if metrics_listen[1] == listen_port and metrics_listen[0] in (listen_host, "0.0.0.0", "::"):
             raise config_error(source, "metrics.listen", f"port {metrics_listen[1]} is the OpenFlow listen port; pick another")
     ha_role = choice(source, "ha.role", get_value(parser, "ha", "role"), HA_ROLES)

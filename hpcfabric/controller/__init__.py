@@ -65,9 +65,10 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
 * ``status``: ``StatusReporter`` as ``reporter`` -- the status dict and file;
 * ``polling``: ``StatsPoller`` as ``poller`` -- DMP/guard/meter counters polled;
 * ``heap``: ``Heap`` as ``heap`` -- the long-lived heap frozen out of the cyclic GC at settle points;
-* ``metrics``: the Prometheus collector and ``MetricsServer`` as ``metrics``; ``linkmetrics``:
+* ``metrics``: the Prometheus collector, served by a ``framework.HttpServer`` as ``metrics``; ``linkmetrics``:
   ``LinkView`` as ``links`` -- per-link congestion (``linkload``) for the metrics and the page;
-* ``web``: ``WebServer`` as ``web`` -- the read-only fabric page (``webview`` layouts, ``webfeed`` snapshots);
+* ``web``: ``FabricPage``, served by a ``framework.HttpServer`` as ``web`` -- the read-only fabric page (``webview``
+  layouts, ``webfeed`` snapshots);
 * ``ofmsg``: FlowSpec <-> the framework's OpenFlow objects.
 
 Latency-critical events (packet-ins, barrier replies, errors) are handled in
@@ -91,6 +92,7 @@ from hpcfabric.controller.framework import (
     DEAD_DISPATCHER,
     MAIN_DISPATCHER,
     App,
+    HttpServer,
     hub,
     ofp_event,
     ofproto,
@@ -103,7 +105,7 @@ from hpcfabric.controller.ha import HaAgent, make_ha
 from hpcfabric.controller.heap import Heap
 from hpcfabric.controller.install import Installer
 from hpcfabric.controller.linkmetrics import LinkView
-from hpcfabric.controller.metrics import MetricsServer
+from hpcfabric.controller.metrics import metrics_app
 from hpcfabric.controller.pausing import Pausing
 from hpcfabric.controller.polling import StatsPoller
 from hpcfabric.controller.reload import Reloader
@@ -112,7 +114,7 @@ from hpcfabric.controller.status import StatusReporter
 from hpcfabric.controller.snapshot import Sources
 from hpcfabric.controller.state import STATE_ATTRS, Changes, build_state
 from hpcfabric.controller.storm import Storm
-from hpcfabric.controller.web import FabricPage, WebServer
+from hpcfabric.controller.web import FabricPage
 from hpcfabric.controller.webfeed import link_inputs, live
 from hpcfabric.controller.wiring import Wiring
 from hpcfabric.openflow import ofwire
@@ -164,10 +166,12 @@ class HpcfabricController(App):
         self.sources = sources = Sources(state, counters, cache, ha, self.heap, self.started, self.wiring,
                                          self.pausing, self.poller, self.admission, self.reloader, self.failover,
                                          self.links)
-        self.web = WebServer(config.view.web_listen,
-                             lambda: FabricPage(lambda: state.fabric, lambda: live(sources), self.links, run_native))
+        self.web = HttpServer(config.view.web_listen,
+                              lambda: FabricPage(lambda: state.fabric, lambda: live(sources), self.links, run_native),
+                              "hpcfabric.controller.web.http", "fabric page", started=lambda page: hub.spawn(page.warm))
         self.reporter = StatusReporter(sources, changes, active, launch.OVERRIDES.get("status_file"))
-        self.metrics = MetricsServer(sources)
+        self.metrics = HttpServer(config.metrics_listen, lambda: metrics_app(sources),
+                                  "hpcfabric.controller.metrics.http", "metrics", "metrics")
         self.lldp_burst = 0  # LLDP packet-ins handled since this receive path last gave the hub back
         self.heap.settle("config loaded and compiled")  # the bulk of the heap: out of every full collection
         self._threads: list[Any] = []
@@ -246,10 +250,6 @@ class HpcfabricController(App):
     def unknown_dpids(self) -> list[str]:
         return self.wiring.unknown_dpids()
 
-    def mark(self, rediscover: bool = False) -> None:
-        """Something the status shows changed (``rediscover``: the discovery report too)."""
-        self.changes.mark(rediscover)
-
     # ------------------------------------------------------------ events
     # Latency-critical events (packet-ins, barrier replies) are handled in
     # the datapath's receive green thread, like os-ken's own ofp_handler does, not
@@ -278,22 +278,16 @@ class HpcfabricController(App):
     def _barrier_reply(self, ev: Any) -> None:
         try:
             msg = ev.msg
-            dpid = msg.datapath.id
-            if not self.admission.admitted(msg.datapath):
-                self.counters["unadmitted_messages"] += 1
-                return
-            if not self.pausing.barrier(dpid, msg.xid):
-                self.channel.wake(dpid, msg.xid, reply=msg)
+            if self._heard(msg) and not self.pausing.barrier(msg.datapath.id, msg.xid):
+                self.channel.wake(msg.datapath.id, msg.xid, reply=msg)
         except Exception:  # pragma: no cover - never kill the receive loop
             LOG.exception("barrier reply handling failed")
 
     @set_ev_handler(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
         try:
-            if self.admission.admitted(ev.msg.datapath):
+            if self._heard(ev.msg):
                 self.channel.record_error(ev.msg)
-            else:
-                self.counters["unadmitted_messages"] += 1
         except Exception:  # pragma: no cover - never kill the receive loop
             LOG.exception("error message handling failed")
 
@@ -396,7 +390,7 @@ class HpcfabricController(App):
         deleted = msg.reason == msg.datapath.ofproto.OFPPR_DELETE
         self.wiring.port_status(msg.datapath, msg.desc, deleted)
         self.failover.port_status(msg.datapath, msg.desc, deleted)
-        self.mark()
+        self.changes.mark()
 
 
 def _from_state(name: str) -> property:

@@ -92,7 +92,7 @@ _parser = _mod("ofproto.ofproto_parser")  # the version dispatch every receive l
 
 __all__ = [
     "App", "DEAD_DISPATCHER", "FrameworkError", "LOGGER_NAME", "MAIN_DISPATCHER", "NAME", "VERSION", "choose", "hub", "ofp_event", "ofproto", "ofproto_parser", "set_ev_cls",
-    "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "serve_wsgi",
+    "set_ev_handler", "conf", "error_text", "init_conf", "manager", "patch", "run_native", "HttpServer",
     "service_brick", "set_flow_stats_body", "restore_packet_in_parser", "set_packet_in_parser",
     "wrap_message_parse", "parse_message", "set_receive_loop", "restore_receive_loop",
     "stream_addresses", "set_accept_hook",
@@ -231,14 +231,45 @@ def run_native(fn: Callable[..., Any], *args: Any) -> Any:
     return tpool.execute(fn, *args)
 
 
-def serve_wsgi(host: str, port: int, family: int, wsgi_app: Any, log: Any) -> tuple[Any, Any]:
-    """Serve ``wsgi_app`` on ``host:port`` in a green thread; returns (listening socket, thread)."""
-    import eventlet
-    import eventlet.wsgi
+class HttpServer:
+    """``listen`` = (HOST, PORT), or None (off): the WSGI app ``make_app()`` served in a green thread by
+    eventlet's WSGI server (the one os-ken's ``WSGIApplication`` runs on); its access log at WARNING under
+    ``logger``; ``started(app)`` runs once it listens; one log line ``WHAT: http://HOST:PORT/PATH``."""
 
-    sock = eventlet.listen((host, port), family=family)
-    thread = hub.spawn(eventlet.wsgi.server, sock, wsgi_app, log=log, log_output=False)
-    return sock, thread
+    def __init__(self, listen: tuple[str, int] | None, make_app: Callable[[], Any], logger: str, what: str,
+                 path: str = "", started: Callable[[Any], Any] | None = None) -> None:
+        self.listen, self.make_app, self.logger, self.what, self.path = listen, make_app, logger, what, path
+        self.started = started
+        self.sock: Any = None
+
+    def start(self) -> Any:
+        """Listen and serve; the server's green thread (None when off)."""
+        if self.listen is None:
+            return None
+        import logging
+
+        import eventlet
+        import eventlet.wsgi
+
+        host, port = self.listen
+        quiet = logging.getLogger(self.logger)
+        quiet.setLevel(logging.WARNING)
+        app = self.make_app()
+        self.sock = eventlet.listen((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        thread = hub.spawn(eventlet.wsgi.server, self.sock, app, log=quiet, log_output=False)
+        if self.started is not None:
+            self.started(app)
+        logging.getLogger("hpcfabric.controller").info("%s: http://%s:%d/%s", self.what,
+                                                        host if ":" not in host else f"[{host}]", port, self.path)
+        return thread
+
+    def stop(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:  # pragma: no cover
+                pass
 
 
 def stream_addresses(host: str, port: int) -> list[tuple[Any, ...]]:

@@ -65,40 +65,28 @@ class LinkView:
             self._figures = (now, self.offload(table.figures, self.inputs(now)))
         return self._figures[1]
 
-    def families(self, gauge: Callable[..., Any], counter: Callable[..., Any]) -> Iterator[Any]:
-        """The metric families (``gauge``/``counter``: the collector's family makers, as in metrics.py)."""
+    def families(self, gauge: Callable[..., Any], counter: Callable[..., Any],
+                 labelled: Callable[..., Any]) -> Iterator[Any]:
+        """The metric families (``gauge``/``counter``/``labelled``: the collector's family makers, metrics.py)."""
         figs = self.figures()
         settings = self.settings()
         figures, top_n = self.offload(summary, figs, settings.top_links)
-        util = gauge("hpcfabric_link_class_utilisation", labels=["cls", "stat"])
-        frames = counter("hpcfabric_link_class_pause_frames", labels=["cls"])
-        paused = counter("hpcfabric_link_class_paused_seconds", labels=["cls"])
-        flips = counter("hpcfabric_link_class_flips", labels=["cls"])
-        for cls, f in figures.items():
-            util.add_metric([cls, "max"], f["max"])
-            util.add_metric([cls, "mean"], f["mean"])
-            frames.add_metric([cls], f["pause_frames"])
-            paused.add_metric([cls], f["paused_seconds"])
-            flips.add_metric([cls], f["flips"])
-        yield from (util, frames, paused, flips)
+        yield labelled(gauge, "hpcfabric_link_class_utilisation", ["cls", "stat"],
+                       (([cls, stat], f[stat]) for cls, f in figures.items() for stat in ("max", "mean")))
+        for name, key in (("hpcfabric_link_class_pause_frames", "pause_frames"),
+                          ("hpcfabric_link_class_paused_seconds", "paused_seconds"),
+                          ("hpcfabric_link_class_flips", "flips")):
+            yield labelled(counter, name, ["cls"], (([cls], f[key]) for cls, f in figures.items()))
         chosen = settings.links
         per = self.offload(figs.rows, None if chosen == "all" else chosen) if chosen else []
-        names = ("hpcfabric_link_utilisation", "hpcfabric_link_pause_frames", "hpcfabric_link_paused_seconds",
-                 "hpcfabric_link_flips")
-        fams = [gauge(names[0], labels=["switch", "port", "peer"])] + \
-            [counter(n, labels=["switch", "port", "peer"]) for n in names[1:]]
-        for r in per:
-            labels = [r.switch, str(r.port), r.peer]
-            if r.util is not None:
-                fams[0].add_metric(labels, r.util)
-            fams[1].add_metric(labels, r.pause_frames)
-            fams[2].add_metric(labels, r.paused_s)
-            fams[3].add_metric(labels, r.flips)
-        yield from fams
-        top = gauge("hpcfabric_link_top_utilisation", labels=["rank", "switch", "port", "peer"])
-        for rank, r in enumerate(top_n, 1):
-            top.add_metric([str(rank), r.switch, str(r.port), r.peer], r.util)
-        yield top
+        ends = ["switch", "port", "peer"]
+        yield labelled(gauge, "hpcfabric_link_utilisation", ends,
+                       (([r.switch, str(r.port), r.peer], r.util) for r in per if r.util is not None))
+        for name, key in (("hpcfabric_link_pause_frames", "pause_frames"),
+                          ("hpcfabric_link_paused_seconds", "paused_s"), ("hpcfabric_link_flips", "flips")):
+            yield labelled(counter, name, ends, (([r.switch, str(r.port), r.peer], getattr(r, key)) for r in per))
+        yield labelled(gauge, "hpcfabric_link_top_utilisation", ["rank", *ends],
+                       (([str(rank), r.switch, str(r.port), r.peer], r.util) for rank, r in enumerate(top_n, 1)))
 
 
 def summary(figs: LinkFigures, n: int) -> tuple[dict[str, dict[str, float]], list[Any]]:

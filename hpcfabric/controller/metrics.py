@@ -9,17 +9,14 @@ named ``hpcfabric_*``; :data:`METRICS` lists them with their help text
 The collector renders the same snapshot the status file is written from
 (:func:`hpcfabric.controller.snapshot.snapshot`: the state, the counters and
 each collaborator's ``as_dict()``), so it is unit-tested with the real app and
-fake switches. :class:`MetricsServer` serves it over HTTP in a green thread.
+fake switches. The app serves :func:`make_registry` over HTTP (``framework.HttpServer``, ``/metrics``).
 """
 
 from __future__ import annotations
 
-import logging
-import socket
 import time
 from typing import Any, Iterator
 
-from hpcfabric.controller.framework import serve_wsgi
 from hpcfabric.controller.snapshot import Sources, snapshot
 from hpcfabric.controller.linkmetrics import LINK_METRICS
 
@@ -157,30 +154,30 @@ class FabricCollector:
         h = METRICS
 
         def gauge(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
-            g = GaugeMetricFamily(name, h[name][1], value=value, labels=labels)
-            return g
+            return GaugeMetricFamily(name, h[name][1], value=value, labels=labels)
 
         def counter(name: str, value: float | None = None, labels: list[str] | None = None) -> Any:
             return CounterMetricFamily(name, h[name][1], value=value, labels=labels)
+
+        def labelled(make: Any, name: str, labels: list[str], rows: Any) -> Any:
+            """A family of ``labels`` with one sample per (label values, value) of ``rows``."""
+            family = make(name, labels=labels)
+            for values, value in rows:
+                family.add_metric(list(values), value)
+            return family
 
         sws = list(fab.switches.values())
         yield gauge("hpcfabric_up", 1)
         yield gauge("hpcfabric_switches_expected", len(sws))
         yield gauge("hpcfabric_switches_connected", sum(1 for s in sws if s.connected))
         yield gauge("hpcfabric_switches_confirmed", sum(1 for s in sws if s.confirmed))
-        conn = gauge("hpcfabric_switch_connected", labels=["switch"])
-        exp = gauge("hpcfabric_switch_rules_expected", labels=["switch"])
-        inst = gauge("hpcfabric_switch_rules_installed", labels=["switch"])
-        syncs = counter("hpcfabric_switch_syncs", labels=["switch"])
-        for s in sws:
-            conn.add_metric([s.name], 1 if s.connected else 0)
-            exp.add_metric([s.name], s.rules_expected)
-            inst.add_metric([s.name], s.rules_installed if s.confirmed else 0)
-            syncs.add_metric([s.name], s.syncs)
-        yield conn
-        yield exp
-        yield inst
-        yield syncs
+        yield labelled(gauge, "hpcfabric_switch_connected", ["switch"],
+                       (([s.name], 1 if s.connected else 0) for s in sws))
+        yield labelled(gauge, "hpcfabric_switch_rules_expected", ["switch"],
+                       (([s.name], s.rules_expected) for s in sws))
+        yield labelled(gauge, "hpcfabric_switch_rules_installed", ["switch"],
+                       (([s.name], s.rules_installed if s.confirmed else 0) for s in sws))
+        yield labelled(counter, "hpcfabric_switch_syncs", ["switch"], (([s.name], s.syncs) for s in sws))
         rep = snap["wiring"]["report"]
         yield gauge("hpcfabric_unknown_switches", len(snap["wiring"]["unknown_dpids"]))
         yield gauge("hpcfabric_discovery_scope_switches", rep.get("scope_switches", len(fab.fabric.switches)))
@@ -194,15 +191,12 @@ class FabricCollector:
 
         now = time.monotonic()
         pausing = snap["pausing"]
-        paused = gauge("hpcfabric_port_paused", labels=["switch", "port"])
-        flips = counter("hpcfabric_port_pause_flips", labels=["switch", "port"])
         pause, port_flips = fab.pause, pausing["port_flips"]
-        ports = set(port_flips) | set(pause.until)
-        for sw, port in sorted(ports):
-            paused.add_metric([sw, str(port)], 1 if pause.is_paused(sw, port, now) else 0)
-            flips.add_metric([sw, str(port)], port_flips.get((sw, port), 0))
-        yield paused
-        yield flips
+        ports = sorted(set(port_flips) | set(pause.until))
+        yield labelled(gauge, "hpcfabric_port_paused", ["switch", "port"],
+                       (([sw, str(port)], 1 if pause.is_paused(sw, port, now) else 0) for sw, port in ports))
+        yield labelled(counter, "hpcfabric_port_pause_flips", ["switch", "port"],
+                       (([sw, str(port)], port_flips.get((sw, port), 0)) for sw, port in ports))
         yield HistogramMetricFamily(
             "hpcfabric_pause_reaction_seconds", h["hpcfabric_pause_reaction_seconds"][1],
             buckets=pausing["hist_buckets"], sum_value=pausing["hist_sum"],
@@ -210,65 +204,46 @@ class FabricCollector:
         poller = snap["poller"]
         for name, kind in (("hpcfabric_dmp_requests_served", "dmp"), ("hpcfabric_spoofed_frames_dropped", "spoofed"),
                            ("hpcfabric_host_punts", "host_punts")):
-            m = counter(name, labels=["switch", "port"])
-            for sw, kinds in sorted(poller["served"].items()):
-                for port, n in sorted(kinds.get(kind, {}).items()):
-                    m.add_metric([sw, str(port)], n)
-            yield m
-        m = counter("hpcfabric_meter_dropped_packets", labels=["switch", "meter"])
+            yield labelled(counter, name, ["switch", "port"], (([sw, str(port)], n)
+                                                               for sw, kinds in sorted(poller["served"].items())
+                                                               for port, n in sorted(kinds.get(kind, {}).items())))
         names = {mt.meter_id: mt.name for mt in fab.config.meters}
-        for sw, drops in sorted(poller["meter_drops"].items()):
-            for mid, n in sorted(drops.items()):
-                m.add_metric([sw, names.get(mid, str(mid))], n)
-        yield m
-        m = counter("hpcfabric_packet_ins", labels=["kind"])
-        for kind in _PACKET_IN_KINDS:
-            m.add_metric([kind], c[f"packet_in_{kind}"])
-        yield m
-        m = counter("hpcfabric_malformed_frames", labels=["kind"])
-        for kind, key in _MALFORMED.items():
-            m.add_metric([kind], c[key])
-        yield m
-        m = counter("hpcfabric_ignored_frames", labels=["reason"])
-        for reason, key in _IGNORED.items():
-            m.add_metric([reason], c[key])
-        yield m
-        m = counter("hpcfabric_reloads", labels=["result"])
+        yield labelled(counter, "hpcfabric_meter_dropped_packets", ["switch", "meter"],
+                       (([sw, names.get(mid, str(mid))], n) for sw, drops in sorted(poller["meter_drops"].items())
+                        for mid, n in sorted(drops.items())))
+        yield labelled(counter, "hpcfabric_packet_ins", ["kind"],
+                       (([k], c[f"packet_in_{k}"]) for k in _PACKET_IN_KINDS))
+        yield labelled(counter, "hpcfabric_malformed_frames", ["kind"],
+                       (([k], c[key]) for k, key in _MALFORMED.items()))
+        yield labelled(counter, "hpcfabric_ignored_frames", ["reason"], (([r], c[key]) for r, key in _IGNORED.items()))
         reloads = snap["reload"]
-        m.add_metric(["ok"], reloads["ok"])
-        m.add_metric(["failed"], reloads["failed"])
-        yield m
+        yield labelled(counter, "hpcfabric_reloads", ["result"],
+                       ((["ok"], reloads["ok"]), (["failed"], reloads["failed"])))
         live = reloads.get("last") or {}
         yield gauge("hpcfabric_config_valid", 0 if live and not live.get("ok") else 1)
         yield gauge("hpcfabric_reload_table_diff", live.get("table_diff") or 0)
         yield gauge("hpcfabric_reload_flow_mods", live.get("flow_mods_sent") or 0)
         dl = fab.config.deadlock or {}
-        proven = gauge("hpcfabric_deadlock_proven", labels=["flow_control", "scheme", "levels", "verdict"])
-        proven.add_metric([str(dl.get("flow_control", fab.config.flow_control)), str(dl.get("scheme", "")),
-                           str(dl.get("levels", "")), str(dl.get("verdict", "not checked"))],
-                          1 if dl.get("proven") else 0)
-        yield proven
+        yield labelled(gauge, "hpcfabric_deadlock_proven", ["flow_control", "scheme", "levels", "verdict"],
+                       [([str(dl.get("flow_control", fab.config.flow_control)), str(dl.get("scheme", "")),
+                          str(dl.get("levels", "")), str(dl.get("verdict", "not checked"))],
+                         1 if dl.get("proven") else 0)])
         yield counter("hpcfabric_flow_mods_sent", c["rules_sent"])
         yield counter("hpcfabric_flip_flow_mods", c["flip_flow_mods"])
-        m = counter("hpcfabric_cnm_frames", labels=["result"])
-        for result, key in (("received", "cnm_frames"), ("used", "cnm_used"), ("flips", "cnm_flips")):
-            m.add_metric([result], c[key])
-        yield m
+        yield labelled(counter, "hpcfabric_cnm_frames", ["result"],
+                       (([result], c[key]) for result, key in (("received", "cnm_frames"), ("used", "cnm_used"),
+                                                               ("flips", "cnm_flips"))))
         yield counter("hpcfabric_pause_switch_local_frames", c["pause_switch_local"])
         yield counter("hpcfabric_switch_errors", c["switch_errors"])
         yield counter("hpcfabric_sync_failures", c["sync_failures"])
-        m = counter("hpcfabric_refused_sessions", labels=["reason"])
         admission = snap["admission"]
-        for reason, n in admission["refused_by_reason"].items():
-            m.add_metric([reason], n)
-        yield m
+        yield labelled(counter, "hpcfabric_refused_sessions", ["reason"],
+                       (([reason], n) for reason, n in admission["refused_by_reason"].items()))
         yield counter("hpcfabric_replaced_sessions", admission["replaced_dead_sessions"])
         yield counter("hpcfabric_tls_handshakes", admission["tls_handshakes"])
         yield gauge("hpcfabric_ha_master", 1 if snap["ha_master"] else 0)
-        pm = gauge("hpcfabric_ha_partition_master", labels=["partition"])
-        for part, mine in snap["ha_partitions"]:
-            pm.add_metric([part], 1 if mine else 0)
-        yield pm
+        yield labelled(gauge, "hpcfabric_ha_partition_master", ["partition"],
+                       (([part], 1 if mine else 0) for part, mine in snap["ha_partitions"]))
         yield gauge("hpcfabric_ha_generation", snap["ha"]["generation"])
         yield counter("hpcfabric_ha_takeovers", snap["ha"]["takeovers"])
         yield counter("hpcfabric_link_failures", fo["events"])
@@ -280,7 +255,7 @@ class FabricCollector:
         yield counter("hpcfabric_repair_flow_mods", fo["flow_mods"])
         yield gauge("hpcfabric_ports_damped", len(fo["damped"]))
         if self.sources.links is not None:
-            yield from self.sources.links.families(gauge, counter)
+            yield from self.sources.links.families(gauge, counter, labelled)
 
 
 def make_registry(sources: Sources) -> Any:
@@ -292,42 +267,15 @@ def make_registry(sources: Sources) -> Any:
     return registry
 
 
+def metrics_app(sources: Sources) -> Any:
+    """The WSGI app a scrape of ``/metrics`` reaches (served by ``framework.HttpServer``)."""
+    from prometheus_client import make_wsgi_app
+
+    return make_wsgi_app(make_registry(sources))
+
+
 def render(sources: Sources) -> bytes:
     """The text exposition of the metrics of ``sources`` (what a scrape returns)."""
     from prometheus_client import generate_latest
 
     return generate_latest(make_registry(sources))
-
-
-class MetricsServer:
-    """``[metrics] listen = HOST:PORT``: the metrics of ``sources`` over HTTP (``/metrics``) in a green thread."""
-
-    def __init__(self, sources: Sources) -> None:
-        self.sources = sources
-        self.sock: Any = None
-
-    def start(self) -> Any:
-        """Listen and serve; returns the server's green thread (None without ``[metrics] listen``)."""
-        listen = self.sources.state.config.metrics_listen
-        if listen is None:
-            return None
-        from prometheus_client import make_wsgi_app
-
-        host, port = listen
-        quiet = logging.getLogger("hpcfabric.controller.metrics.http")
-        quiet.setLevel(logging.WARNING)
-        self.sock, thread = serve_wsgi(host, port, socket_family(host), make_wsgi_app(make_registry(self.sources)), quiet)
-        logging.getLogger("hpcfabric.controller").info("metrics: http://%s:%d/metrics", host, port)
-        return thread
-
-    def stop(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:  # pragma: no cover
-                pass
-            self.sock = None
-
-
-def socket_family(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcfabric.rules.addressing import format_mac
+from hpcfabric.rules.addressing import format_mac, parse_mac
 from hpcfabric.rules.flows import (
     MAC_EXACT,
     VLAN_VID_EXACT,
@@ -34,7 +34,7 @@ from hpcfabric.rules.flows import (
 )
 from hpcfabric.controller.framework import ofproto as ofp
 from hpcfabric.controller.framework import ofproto_parser as parser
-from hpcfabric.openflow.ofwire import COOKIE_APP_MASK, OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, OUR_COOKIE
+from hpcfabric.openflow.ofwire import OFPFC_ADD, OFPFC_DELETE, OFPFC_DELETE_STRICT, flow_mod_addressing
 
 _ALL64 = (1 << 64) - 1
 _MAC_FIELDS = ("eth_src", "eth_dst")
@@ -42,14 +42,6 @@ _MAC_FIELDS = ("eth_src", "eth_dst")
 
 class Unrepresentable(ValueError):
     """An installed flow uses match fields, actions or instructions a FlowSpec has no word for."""
-
-
-def _mac(value: int) -> str:
-    return format_mac(value)
-
-
-def _parse_mac(text: str) -> int:
-    return int(text.replace(":", ""), 16)
 
 
 #: os-ken's names of the fields a learn spec uses -> ours (OVS may answer with NXM in_port)
@@ -74,7 +66,7 @@ def to_match(match: Match) -> Any:
     for name in _MAC_FIELDS:
         vm = getattr(match, name)
         if vm is not None:
-            kw[name] = _mac(vm[0]) if vm[1] == MAC_EXACT else (_mac(vm[0]), _mac(vm[1]))
+            kw[name] = format_mac(vm[0]) if vm[1] == MAC_EXACT else (format_mac(vm[0]), format_mac(vm[1]))
     if match.metadata is not None:
         v, m = match.metadata
         kw["metadata"] = v if m == _ALL64 else (v, m)
@@ -86,7 +78,7 @@ def to_action(action: Any) -> Any:
         max_len = ofp.OFPCML_NO_BUFFER if action.port == OFPP_CONTROLLER else 0
         return parser.OFPActionOutput(action.port, max_len)
     if isinstance(action, SetField):
-        value = _mac(action.value) if action.field in _MAC_FIELDS else action.value
+        value = format_mac(action.value) if action.field in _MAC_FIELDS else action.value
         return parser.OFPActionSetField(**{action.field: value})
     if isinstance(action, PushVlan):
         return parser.OFPActionPushVlan(action.ethertype)
@@ -119,13 +111,8 @@ def to_instructions(flow: FlowSpec) -> list[Any]:
 
 
 def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
-    """``OFPFlowMod`` for ``flow`` (see :func:`hpcfabric.openflow.ofwire.flow_mod_body` for the command semantics)."""
-    if command == OFPFC_ADD:
-        cookie, mask, out_port, out_group = flow.cookie, 0, 0, 0
-    elif command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
-        cookie, mask, out_port, out_group = OUR_COOKIE, COOKIE_APP_MASK, ofp.OFPP_ANY, ofp.OFPG_ANY
-    else:
-        cookie, mask, out_port, out_group = flow.cookie, COOKIE_APP_MASK, 0, 0
+    """``OFPFlowMod`` for ``flow`` (the command semantics of :func:`hpcfabric.openflow.ofwire.flow_mod_addressing`)."""
+    cookie, mask, out_port, out_group = flow_mod_addressing(flow, command)
     instructions = [] if command in (OFPFC_DELETE, OFPFC_DELETE_STRICT) else to_instructions(flow)
     return parser.OFPFlowMod(
         datapath,
@@ -151,8 +138,8 @@ def to_flow_mod(datapath: Any, flow: FlowSpec, command: int = OFPFC_ADD) -> Any:
 
 def _masked_mac(value: Any) -> tuple[int, int]:
     if isinstance(value, tuple):
-        return _parse_mac(value[0]), _parse_mac(value[1])
-    return _parse_mac(value), MAC_EXACT
+        return parse_mac(value[0]), parse_mac(value[1])
+    return parse_mac(value), MAC_EXACT
 
 
 def from_match(match: Any) -> Match:
@@ -180,7 +167,7 @@ def from_action(action: Any) -> Any:
         return Output(action.port)
     if isinstance(action, parser.OFPActionSetField):
         if action.key in _MAC_FIELDS:
-            return SetField(action.key, _parse_mac(action.value))
+            return SetField(action.key, parse_mac(action.value))
         if action.key == "vlan_pcp":
             return SetField(action.key, action.value)
         raise Unrepresentable(f"set_field {action.key}")

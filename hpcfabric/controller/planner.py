@@ -56,24 +56,20 @@ class Planner:
         self.last: dict[str, Any] | None = None
 
     def start(self) -> None:
-        if self.mode == "process":
-            try:
-                env = dict(os.environ, PYTHONUNBUFFERED="1")
-                self.proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.repair.service", self.config.path],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                write_message(self.proc.stdin, ("config", self.config.source_text))  # what we loaded, not the file now
-            except OSError as err:
-                LOG.error("failover: the repair planner process did not start (%s): planning inline", err)
-                self.mode = "inline"
         if self.mode == "inline":
-            self.inline = Repairer(self.config, prove=self.prove)
-            if self.prove:
-                run_native(self.inline.base)
-            self.ready = True
+            self._plan_inline(None)
+            return
+        try:
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.proc = subprocess.Popen([sys.executable, "-m", "hpcfabric.repair.service", self.config.path],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            write_message(self.proc.stdin, ("config", self.config.source_text))  # what we loaded, not the file now
+        except OSError as err:
+            self._plan_inline(f"the repair planner process did not start ({err})")
             return
         got = self._read()
         if got is None or not got.get("ready"):
-            self._fallback("the repair planner process stopped before it was ready")
+            self._plan_inline("the repair planner process stopped before it was ready")
             return
         self.info = got
         self.ready = True
@@ -97,7 +93,7 @@ class Planner:
                 got["phases_ms"] = phases(asked, got.pop("stamps", None), time.monotonic())
                 self.last = got
                 return got
-            self._fallback("the repair planner process died")
+            self._plan_inline("the repair planner process died")
         assert self.inline is not None
         plan = run_native(self.inline.plan, failures)
         self.last = {**slim(plan), "_plan": plan}
@@ -152,8 +148,10 @@ class Planner:
             return None
         return run_native(read_message, proc.stdout)
 
-    def _fallback(self, why: str) -> None:
-        LOG.error("failover: %s: planning inline from now on (the controller's own process)", why)
+    def _plan_inline(self, why: str | None) -> None:
+        """Plan inline (in the controller's own process) from now on; ``why``: the process failed (logged)."""
+        if why is not None:
+            LOG.error("failover: %s: planning inline from now on (the controller's own process)", why)
         if self.proc is not None:
             try:
                 self.proc.kill()

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from hpcfabric.config import ControllerConfig
+from hpcfabric.controller.framework import hub
 from hpcfabric.controller.ha import scoped_discovery
 from hpcfabric.controller.switches import SwitchState, build_switches
 from hpcfabric.controller.tables import Tables, group_buckets
@@ -82,13 +83,24 @@ def build_state(config: ControllerConfig, ha: Any, old: State | None = None) -> 
 
 class Changes:
     """What the status loop polls (marking never wakes a green thread): ``status`` -- something the status
-    shows changed; ``discovery`` -- the discovery report too; ``milestone`` -- e.g. the last switch
-    confirmed: written within status.MILESTONE_S, not after the full gap."""
+    shows changed; ``discovery`` -- the discovery report too. ``milestone`` -- e.g. the last switch
+    confirmed, a repair -- does wake the loop (``reached``): written at once, not after the full gap."""
 
     def __init__(self) -> None:
         self.status = False
         self.discovery = False
-        self.milestone = False
+        self.reached = hub.Event()
+
+    @property
+    def milestone(self) -> bool:
+        return self.reached.is_set()
+
+    @milestone.setter
+    def milestone(self, value: bool) -> None:
+        if value:
+            self.reached.set()
+        else:
+            self.reached.clear()
 
     def mark(self, rediscover: bool = False) -> None:
         """Something the status shows changed (``rediscover``: the discovery report too)."""

@@ -3,8 +3,8 @@
 :class:`FabricPage` is a WSGI application over callables (the fabric, the live state of
 :func:`hpcfabric.controller.webfeed.live`, the :class:`~hpcfabric.controller.linkmetrics.LinkView`);
 nothing it serves can change the controller (GET only: anything else 405; unknown path 404; bad or
-unknown query 400). :class:`WebServer` serves it in a green thread through the framework seam's WSGI
-server (``framework.serve_wsgi``, eventlet's, as the metrics are: one hub, no second event loop, and
+unknown query 400). The app serves it in a green thread through the framework seam's WSGI
+server (``framework.HttpServer``, eventlet's, as the metrics are: one hub, no second event loop, and
 the same server under os-ken and Ryu); layouts and loads of big fabrics are computed by ``offload``
 (the controller's native thread, ``framework.run_native``) so the hub keeps reacting to PAUSE. Paths:
 
@@ -17,7 +17,6 @@ the same server under os-ken and Ryu); layouts and loads of big fabrics are comp
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -27,7 +26,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from hpcfabric.controller.framework import hub, serve_wsgi
+from hpcfabric.controller.framework import hub
 from hpcfabric.controller.webview import SWITCH_VIEW_MAX, GroupIndex, edge_buckets, edge_loads, group_state, view_for
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -262,31 +261,3 @@ def _reply(start_response: Callable[..., Any], status: str, body: bytes, ctype: 
 
 def _json(start_response: Callable[..., Any], body: bytes) -> list[bytes]:
     return _reply(start_response, "200 OK", body, "application/json")
-
-
-class WebServer:
-    """``[web] listen``: :class:`FabricPage` over HTTP in a green thread (None without it)."""
-
-    def __init__(self, listen: tuple[str, int] | None, page: Callable[[], FabricPage]) -> None:
-        self.listen, self.make_page = listen, page
-        self.sock: Any = None
-
-    def start(self) -> Any:
-        if self.listen is None:
-            return None
-        from hpcfabric.controller.metrics import socket_family
-
-        host, port = self.listen
-        quiet = logging.getLogger("hpcfabric.controller.web.http")
-        quiet.setLevel(logging.WARNING)
-        page = self.make_page()
-        self.sock, thread = serve_wsgi(host, port, socket_family(host), page, quiet)
-        hub.spawn(page.warm)
-        LOG.info("fabric page: http://%s:%d/", host if ":" not in host else f"[{host}]", port)
-        return thread
-
-    def stop(self) -> None:
-        sock, self.sock = self.sock, None
-        with contextlib.suppress(OSError):
-            if sock is not None:
-                sock.close()

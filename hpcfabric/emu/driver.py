@@ -72,6 +72,18 @@ def listening(port: int) -> bool:
     return False
 
 
+def stop_process(proc: subprocess.Popen, grace: float, sig: int = signal.SIGTERM) -> int | None:
+    """Send ``sig`` to ``proc`` (by its PID) unless it has exited, SIGKILL after ``grace`` s; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
 def partition(fabric: Any, parts: int) -> list[list[str]]:
     """The switches of each of ``parts`` partitions as the controllers derive them (``[ha] partitions``:
     :func:`hpcfabric.topology.partition.partition_fabric`, contiguous group ranges)."""
@@ -290,18 +302,12 @@ class Cluster:
 
     def wait(self, cond: str = "confirmed", timeout: float = 600.0, since: float = 0.0) -> float:
         """Seconds until every controller reports all its switches confirmed (``cond='links'``: all links seen)."""
+        got, want = ("switches_confirmed", "switches_expected") if cond == "confirmed" else \
+            ("links_discovered", "links_expected")
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            done = True
-            for i in range(len(self.parts)):
-                s = self.status(i)
-                if s.get("time", 0) < since:
-                    done = False
-                elif cond == "confirmed":
-                    done &= bool(s) and s.get("switches_confirmed") == s.get("switches_expected")
-                else:
-                    done &= bool(s) and s.get("links_discovered") == s.get("links_expected")
-            if done:
+            statuses = [self.status(i) for i in range(len(self.parts))]  # each written at or after ``since``
+            if all(s and s.get("time", 0) >= since and s.get(got) == s.get(want) for s in statuses):
                 return time.monotonic() - t0
             time.sleep(0.05)
         raise TimeoutError(f"not all {cond} after {timeout} s")
@@ -316,14 +322,8 @@ class Cluster:
         return self.emus[self.emu_of[switch]]
 
     def stop_controller(self, i: int) -> None:
-        p = self.ctl[i]
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        if self.ctl[i] is not None:
+            stop_process(self.ctl[i], 20)
         self.ctl[i] = None
 
     def stop(self) -> None:

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -29,6 +28,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+
+from hpcfabric.emu.driver import free_range
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -42,18 +43,6 @@ def missing() -> str | None:
     return None
 
 
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
 class EtcdCluster:
     """``size`` etcd members on 127.0.0.1; ``endpoints`` are their client URLs."""
 
@@ -65,9 +54,9 @@ class EtcdCluster:
         self.election_ms = election_ms
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.root = tempfile.mkdtemp(prefix="hpcfabric-etcd-", dir=base)
-        ports = free_ports(2 * size)
-        self.client_ports = ports[:size]
-        self.peer_ports = ports[size:]
+        base = free_range(2 * size)  # below the ephemeral range: no outgoing connection takes one meanwhile
+        self.client_ports = list(range(base, base + size))
+        self.peer_ports = list(range(base + size, base + 2 * size))
         self.names = [f"m{i}" for i in range(size)]
         self.scheme = "https" if tls else "http"
         self.endpoints = tuple(f"{self.scheme}://127.0.0.1:{p}" for p in self.client_ports)

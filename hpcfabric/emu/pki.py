@@ -1,12 +1,11 @@
-"""Test and bench certificates: a small CA (Python ``cryptography``, EC P-256) and Open vSwitch's ``ovs-pki``.
+"""Test and bench certificates: a small CA (Python ``cryptography``, EC P-256).
 
 :class:`Authority` makes a CA and issues certificates with a commonName and
 subjectAltNames (DNS, IP) in a directory, named like ``ovs-pki`` names them
 (``NAME-cert.pem``, ``NAME-privkey.pem``; the CA's ``cacert.pem``): the
 emulator's switches (one certificate each, thousands per second), the
-controller's in the benches, etcd's servers and clients. :func:`ovs_pki`
-runs the real ``ovs-pki`` (``init`` once, ``req+sign`` per name) for the
-Open vSwitch tests, as docs/operations.md tells a site to.
+controller's in the benches, etcd's servers and clients. (The real ``ovs-pki`` for the Open vSwitch test
+is ``tests/ovs_pki.py``.)
 
 A harness like the rest of :mod:`hpcfabric.emu`: nothing in the product imports it.
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import subprocess
 from pathlib import Path
 
 
@@ -80,25 +78,3 @@ class Authority:
                                                serialization.NoEncryption()))
         key_path.chmod(0o600)
         return cert_path, key_path
-
-
-def ovs_pki(directory: str | Path, *names: tuple[str, str]) -> dict[str, tuple[Path, Path]]:
-    """``ovs-pki init`` in ``directory`` (its ``controllerca/`` and ``switchca/``) if not done, then
-    ``ovs-pki req+sign NAME TYPE`` for each (name, type) with type ``controller`` or ``switch``; returns
-    name -> (certificate, private key) paths (files in ``directory``)."""
-    d = Path(directory).resolve()
-    common = [f"--dir={d / 'pki'}", f"--log={d / 'ovs-pki.log'}"]
-    if not (d / "pki" / "switchca" / "cacert.pem").exists():
-        subprocess.run(["ovs-pki", "init", *common], check=True, capture_output=True, timeout=120)
-    out = {}
-    for name, kind in names:
-        if not (d / f"{name}-cert.pem").exists():
-            subprocess.run(["ovs-pki", "req+sign", name, kind, *common], check=True, capture_output=True,
-                           timeout=120, cwd=d)
-        out[name] = (d / f"{name}-cert.pem", d / f"{name}-privkey.pem")
-    return out
-
-
-def ovs_ca(directory: str | Path, kind: str) -> Path:
-    """The CA certificate ``ovs-pki`` made in ``directory`` for ``kind`` (``controller`` or ``switch``)."""
-    return Path(directory).resolve() / "pki" / f"{kind}ca" / "cacert.pem"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from hpcfabric.emu import wire as W
 
@@ -126,16 +126,14 @@ class EmuSwitch:
                 return W.FLOW_MOD_BAD_TABLE_ID
             self.flows[(table, priority, match)] = Flow(cookie, idle, hard, flags, instructions, now)
             return None
-        if command == OFPFC_MODIFY_STRICT:
-            f = self.flows.get((table, priority, match))
-            if f is not None and (f.cookie & cookie_mask) == (cookie & cookie_mask):
-                f.instructions = instructions
-            return None
-        if command == OFPFC_DELETE_STRICT:
+        if command in (OFPFC_MODIFY_STRICT, OFPFC_DELETE_STRICT):  # one entry, if its cookie matches under the mask
             key = (table, priority, match)
             f = self.flows.get(key)
             if f is not None and (f.cookie & cookie_mask) == (cookie & cookie_mask):
-                del self.flows[key]
+                if command == OFPFC_DELETE_STRICT:
+                    del self.flows[key]
+                else:
+                    f.instructions = instructions
             return None
         if command in (OFPFC_DELETE, OFPFC_MODIFY):
             keys = self.select(table, cookie, cookie_mask, match)
@@ -182,25 +180,13 @@ class EmuSwitch:
     def group_mod(self, buf: bytes) -> tuple[int, int] | None:
         command, gtype, gid = struct.unpack_from("!HBxI", buf, 8)
         self.counts["group_mods"] += 1
-        if command == 2:  # DELETE
-            if gid == 0xFFFFFFFC:
-                self.groups.clear()
-            else:
-                self.groups.pop(gid, None)
-        else:
-            self.groups[gid] = (gtype, bytes(buf[16:]))
+        _apply(self.groups, command, gid, 0xFFFFFFFC, (gtype, bytes(buf[16:])))  # OFPG_ALL
         return None
 
     def meter_mod(self, buf: bytes) -> tuple[int, int] | None:
         command, flags, mid = struct.unpack_from("!HHI", buf, 8)
         self.counts["meter_mods"] += 1
-        if command == 2:
-            if mid == 0xFFFFFFFF:
-                self.meters.clear()
-            else:
-                self.meters.pop(mid, None)
-        else:
-            self.meters[mid] = (flags, bytes(buf[16:]))
+        _apply(self.meters, command, mid, 0xFFFFFFFF, (flags, bytes(buf[16:])))  # OFPM_ALL
         return None
 
     def port_mod(self, buf: bytes) -> tuple[int, int] | None:
@@ -309,3 +295,13 @@ class EmuSwitch:
                     self.on_output(self, port, data)
             pos += length
         return []
+
+
+def _apply(table: dict[int, Any], command: int, key: int, every: int, value: Any) -> None:
+    """A GROUP_MOD / METER_MOD on ``table``: DELETE (2) of ``key`` or of ``every`` one, else ADD/MODIFY."""
+    if command != 2:
+        table[key] = value
+    elif key == every:
+        table.clear()
+    else:
+        table.pop(key, None)

@@ -139,20 +139,10 @@ def encode_match(match: Match) -> bytes:
     fields = b""
     if match.reg0 is not None:  # Nicira class 0x0001 sorts before OpenFlow basic (0x8000), as in os-ken
         fields += _nxm_reg0(*match.reg0)
-    if match.in_port is not None:
-        fields += _oxm("in_port", match.in_port)
-    if match.metadata is not None:
-        fields += _oxm("metadata", *match.metadata)
-    if match.eth_dst is not None:
-        fields += _oxm("eth_dst", *match.eth_dst)
-    if match.eth_src is not None:
-        fields += _oxm("eth_src", *match.eth_src)
-    if match.eth_type is not None:
-        fields += _oxm("eth_type", match.eth_type)
-    if match.vlan_vid is not None:
-        fields += _oxm("vlan_vid", *match.vlan_vid)
-    if match.vlan_pcp is not None:
-        fields += _oxm("vlan_pcp", match.vlan_pcp)
+    for name in _OXM:  # in OXM field order
+        value = getattr(match, name)
+        if value is not None:
+            fields += _oxm(name, *value) if isinstance(value, tuple) else _oxm(name, value)
     length = 4 + len(fields)
     return struct.pack("!HH", 1, length) + fields + b"\0" * (_pad8(length) - length)
 
@@ -193,19 +183,20 @@ def encode_instructions(flow: FlowSpec) -> bytes:
     return out
 
 
-def flow_mod_body(flow: FlowSpec, command: int = OFPFC_ADD) -> bytes:
-    """A FLOW_MOD without its 8-byte header.
-
-    ADD installs ``flow`` as is. MODIFY_STRICT / DELETE_STRICT address the
-    entry by table, priority and match, restricted to hpcfabric cookies
-    (cookie mask = the tag), so foreign flows are never changed.
-    """
+def flow_mod_addressing(flow: FlowSpec, command: int) -> tuple[int, int, int, int]:
+    """(cookie, cookie mask, out_port, out_group) of a FLOW_MOD: ADD installs ``flow`` as is; MODIFY(_STRICT) /
+    DELETE(_STRICT) address the entry by table, priority and match, restricted to hpcfabric cookies (cookie
+    mask = the tag), so foreign flows are never changed."""
     if command == OFPFC_ADD:
-        cookie, cookie_mask, out_port, out_group = flow.cookie, 0, 0, 0
-    elif command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
-        cookie, cookie_mask, out_port, out_group = OUR_COOKIE, COOKIE_APP_MASK, OFPP_ANY, OFPG_ANY
-    else:
-        cookie, cookie_mask, out_port, out_group = flow.cookie, COOKIE_APP_MASK, 0, 0
+        return flow.cookie, 0, 0, 0
+    if command in (OFPFC_DELETE, OFPFC_DELETE_STRICT):
+        return OUR_COOKIE, COOKIE_APP_MASK, OFPP_ANY, OFPG_ANY
+    return flow.cookie, COOKIE_APP_MASK, 0, 0
+
+
+def flow_mod_body(flow: FlowSpec, command: int = OFPFC_ADD) -> bytes:
+    """A FLOW_MOD without its 8-byte header (:func:`flow_mod_addressing`; a delete carries no instructions)."""
+    cookie, cookie_mask, out_port, out_group = flow_mod_addressing(flow, command)
     head = _FLOW_MOD.pack(
         cookie, cookie_mask, flow.table, command, 0, 0, flow.priority, OFP_NO_BUFFER, out_port, out_group, 0
     )
@@ -333,8 +324,7 @@ class Undecodable(ValueError):
     """Bytes that a FlowSpec cannot represent (unknown match field, action or instruction) or that are truncated."""
 
 
-_OXM_NAMES = {0: ("in_port", 4), 2: ("metadata", 8), 3: ("eth_dst", 6), 4: ("eth_src", 6), 5: ("eth_type", 2),
-              6: ("vlan_vid", 2), 7: ("vlan_pcp", 1)}
+_OXM_NAMES = {field_no: (name, size) for name, (field_no, size) in _OXM.items()}
 _STATS_HEAD = struct.Struct("!HBxIIHHHH4xQQQ")
 FLOW_STATS_HEAD = _STATS_HEAD.size  # 48
 

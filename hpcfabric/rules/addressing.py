@@ -35,7 +35,6 @@ from hpcfabric.topology.params import bits_for
 MODES = ("flat", "per-switch", "per-group", "compact")
 USABLE_BITS = 46
 MAC_BITS = 48
-MAC_ALL = (1 << MAC_BITS) - 1
 _LOW40 = (1 << 40) - 1
 #: The two flag bits (bit 40 = I/G multicast, bit 41 = U/L local) and their value.
 FLAG_MASK = 0b11 << 40

@@ -13,9 +13,9 @@ rules under the adaptive policies). Compact tables per fabric kind live in
 
 from __future__ import annotations
 
-from hpcfabric.rules.context import Context, field_prefix, lpm_flows
+from hpcfabric.rules.context import Context
 from hpcfabric.rules.fabrics.dragonfly import dragonfly_remote_routes
-from hpcfabric.rules.flows import FlowSpec, RuleClass
+from hpcfabric.rules.flows import RuleClass
 from hpcfabric.rules.routing import DragonflyRouter, ExplicitRouter
 from hpcfabric.rules.tables import Route
 from hpcfabric.topology.model import Fabric, Switch
@@ -71,22 +71,6 @@ def per_group_routes(ctx: Context, sw: Switch) -> list[Route]:
         if g != sw.group:
             routes.append(Route(*ctx.group_prefix[g], router.to_group(sw, g, spread=g), RuleClass.ROUTE, True))
     return routes
-
-
-def access_prefix(ctx: Context, sw: Switch) -> tuple[int, int] | None:
-    """(bits, length) of the prefix every host of access switch ``sw`` shares (all address fields but
-    ``host``), or None when the layout does not end in a ``host`` field after others (e.g. flat)."""
-    names = ctx.layout.names
-    if not ("host" in names and len(names) > 1 and names[-1] == "host"):
-        return None
-    fv = ctx.plan.switch_fields(sw)
-    return field_prefix(ctx.layout, [(n, fv[n]) for n in names if n != "host"])
-
-
-def route_flows(ctx: Context, routes: list[Route], compact: bool = True) -> list[FlowSpec]:
-    """Table-ROUTE entries for ``routes`` (plain outputs; drop for ``port=None``), compacted with
-    ORTC when ``compact`` -- exactly as the compiler emits prefix tables."""
-    return lpm_flows(ctx.cache, routes, compact)
 
 
 def eq1(fabric: Fabric, switch: Switch) -> int:

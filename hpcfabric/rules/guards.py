@@ -174,6 +174,3 @@ def guard_flows(
         out[sw.name] = sort_flows(flows)
     return out
 
-
-def meters_used(flows: Iterable[FlowSpec]) -> set[int]:
-    return {f.meter for f in flows if f.meter is not None}

@@ -37,9 +37,10 @@ deadlock-free under the fabric's classes of service is not assumed: it is proven
 from __future__ import annotations
 
 import weakref
-from collections import deque
 from functools import lru_cache
 from typing import Any
+
+import networkx as nx
 
 from hpcfabric.errors import CompileError
 from hpcfabric.rules.rows import RowBypasses
@@ -222,22 +223,16 @@ class ExplicitRouter(Router):
                       if self.live(sw.name, port)]
             for sw in fabric.switches
         }
+        self.graph = nx.Graph((u, v) for u, out in self.adj.items() for _, v in out)
+        self.graph.add_nodes_from(self.adj)
         self.members: dict[int, list[str]] = {}
         for sw in fabric.switches:
             self.members.setdefault(sw.group, []).append(sw.name)
         self._dist = lru_cache(maxsize=None)(self._bfs)
 
     def _bfs(self, sources: tuple[str, ...], within: int | None) -> dict[str, int]:
-        dist = {s: 0 for s in sources}
-        todo = deque(sources)
-        while todo:
-            u = todo.popleft()
-            for _, v in self.adj[u]:
-                if v in dist or (within is not None and self.fabric.switch(v).group != within):
-                    continue
-                dist[v] = dist[u] + 1
-                todo.append(v)
-        return dist
+        g = self.graph if within is None else self.graph.subgraph(set(sources) | set(self.members[within]))
+        return nx.multi_source_dijkstra_path_length(g, set(sources)) if sources else {}
 
     def _best(self, src: Switch, dist: dict[str, int], target: str) -> int | None:
         best = min(((dist[v], port) for port, v in self.adj[src.name] if v in dist), default=None)
@@ -294,9 +289,6 @@ class FoldedClosRouter(UpDownRouter):
                 child = fabric.switch(peer.node)
                 ports.setdefault(child.coords[1], []).append(port)  # the child's block prefix
             self.down[sw.name] = ports
-
-    def level(self, sw: Switch) -> int:
-        return sw.coords[0]
 
     def is_below(self, sw: Switch, group: int) -> bool:
         """True when pod ``group`` sits below ``sw``."""

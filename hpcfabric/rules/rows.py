@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import networkx as nx
+
 from hpcfabric.topology.model import Switch
 
 __all__ = ["RowBypasses"]
@@ -91,19 +93,10 @@ class RowBypasses:
             return alive[a] and alive[b] and self.live(members[a].name, self.dim_port(members[a], d, b))
 
         clean = [c for c in range(k) if alive[c] and all(up(c, w) for w in range(k) if w != c)]
-        after: dict[tuple[int, int], list[tuple[int, int]]] = {}  # channel -> channels that wait on it
+        after = nx.DiGraph()  # channel -> channels that wait on it
 
         def reaches(a: tuple[int, int], b: tuple[int, int]) -> bool:
-            todo, seen = [a], {a}
-            while todo:
-                c = todo.pop()
-                if c == b:
-                    return True
-                for n in after.get(c, ()):
-                    if n not in seen:
-                        seen.add(n)
-                        todo.append(n)
-            return False
+            return a in after and b in after and nx.has_path(after, a, b)
 
         out: dict[tuple[int, int], int] = {}
         for u in range(k):
@@ -116,7 +109,7 @@ class RowBypasses:
                                 and not reaches((c, v), (u, c))), None)
                 if hub is not None:
                     out[(u, v)] = hub
-                    after.setdefault((u, hub), []).append((hub, v))
+                    after.add_edge((u, hub), (hub, v))
         return out
 
     def link_up(self, src: Switch, d: int, value: int) -> bool:
@@ -186,20 +179,7 @@ class RowBypasses:
         """The coordinate ``y`` (dimension ``e``) of the row-mate that takes a frame from ``src`` on along ``d`` to
         ``v`` (:meth:`row_out`), from where the row of ``e`` reaches ``x``: the lowest, direct links there
         preferred; None if there is none."""
-        best, score = None, 4
-        for y in range(self.dims[e]):
-            if y in (src.coords[e], x) or not self.link_up(src, e, y):
-                continue
-            mid = self.at[self.row(src.coords, e, y)]
-            if not self.row_reach(mid, d, v):
-                continue
-            last = self.at[self.row(mid.coords, d, v)]
-            if not self.row_reach(last, e, x):
-                continue
-            rank = (not self.link_up(mid, d, v)) * 2 + (not self.link_up(last, e, x))
-            if rank < score:
-                best, score = y, rank
-        return best
+        return self._via(src, e, [y for y in range(self.dims[e]) if y not in (src.coords[e], x)], d, v, x)
 
     def cross_route(self, src: Switch, e: int, x: int) -> tuple[int, int] | None:
         """A destination that differs from ``src`` only in dimension ``e`` (coordinate ``x``) that ``e``'s row
@@ -208,22 +188,29 @@ class RowBypasses:
         if src.name not in self.dead or self.row_reach(src, e, x):
             return None
         for f in range(len(self.dims) - 1, e, -1):
-            best, score = None, 4
-            for c in range(src.coords[f]):  # rows below only: the dependencies this adds all rise in f
-                if not self.link_up(src, f, c):
-                    continue
-                mid = self.at[self.row(src.coords, f, c)]
-                if not self.row_reach(mid, e, x):
-                    continue
-                last = self.at[self.row(mid.coords, e, x)]
-                if not self.row_reach(last, f, src.coords[f]):
-                    continue
-                rank = (not self.link_up(mid, e, x)) * 2 + (not self.link_up(last, f, src.coords[f]))
-                if rank < score:
-                    best, score = c, rank
+            best = self._via(src, f, range(src.coords[f]), e, x, src.coords[f])  # rows below only: rising in f
             if best is not None:
                 return f, best
         return None
+
+    def _via(self, src: Switch, a: int, coords: Any, b: int, w: int, back: int) -> int | None:
+        """The coordinate ``c`` (dimension ``a``, from ``coords``, over a live link from ``src``) of the row-mate that
+        reaches ``w`` along ``b`` in its row, from where ``a``'s row reaches ``back``: the first of the lowest
+        rank (direct links preferred, the first hop's most); None if there is none."""
+        best, score = None, 4
+        for c in coords:
+            if not self.link_up(src, a, c):
+                continue
+            mid = self.at[self.row(src.coords, a, c)]
+            if not self.row_reach(mid, b, w):
+                continue
+            last = self.at[self.row(mid.coords, b, w)]
+            if not self.row_reach(last, a, back):
+                continue
+            rank = (not self.link_up(mid, b, w)) * 2 + (not self.link_up(last, a, back))
+            if rank < score:
+                best, score = c, rank
+        return best
 
     def row_out(self, sw: Switch, d: int, v: int) -> int | None:
         """``sw``'s port towards coordinate ``v`` of dimension ``d`` inside its row: the link, else its hub's."""

@@ -9,8 +9,9 @@ same path the YAML file uses.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Mapping, Sequence
+
+import networkx as nx
 
 from hpcfabric.errors import TopologyError
 from hpcfabric.topology.model import Fabric, Host, Link, Switch
@@ -230,7 +231,8 @@ def explicit_fabric(
                 field=f"hosts[{i}].switch",
             )
 
-    adjacency: dict[str, set[str]] = {s: set() for s in sw_pos}
+    graph = nx.Graph()
+    graph.add_nodes_from(sw_pos)
     link_objs: list[Link] = []
     for i, raw in enumerate(links):
         item = _item("links", i, raw, LINK_KEYS, LINK_KEYS)
@@ -246,19 +248,12 @@ def explicit_fabric(
         b_port = _int(item["b_port"], f"links[{i}].b_port", 1, MAX_PORT)
         claim(a, a_port, f"links[{i}] to {b!r}", f"links[{i}].a_port")
         claim(b, b_port, f"links[{i}] to {a!r}", f"links[{i}].b_port")
-        adjacency[a].add(b)
-        adjacency[b].add(a)
+        graph.add_edge(a, b)
         link_objs.append(Link(a, a_port, b, b_port, "fabric"))
 
     # -- connectivity -------------------------------------------------------
     first = placed[0][0]
-    reached = {first}
-    queue = deque([first])
-    while queue:
-        for nxt in adjacency[queue.popleft()]:
-            if nxt not in reached:
-                reached.add(nxt)
-                queue.append(nxt)
+    reached = nx.node_connected_component(graph, first)
     if len(reached) != len(placed):
         missing = [s for s, *_ in placed if s not in reached]
         shown = ", ".join(repr(s) for s in missing[:_SHOW_UNREACHABLE])

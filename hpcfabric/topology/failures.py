@@ -42,15 +42,6 @@ class Failures:
     def __bool__(self) -> bool:
         return bool(self.links or self.switches)
 
-    def port_dead(self, fabric: Fabric, switch: str, port: int) -> bool:
-        """Is the link behind ``switch:port`` out (its own failure, or either end's switch failed)?"""
-        peer = fabric.peer(switch, port)
-        if peer is None or peer.is_host:
-            return switch in self.switches
-        if switch in self.switches or peer.node in self.switches:
-            return True
-        return link_key(switch, port, peer.node, int(peer.port)) in self.links  # type: ignore[arg-type]
-
     def dead_ports(self, fabric: Fabric) -> dict[str, frozenset[int]]:
         """switch -> its fabric ports whose link is out (live switches only; failed switches are out whole)."""
         out: dict[str, set[int]] = {}

@@ -9,7 +9,6 @@ ones raise :class:`~hpcfabric.errors.TopologyError` naming the parameter.
 from __future__ import annotations
 
 from itertools import product
-from math import prod
 
 from hpcfabric.errors import TopologyError
 from hpcfabric.topology.model import Fabric, Host, Link, Switch, gc_paused
@@ -335,8 +334,3 @@ def fat_tree_fabric(k: int, *, name: str | None = None) -> Fabric:
                 links.append(Link(f"p{pod}a{j}", half + 1 + m, f"c{j}_{m}", 1 + pod, "agg-core"))
     return Fabric("fat_tree", name or f"fat-tree-k{k}", tuple(switches), hosts, tuple(links), {"k": k})
 
-
-def flattened_butterfly_size(dims: list[int] | tuple[int, ...], hosts_per_switch: int) -> tuple[int, int]:
-    """(switches, hosts) of an FB without building it."""
-    n = prod(dims)
-    return n, n * hosts_per_switch

@@ -22,7 +22,6 @@ from hpcfabric.errors import TopologyError
 #: Switch roles. Direct topologies (Dragonfly, Flattened Butterfly) have only
 #: ``access`` switches; the fat-tree has ``edge`` (access), ``aggregation`` and
 #: ``core``; explicit fabrics use ``access`` or ``transit``.
-ACCESS_ROLES = frozenset({"access", "edge"})
 ROLES = frozenset({"access", "edge", "aggregation", "core", "transit"})
 
 #: Link kinds. ``host`` links are implied by :class:`Host`; fabric links are
@@ -64,10 +63,6 @@ class Switch:
     index: int
     coords: tuple[int, ...]
     role: str = "access"
-
-    @property
-    def is_access(self) -> bool:
-        return self.role in ACCESS_ROLES
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,16 +85,6 @@ class TrafficMatrix:
         return (self.level == other.level and self.names == other.names and np.array_equal(self.src, other.src)
                 and np.array_equal(self.dst, other.dst) and np.array_equal(self.weight, other.weight))
 
-    def switch_level(self, fabric: Fabric) -> "TrafficMatrix":
-        """This matrix between access switches (host entries summed per switch pair)."""
-        self.check(fabric)
-        if self.level == "switch":
-            return self
-        names = tuple(sw.name for sw in fabric.access_switches)
-        idx = {n: i for i, n in enumerate(names)}
-        of_host = np.array([idx[fabric.host(h).switch] for h in self.names], dtype=np.int64)
-        return make_matrix(fabric, "switch", names, of_host[self.src], of_host[self.dst], self.weight, self.source)
-
     def host_rows(self, fabric: Fabric) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per host of ``fabric.hosts`` (by position): its destinations and probabilities, flat.
 

@@ -9,7 +9,7 @@
   cross-checked against ``reference`` in the tests;
 * shared parts: ``codes`` (outcome / next-state codes, channel names), ``probes`` (addresses nobody owns),
   ``scenarios`` (pause and link-down states applied to tables), ``graphs`` (packed edges, cycles),
-  ``decisions`` (one switch's entries, port classes, destination classes);
+  ``decisions`` (one switch's entries, port classes; destination classes are the engine's ``MatchClasses``);
 * ``oracle/`` -- brute force: ``allpairs.verify`` (every host pair delivered, unpaused or with given ports
   paused) and ``cdg.check_deadlock_freedom`` (the CDG oracle: every host pair in the unpaused fabric and
   with every single port paused, over ``lines``);

@@ -8,8 +8,9 @@ wiring has almost none (its core level deals uplinks round-robin). Up-down
 fabrics have something better: a local invariant that implies the global
 properties. :func:`check_up_down` checks, at every switch ``s`` separately,
 for every ingress port class, every arrival VLAN PCP a frame can carry, and
-every destination class (the exact classes of :mod:`hpcfabric.verify.decisions`:
-destinations no entry of ``s`` tells apart), unpaused **and** with every
+every destination class (:func:`hpcfabric.verify.engine.batch.switch_classes`, the
+engine's :class:`~hpcfabric.verify.engine.batch.MatchClasses` over ``s``'s entries installed and
+paused: destinations that meet the same ``eth_dst`` entries), unpaused **and** with every
 PORT_STATE entry flipped to "paused":
 
 * **cone rule** (assigned host addresses): let ``cone(s)`` be the access
@@ -57,14 +58,16 @@ import numpy as np
 
 from hpcfabric.errors import VerificationError
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
+from hpcfabric.rules.flows import PushVlan, SetField
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.decisions import arrival_pcps, decide_lines, destination_classes, forward_data_flows, port_classes
-from hpcfabric.verify.engine import Destinations, Row
+from hpcfabric.verify.decisions import forward_data_flows, port_classes
+from hpcfabric.verify.engine import Destinations, Row, evaluate_rows
+from hpcfabric.verify.engine.batch import switch_classes
 from hpcfabric.verify.graphs import core_graph
 from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import pausable_ports, paused_data_flows
 
-__all__ = ["UpDownReport", "check_up_down"]
+__all__ = ["UpDownReport", "check_up_down", "arrival_pcps"]
 
 HOST = "host"  # arrival key of lines from host ports (always reachable)
 
@@ -99,25 +102,16 @@ class UpDownReport:
         return 2 * (self.levels - 1)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "method": "up-down (local invariant; any set of paused ports)",
-            "ok": self.ok,
-            "delivered_under_any_pause": self.ok,
-            "acyclic_under_any_pause": self.ok,
-            "max_links": self.max_links,
-            "switches": self.switches,
-            "levels": self.levels,
-            "access_switches": self.access_switches,
-            "probes": self.probes,
-            "pausable_ports": self.pausable_ports,
-            "destination_classes": self.destination_classes,
-            "decision_lines": self.decision_lines,
-            "arrival_pcps": ["untagged" if p == UNTAGGED else p for p in self.arrival_pcps],
-            "failure_count": self.failure_count,
-            "failures": list(self.failures),
-            "seconds": round(self.seconds, 3),
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-        }
+        out = {"method": "up-down (local invariant; any set of paused ports)", "ok": self.ok,
+               "delivered_under_any_pause": self.ok, "acyclic_under_any_pause": self.ok}
+        out.update({k: getattr(self, k) for k in (
+            "max_links", "switches", "levels", "access_switches", "probes", "pausable_ports", "destination_classes",
+            "decision_lines", "arrival_pcps", "failure_count", "failures", "seconds", "timings",
+        )})
+        out.update(arrival_pcps=["untagged" if p == UNTAGGED else p for p in self.arrival_pcps],
+                   failures=list(self.failures), seconds=round(self.seconds, 3),
+                   timings={k: round(v, 3) for k, v in self.timings.items()})
+        return out
 
 
 class _Failures:
@@ -231,58 +225,54 @@ def check_up_down(
 
         rel = relevant[name]
         flipped, same = paused_data_flows(compiled, name, rel)
-        cls, reps = destination_classes(rel, macs)  # flipping changes actions, never matches
+        cls, reps = switch_classes([rel] if same else [rel, flipped], macs)
         classes += len(reps)
         dst = Destinations(macs[reps])
         attrs: dict = {}
         members: dict[int, list[int]] = {}
         for p, c in port_classes(fabric, name, rel, {}).items():
             members.setdefault(c, []).append(p)
-        todo = [(mem[0], pcp, paused, flows) for mem in members.values()
+        todo = [(mem, pcp, paused, flows) for mem in members.values()
                 for pcp in ([UNTAGGED] if ports[mem[0]].is_host else pcps)
                 for paused, flows in ((False, rel), (True, flipped)) if not (paused and same)]
-        decided = dict(zip([t[:3] for t in todo], decide_lines([  # every line of the switch in one evaluation
-            Row(name, (p,), plan.host_mac[ports[p].node] if ports[p].is_host else None, False, pcp).build(flows, attrs)
-            for p, pcp, _, flows in todo], dst)))
-        for mem in members.values():
+        outcomes = evaluate_rows([  # every line of the switch in one evaluation
+            Row(name, (mem[0],), plan.host_mac[ports[mem[0]].node] if ports[mem[0]].is_host else None, False,
+                pcp).build(flows, attrs) for mem, pcp, _, flows in todo], dst)
+        lines += len(todo)
+        for (mem, pcp, paused, _), res in zip(todo, outcomes):
             p = mem[0]
             peer = ports[p]
             from_below = any(kind[q] != 3 for q in mem)
-            for pcp in [UNTAGGED] if peer.is_host else pcps:
-                arrival = HOST if peer.is_host else pcp
-                for paused in (False, True):
-                    if paused and same:
-                        continue
-                    lines += 1
-                    out_n, out_port, out_pcp, punt, err, _ = (np.asarray(v)[cls] for v in decided[(p, pcp, paused)])
-                    on = out_n.astype(np.int64)
-                    op = np.clip(out_port, 0, top)
-                    okind = np.where(on == 1, kind[op], 0)
-                    broken = punt | err | (on > 1)
-                    fab = (on == 1) & (okind >= 2)
-                    emitted.setdefault(arrival, set()).update(np.unique(out_pcp[fab]).tolist())
-                    h_on, h_op, h_kind = on[:n_host], op[:n_host], okind[:n_host]
-                    bad = broken[:n_host].copy()
-                    bad |= deliver & ((h_on != 1) | (h_op != target) | (out_pcp[:n_host] != UNTAGGED))
-                    bad |= below & ((h_on != 1) | (h_kind != 2) | ~down_ok[h_op, hosts])
-                    if from_below:  # frames from above have their destination below (cone rule one level up)
-                        bad |= elsewhere & ((h_on != 1) | (h_kind != 3))
-                    nbad = int(bad.sum())
-                    if nbad:
-                        k = int(np.flatnonzero(bad)[0])
-                        fails.add(arrival, nbad, lambda k=k, p=p, pcp=pcp, paused=paused, on=on, op=op, out_pcp=out_pcp,
-                                  punt=punt, err=err: (
-                            f"{name} in_port {p} PCP {_pcp_name(pcp)}{' (paused)' if paused else ''} to "
-                            f"{rep_host[k] if k < ncol else own[k - ncol].name} "
-                            f"({'deliver' if deliver[k] else 'below' if below[k] else 'not below'}): "
-                            f"{_did(k, on, op, out_pcp, punt, err, kind)}"))
-                    if n_probe:
-                        sl = slice(n_host, None)
-                        fab_mem = [q for q in mem if kind[q] != 1]
-                        probe_graph.add(
-                            [port_base[name] + q * len(pcps) + pcp_ix[pcp] for q in fab_mem], fab_mem,
-                            bool(peer.is_host), on[sl], op[sl], okind[sl], out_pcp[sl], arrive, pcp_ix,
-                            broken[sl])
+            arrival = HOST if peer.is_host else pcp
+            out_pcp, punt, err = (np.asarray(v)[cls] for v in (res.out_pcp, res.punt, res.err))
+            on = np.asarray(res.out_n)[cls].astype(np.int64)
+            op = np.clip(np.asarray(res.out_port)[cls], 0, top)
+            okind = np.where(on == 1, kind[op], 0)
+            broken = punt | err | (on > 1)
+            fab = (on == 1) & (okind >= 2)
+            emitted.setdefault(arrival, set()).update(np.unique(out_pcp[fab]).tolist())
+            h_on, h_op, h_kind = on[:n_host], op[:n_host], okind[:n_host]
+            bad = broken[:n_host].copy()
+            bad |= deliver & ((h_on != 1) | (h_op != target) | (out_pcp[:n_host] != UNTAGGED))
+            bad |= below & ((h_on != 1) | (h_kind != 2) | ~down_ok[h_op, hosts])
+            if from_below:  # frames from above have their destination below (cone rule one level up)
+                bad |= elsewhere & ((h_on != 1) | (h_kind != 3))
+            nbad = int(bad.sum())
+            if nbad:
+                k = int(np.flatnonzero(bad)[0])
+                fails.add(arrival, nbad, lambda k=k, p=p, pcp=pcp, paused=paused, on=on, op=op, out_pcp=out_pcp,
+                          punt=punt, err=err: (
+                    f"{name} in_port {p} PCP {_pcp_name(pcp)}{' (paused)' if paused else ''} to "
+                    f"{rep_host[k] if k < ncol else own[k - ncol].name} "
+                    f"({'deliver' if deliver[k] else 'below' if below[k] else 'not below'}): "
+                    f"{_did(k, on, op, out_pcp, punt, err, kind)}"))
+            if n_probe:
+                sl = slice(n_host, None)
+                fab_mem = [q for q in mem if kind[q] != 1]
+                probe_graph.add(
+                    [port_base[name] + q * len(pcps) + pcp_ix[pcp] for q in fab_mem], fab_mem,
+                    bool(peer.is_host), on[sl], op[sl], okind[sl], out_pcp[sl], arrive, pcp_ix,
+                    broken[sl])
         if progress is not None and (i + 1) % 1000 == 0:
             progress(i + 1, n, time.perf_counter() - t0)
     t_switches = time.perf_counter()
@@ -317,6 +307,19 @@ def check_up_down(
     if raise_on_failure and not rep.ok:
         raise VerificationError(f"up-down proof failed ({failure_count} decisions): {kept[0]}")
     return rep
+
+
+def arrival_pcps(relevant: dict[str, list[Any]]) -> list[int]:
+    """Arrival PCPs a frame can carry: untagged, and what the entries push or set."""
+    vals = {UNTAGGED}
+    for flows in relevant.values():
+        for f in flows:
+            for a in f.actions:
+                if isinstance(a, PushVlan):
+                    vals.add(0)
+                elif isinstance(a, SetField) and a.field == "vlan_pcp":
+                    vals.add(int(a.value))
+    return sorted(vals)
 
 
 def _pcp_name(pcp: int) -> str:

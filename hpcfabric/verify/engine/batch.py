@@ -25,7 +25,7 @@ from hpcfabric.rules.flows import TABLE_PORT_STATE
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables, Ragged
 from hpcfabric.verify.engine.writer import WriterRule
 
-__all__ = ["MatchClasses", "decide", "NOWHERE_PORT"]
+__all__ = ["MatchClasses", "switch_classes", "decide", "NOWHERE_PORT"]
 
 NOWHERE_PORT = np.iinfo(np.int64).max  # an output that no port takes (to the ingress port by number)
 _MUL = np.uint64(0x9E3779B97F4A7C15)
@@ -236,6 +236,16 @@ class MatchClasses:
         del items
         order = np.lexsort((item, row))  # by row, pipeline order within a row
         return start, Ragged(row[order], item[order], n_vk * flat.n_tables, ordered=True)
+
+
+def switch_classes(variants: list[list], macs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Destination classes of one switch whose entry lists are ``variants`` (installed, paused):
+    :class:`MatchClasses` of ``macs`` there, as (class per MAC, first MAC of each class)."""
+    flat = FlatTables(variants)
+    mc = MatchClasses(flat, np.zeros(len(variants), dtype=np.int64), 1, macs, np.zeros(0, dtype=np.int64),
+                      np.zeros(0, dtype=np.uint64))
+    cls = mc.target_class[0].astype(np.int64)
+    return cls, np.unique(cls, return_index=True)[1]  # classes are numbered by their first MAC
 
 
 def _distinct(group: np.ndarray, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -16,12 +16,14 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import networkx as nx
 import numpy as np
 
 from hpcfabric.rules.flows import OFPP_IN_PORT, FlowSpec, Output, PopVlan, PushVlan, SetField
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, LOOP, NEW_ROW, PCP_SLOTS, PUNT, SCALAR, SINK, TAGGED, UNTAGGED
 from hpcfabric.verify.engine.flat import Unsupported
-from hpcfabric.verify.engine.rows import Destinations, Row, data_flows, data_relevant, evaluate, evaluate_rows, rewrites_pcp
+from hpcfabric.verify.engine.rows import (Destinations, Row, data_flows, data_relevant, entry_key, evaluate, evaluate_rows,
+                                          rewrites_pcp)
 from hpcfabric.verify.reference.pipeline import Frame, PipelineError, describe_flow
 from hpcfabric.verify.reference.walk import Pipelines, host_ids
 
@@ -36,14 +38,12 @@ class Engine:
     ``extra_macs``: destinations besides the hosts (the verifier's probes) that
     ingress classes must hold for. ``per_port``: one ingress class per port (rows
     then name the channel a frame arrived on, as the channel dependency graph
-    needs). ``lazy``: host rows only at first, fabric rows when a decision first
-    reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
+    needs). Every untagged row exists from the start; rows of tagged arrivals are created when a
+    decision first reaches them. ``relevant`` (switch -> data-relevant entries) may be swapped for
     a scenario's entries before rows are built (:mod:`hpcfabric.verify.oracle.lines`).
     """
 
-    def __init__(
-        self, compiled: Any, extra_macs: Iterable[int] = (), *, per_port: bool = False, lazy: bool = False
-    ) -> None:
+    def __init__(self, compiled: Any, extra_macs: Iterable[int] = (), *, per_port: bool = False) -> None:
         self.compiled = compiled
         fabric = self.fabric = compiled.fabric
         self.plan = compiled.plan
@@ -58,7 +58,6 @@ class Engine:
         self.class_of: dict[tuple[str, int], int] = {}  # (switch, port) -> class
         self.classes: dict[str, list[tuple[int, ...]]] = {}
         self.relevant: dict[str, list[FlowSpec]] = {}
-        self.merged_ports = 0
         self.own_port_drops: set[str] = set()  # switches whose rows drop outputs to their port (evaluate)
         self._ingress: tuple[np.ndarray, np.ndarray] | None = None  # see ingress_ids
         self._port_ids: dict[tuple[str, int], int] = {}
@@ -87,14 +86,10 @@ class Engine:
             self._classes(sw.name, relevant)
         if rewrites:
             raise Unsupported(f"{len(rewrites)} entries rewrite data frames (first: {rewrites[0]})")
-        for sw in fabric.switches:  # lazy: host rows only, fabric rows when a decision first reaches them
-            host_ports = fabric.host_ports(sw.name) if lazy else ()
-            for ci, cls in enumerate(self.classes[sw.name]):
-                if not lazy or cls[0] in host_ports:
-                    self.row(sw.name, ci, UNTAGGED)
+        for sw in fabric.switches:
+            for ci in range(len(self.classes[sw.name])):
+                self.row(sw.name, ci, UNTAGGED)
         self.scalar_rows = sum(r.scalar for r in self.rows)
-        if lazy and any(f.match.eth_src is not None for flows in self.relevant.values() for f in flows):
-            raise Unsupported("lazy rows with source-dependent (eth_src) rules")
         if self.scalar_rows and self.tagging:
             raise Unsupported("source-dependent rules (eth_src) together with VLAN PCP rewrites")
         # egress (port, PCP) -> next state; NEW_ROW until the row exists
@@ -109,8 +104,7 @@ class Engine:
                     pn[p, 0] = DELIVER - self.hid[peer.node]
                 else:
                     pn[p, :] = NEW_ROW
-                    if not lazy:
-                        pn[p, 0] = self.row_of[(peer.node, self.class_of[(peer.node, peer.port)], UNTAGGED)]
+                    pn[p, 0] = self.row_of[(peer.node, self.class_of[(peer.node, peer.port)], UNTAGGED)]
             self.port_next[sw.name] = pn
 
     # -- rows ---------------------------------------------------------------
@@ -134,19 +128,12 @@ class Engine:
             # check first (no goto leads there), then, if needed, an evaluation over
             # every destination and probe.
             base = Row(switch, (), None, False).build(relevant, self.attrs)
-            reached = {0}
-            todo = [0]
-            while todo:
-                t = todo.pop()
-                for f in base.entries.get(t, ()):
-                    if f.goto is not None and f.goto not in reached:
-                        reached.add(f.goto)
-                        todo.append(f.goto)
+            gotos = nx.DiGraph((t, f.goto) for t, fl in base.entries.items() for f in fl if f.goto is not None)
+            reached = {0} | (nx.descendants(gotos, 0) if 0 in gotos else set())
             if any(tables & reached for tables in named.values()) and not self.tagging_possible(relevant):
                 reached = evaluate(base, self._every_dst).reached
             for p in [p for p, tables in named.items() if not tables & reached]:
                 del named[p]
-                self.merged_ports += 1
         classes: list[tuple[int, ...]] = []
         other: list[int] = []
         alike: dict[tuple, list[int]] = {}
@@ -163,7 +150,6 @@ class Engine:
                 other.append(p)
         for members in alike.values():
             classes.append(tuple(members))
-            self.merged_ports += len(members) - 1
         if other:
             classes.append(tuple(other))
         self.classes[switch] = classes
@@ -183,10 +169,7 @@ class Engine:
         ports with equal signatures behave alike and share a class. None when an
         entry outputs to IN_PORT or ties with an entry of the same priority."""
         sig = []
-        wild: dict[tuple[int, int], list[int]] = {}
-        for f in relevant:
-            if f.match.in_port is None:
-                wild.setdefault((f.table, f.priority), []).append(id(f))
+        wild = {(f.table, f.priority) for f in relevant if f.match.in_port is None}
         for f in relevant:
             if f.match.in_port != port or f.table not in reached:
                 continue
@@ -194,8 +177,7 @@ class Engine:
                 return None
             if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for a in f.actions):
                 return None
-            m = replace(f.match, in_port=None)
-            sig.append((f.table, f.priority, m, f.actions, f.goto, f.write_metadata))
+            sig.append(entry_key(f, {}))
         return tuple(sig)
 
     def row(self, switch: str, ci: int, pcp: int, flows: Sequence[FlowSpec] | None = None) -> int:

@@ -102,7 +102,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -114,7 +114,7 @@ from hpcfabric.verify.probes import probe_addresses
 from hpcfabric.verify.scenarios import apply_down, apply_paused
 from hpcfabric.verify.reference.walk import Pipelines, Walk, host_ids, walk_pair
 
-__all__ = ["Report", "Walk", "verify", "walk_pair", "pair_outcomes", "probe_addresses", "apply_paused", "apply_down"]
+__all__ = ["Report", "Walk", "verify", "walk_pair", "probe_addresses", "apply_paused", "apply_down"]
 
 MAX_FAILURES = 20
 MATRIX_BYTES = 256 << 20  # decision-matrix budget per destination chunk
@@ -163,36 +163,16 @@ class Report:
         return self.delivered == self.pairs and self.invalid_probe_failures == 0 and self.overlaps == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "fabric": self.fabric,
-            "mode": self.mode,
-            "ok": self.ok,
-            "switches": self.switches,
-            "hosts": self.hosts,
-            "pairs": self.pairs,
-            "delivered": self.delivered,
-            "misdelivered": self.misdelivered,
-            "dropped": self.dropped,
-            "loops": self.loops,
-            "punted": self.punted,
-            "floods": self.floods,
-            "tagged": self.tagged,
-            "max_hops": self.max_hops,
-            "mean_hops": self.mean_hops,
-            "hop_histogram": {str(k): v for k, v in sorted(self.hop_histogram.items())},
-            "hop_bound": self.hop_bound,
-            "invalid_probes": self.invalid_probes,
-            "invalid_probe_failures": self.invalid_probe_failures,
-            "probe_addresses": list(self.probe_addresses),
-            "overlaps": self.overlaps,
-            "overlap_examples": list(self.overlap_examples),
-            "failures": [dict(f) for f in self.failures],
-            "seconds": round(self.seconds, 3),
-            "coverage": self.coverage,
-            "engine": self.engine,
-            "ingress_exact": self.ingress_exact,
-            "paused": list(self.paused),
-        }
+        out = {k: getattr(self, k) for k in (
+            "fabric", "mode", "ok", "switches", "hosts", "pairs", "delivered", "misdelivered", "dropped", "loops",
+            "punted", "floods", "tagged", "max_hops", "mean_hops", "hop_histogram", "hop_bound", "invalid_probes",
+            "invalid_probe_failures", "probe_addresses", "overlaps", "overlap_examples", "failures", "seconds",
+            "coverage", "engine", "ingress_exact", "paused",
+        )}
+        out.update(hop_histogram={str(k): v for k, v in sorted(self.hop_histogram.items())},
+                   probe_addresses=list(self.probe_addresses), overlap_examples=list(self.overlap_examples),
+                   failures=[dict(f) for f in self.failures], seconds=round(self.seconds, 3), paused=list(self.paused))
+        return out
 
 # ---------------------------------------------------------------------------
 # tallies
@@ -464,40 +444,3 @@ def _run_scalar(
                 if len(tally.probe_failures) < tally.max_failures:
                     tally.probe_failures.append(tally.failure(name, mac, outcome_kind(w.code, None), probe=why))
 
-
-def pair_outcomes(compiled: Any, *, engine: str = "fast") -> dict[tuple[str, str], tuple[str, str | None, int | None]]:
-    """Per ordered host pair: (kind, host reached or None, hops or None for loops).
-
-    For cross-checking the engines on small fabrics (H*(H-1) entries); the fast engine runs with
-    one row per ingress port, so frames sent back out of their ingress port are dropped as in the
-    scalar walk.
-    """
-    hosts = compiled.fabric.hosts
-    out: dict[tuple[str, str], tuple[str, str | None, int | None]] = {}
-    if engine == "scalar":
-        pipes = Pipelines(compiled)
-        for s, src in enumerate(hosts):
-            for d, dst in enumerate(hosts):
-                if s != d:
-                    w = walk_pair(compiled, src.name, compiled.plan.host_mac[dst.name], pipelines=pipes)
-                    out[(src.name, dst.name)] = _outcome(w.code, d, w.hops, hosts)
-        return out
-    eng = Engine(compiled, per_port=True)
-    ids = np.arange(len(hosts))
-    for chunk in _chunks(eng, ids):
-        dst = Destinations(eng.host_macs[chunk])
-        m = eng.matrix(dst)
-        classes = eng.source_classes(m, range(len(hosts)))
-        for c0, nb, codes, hops in eng.walk(m, dst, classes):
-            for e in range(nb * dst.n):
-                d = int(chunk[e % dst.n])
-                for s in classes[c0 + e // dst.n][1]:
-                    if int(s) != d:
-                        out[(hosts[int(s)].name, hosts[d].name)] = _outcome(int(codes[e]), d, int(hops[e]), hosts)
-    return out
-
-
-def _outcome(code: int, d: int, hops: int, hosts: Sequence[Any]) -> tuple[str, str | None, int | None]:
-    kind = outcome_kind(code, d)
-    host = hosts[DELIVER - code].name if code <= DELIVER else None
-    return kind, host, None if code == LOOP else hops

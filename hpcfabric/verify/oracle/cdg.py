@@ -43,7 +43,7 @@ from hpcfabric.verify.graphs import edge_graph, find_cycle
 from hpcfabric.verify.oracle.lines import DecisionLines
 from hpcfabric.verify.scenarios import apply_paused, pausable_ports
 
-__all__ = ["CdgReport", "check_deadlock_freedom", "minimum_cos_levels", "pausable_ports", "channel_name"]
+__all__ = ["CdgReport", "check_deadlock_freedom", "pausable_ports", "channel_name"]
 
 
 @dataclass(frozen=True)
@@ -76,28 +76,16 @@ class CdgReport:
         return self.acyclic and self.failed_scenarios == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "fabric": self.fabric,
-            "routing": self.routing,
-            "cos": self.cos,
-            "cos_levels": self.cos_levels,
-            "ok": self.ok,
-            "cdg_acyclic": self.acyclic,
-            "cdg_cycle": list(self.cycle) if self.cycle else None,
-            "cdg_per_cos": {k: (list(v) if v else None) for k, v in self.per_cos.items()},
-            "cos_classes_used": list(self.classes_used),
-            "channels": self.channels,
-            "dependencies": self.dependencies,
-            "scenarios": self.scenarios,
-            "paused_ports": len(self.paused_ports),
-            "pairs_per_scenario": self.pairs_per_scenario,
-            "failed_scenarios": self.failed_scenarios,
-            "cyclic_scenarios": self.cyclic_scenarios,
-            "scenario_failures": [dict(f) for f in self.scenario_failures],
-            "seconds": round(self.seconds, 3),
-            "notes": list(self.notes),
-        }
-
+        out = {k: getattr(self, k) for k in ("fabric", "routing", "cos", "cos_levels", "ok")}
+        out.update(cdg_acyclic=self.acyclic, cdg_cycle=list(self.cycle) if self.cycle else None,
+                   cdg_per_cos={k: (list(v) if v else None) for k, v in self.per_cos.items()},
+                   cos_classes_used=list(self.classes_used))
+        out.update({k: getattr(self, k) for k in (
+            "channels", "dependencies", "scenarios", "paused_ports", "pairs_per_scenario", "failed_scenarios",
+            "cyclic_scenarios", "scenario_failures", "seconds", "notes")})
+        out.update(paused_ports=len(self.paused_ports), scenario_failures=[dict(f) for f in self.scenario_failures],
+                   seconds=round(self.seconds, 3), notes=list(self.notes))
+        return out
 
 def _cycle(lines: DecisionLines, g: Any) -> tuple[str, ...] | None:
     return find_cycle(g, lambda r: channel_name(lines.eng.channel(r)))  # type: ignore[arg-type]
@@ -201,21 +189,4 @@ def check_deadlock_freedom(
         edges=frozenset((channel_name(lines.eng.channel(a)), channel_name(lines.eng.channel(b)))  # type: ignore[arg-type]
                         for a, b in g.edges) if keep else None,
     )
-
-
-def minimum_cos_levels(
-    fabric: Any, plan: Any, routing: str, scheme: str, *, scenarios: str | Sequence[tuple[str, int]] = "single",
-    max_levels: int = 8,
-) -> tuple[int | None, dict[int, CdgReport]]:
-    """Smallest ``cos_levels`` for which the union CDG under ``scheme`` is acyclic
-    (None if none up to ``max_levels``), and the report of every level tried."""
-    from hpcfabric.rules.compiler import compile_fabric
-
-    reports: dict[int, CdgReport] = {}
-    for levels in range(1, max_levels + 1):
-        compiled = compile_fabric(fabric, plan, routing=routing, cos=scheme, cos_levels=levels)
-        rep = reports[levels] = check_deadlock_freedom(compiled, scenarios)
-        if rep.acyclic:
-            return levels, reports
-    return None, reports
 
