@@ -5,7 +5,9 @@ controller reports the repair installed and confirmed, from the status files: ea
 after a repair), ``controller_ms`` (its own clock: port status -> last wave confirmed), ``last_flow_mod_s``
 (injection -> the last flow-mod a switch received, once quiet), ``flow_mods`` (received by the switches),
 ``flow_mods_share`` (of the installed entries), ``verdict``, ``proof_s``, ``changed`` switches, ``waves``,
-``repairs`` and ``plans`` per controller (a burst settled into one plan: 1 and 1);
+``repairs`` and ``plans`` per controller (a burst settled into one plan: 1 and 1), ``phases_ms`` (the controller's
+own split: settle, the planner's round trip -- request, plan, patches, reply --, install per wave),
+``status_written_s`` / ``status_seen_s`` (after the controller's confirmation: its status file written, seen here);
 then ``adaptive``: a PAUSE on a port of a repaired switch flips it with one flow-mod; then the recovery (the
 same figures) and whether every switch holds its compiled table again.
 """
@@ -54,6 +56,20 @@ def wait_repaired(c: Any, before: list[int], t0: float, timeout: float, expect: 
     return None
 
 
+def lags(c: Any) -> dict[str, Any]:
+    """Right after :func:`wait_repaired`: how long after the controller's own confirmation (``last.confirmed_at``)
+    the status file showing it was begun (``status_written_s``: its ``time``; the status loop's milestone) and then
+    seen here (``status_seen_s``: the write, the harness's poll and parse), per controller (wall clocks of one host)."""
+    now = time.time()
+    out: dict[str, list] = {"status_written_s": [], "status_seen_s": []}
+    for i in range(len(c.parts)):
+        st = c.status(i)
+        at = ((st.get("failover") or {}).get("last") or {}).get("confirmed_at")
+        out["status_written_s"].append(None if at is None else round(st.get("time", 0.0) - at, 3))
+        out["status_seen_s"].append(None if at is None else round(now - st.get("time", 0.0), 3))
+    return out
+
+
 def wait_planners(c: Any, timeout: float) -> float | None:
     """Seconds until every controller's repair planner is ready (its proof base built), or None."""
     t0 = time.monotonic()
@@ -72,10 +88,11 @@ def one(c: Any, links: list[Link], *, installed: int, quiet_since: Callable, emu
     t0 = time.monotonic()
     set_links(c, links, up=False)
     confirmed = wait_repaired(c, before, t0, timeout, link_names(links))
+    lag = lags(c)
     last = quiet_since(c, t0, quiet=1.5)
     fms = emu_sum(c.emu_stats(), "flow_mods") - fm0
     return {**report(c, confirmed, last, fms, installed), "repairs": [a - b for a, b in zip(repairs(c), before)],
-            "plans": [a - b for a, b in zip(plans(c), p0)]}
+            "plans": [a - b for a, b in zip(plans(c), p0)], **lag}
 
 
 def report(c: Any, confirmed: float | None, last: float, fms: float, installed: int) -> dict[str, Any]:
@@ -88,7 +105,8 @@ def report(c: Any, confirmed: float | None, last: float, fms: float, installed: 
             "installed": main.get("installed"), "verdict": verdict.get("verdict"),
             "redirect_detours": verdict.get("redirect_detours"),
             "proof_s": (main.get("timings") or {}).get("prove"), "plan_s": main.get("seconds"),
-            "changed": main.get("changed"), "entries": main.get("entries"), "waves": main.get("waves")}
+            "changed": main.get("changed"), "entries": main.get("entries"), "waves": main.get("waves"),
+            "phases_ms": main.get("phases_ms")}
 
 
 def adaptive(c: Any, switch: str, emu_sum: Callable) -> dict[str, Any]:
@@ -148,10 +166,11 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
         t0 = time.monotonic()
         set_links(c, links, up=True)
         confirmed = wait_repaired(c, before, t0, timeout, [])
+        lag = lags(c)
         last = quiet_since(c, t0, quiet=1.5)
         res["recovery"] = {**report(c, confirmed, last, emu_sum(c.emu_stats(), "flow_mods") - fm0, installed),
                            "repairs": [a - b for a, b in zip(repairs(c), before)],
-                           "plans": [a - b for a, b in zip(plans(c), p0)]}
+                           "plans": [a - b for a, b in zip(plans(c), p0)], **lag}
         res["failures"] = [f"{a}:{ap}-{b}:{bp}" for a, ap, b, bp in links]
         out[name] = res
     if flap and by_kind.get("local"):

@@ -30,6 +30,7 @@ from hpcfabric.controller.framework import hub
 from hpcfabric.controller.planner import Planner
 from hpcfabric.controller.state import Changes, State
 from hpcfabric.failover.damping import FlapDamper
+from hpcfabric.repair.patch import PatchMismatch, rebuild
 from hpcfabric.topology.failures import NO_FAILURES, Failures
 
 LOG = logging.getLogger("hpcfabric.controller")
@@ -249,6 +250,7 @@ class Failover:
             planner = self.planner
             assert planner is not None
             replans = 0
+            settled = time.monotonic()
             while True:
                 now = time.monotonic()
                 self.since = None  # events from now on: after this plan's snapshot
@@ -272,7 +274,11 @@ class Failover:
                     hub.sleep(self.unsettled(time.monotonic()))
             self._applied_ports = ports
             verdict = plan["verdict"]
-            record = {"at": time.time(), **plan["summary"]}
+            planned = time.monotonic()
+            record = {"at": time.time(), **plan["summary"],
+                      "phases_ms": {"settle": round((settled - t0) * 1000.0, 3),
+                                    "planning": round((planned - settled) * 1000.0, 3),
+                                    "last_plan": plan.get("phases_ms"), "replans": replans}}
             if not plan["proven"] and config.flow_control == "pfc":
                 planner.decide(False)
                 self.refused += 1
@@ -283,13 +289,23 @@ class Failover:
                 self.last = {**record, "installed": False}
                 return
             self.unproven = None
+            try:  # before the planner applies it: a patch that does not fit asks for that table whole
+                desired = self.tables_of(plan)
+            except Exception:
+                planner.decide(False)  # the planner's proof base back to the tables in force
+                raise
             planner.decide(True)
             self.in_force = failures
             self.dead = set(failures.switches)
-            sent = self.install(plan)
+            installing = time.monotonic()
+            waves_ms: list[float] = []
+            sent = self.install(plan, desired, waves_ms)
             self.repairs += 1
             self.flow_mods += sent
-            self.last_ms = round((time.monotonic() - t0) * 1000.0, 3)
+            done = time.monotonic()
+            self.last_ms = round((done - t0) * 1000.0, 3)
+            record["phases_ms"].update(decide=round((installing - planned) * 1000.0, 3),
+                                       install=round((done - installing) * 1000.0, 3), waves=waves_ms)
             self.last = {**record, "installed": True, "flow_mods": sent, "ms": self.last_ms, "confirmed_at": time.time()}
             LOG.warning("failover: %s -> %s repair (%s), %d switch(es) changed in %d wave(s), %d flow-mod(s), "
                         "confirmed %.1f ms after the event (plan %.1f ms)",
@@ -306,13 +322,39 @@ class Failover:
             self.again = False
             self.schedule()
 
-    def install(self, plan: Any) -> int:
-        """The plan's tables in force, wave by wave: each switch gets the entries that differ (one bundle and a
-        barrier); a wave is confirmed before the next starts. Returns the flow-mods sent."""
+    def tables_of(self, plan: Any) -> dict[str, Any]:
+        """The tables ``plan`` installs: rebuilt from its patches of the tables in force here (the planner holds the
+        same ones; kept entries stay the very objects in force), or whole where a patch does not fit (asked of the
+        planner, and logged). Raises :class:`PatchMismatch` if a table cannot be had (nothing of the plan is installed)."""
+        if "patches" not in plan:
+            return dict(plan["desired"])
+        tables = self.state.tables
+        out: dict[str, Any] = {}
+        misfits = []
+        for name, patch in plan["patches"].items():
+            try:
+                out[name] = rebuild(tables.base(name), patch)
+            except PatchMismatch:
+                misfits.append(name)
+        if misfits:
+            LOG.error("failover: the planner's tables in force differ from ours on %d switch(es) (%s): their repaired "
+                      "tables asked for whole", len(misfits), ", ".join(misfits[:5]))
+            assert self.planner is not None
+            whole = self.planner.tables(misfits)
+            missing = [name for name in misfits if name not in whole]
+            if missing:  # never a part of a proven plan: the caller discards it whole
+                raise PatchMismatch(f"the planner did not send the tables of {', '.join(missing[:5])}")
+            out.update((name, whole[name]) for name in misfits)
+        return out
+
+    def install(self, plan: Any, desired: dict[str, Any], waves_ms: list[float] | None = None) -> int:
+        """The plan's tables (``desired``: :meth:`tables_of`) in force, wave by wave: each switch gets the entries that
+        differ (one bundle and a barrier); a wave is confirmed before the next starts. Returns the flow-mods sent (each
+        wave's ms appended to ``waves_ms``)."""
         fab = self.state
         tables = fab.tables
-        old = {name: fab.desired(name) for name in plan["desired"]}
-        tables.repaired.update(plan["desired"])
+        old = {name: fab.desired(name) for name in desired}
+        tables.repaired.update(desired)
         if plan["groups"] or tables.groups:
             from hpcfabric.controller.tables import group_buckets
 
@@ -322,6 +364,7 @@ class Failover:
                 del tables.repaired[name]
         sent = 0
         for wave in plan["waves"]:
+            began = time.monotonic()
             threads = []
             for name in wave:
                 st = fab.switches.get(name)
@@ -333,6 +376,8 @@ class Failover:
                     self.resync(st)  # not settled: a full reconciliation
             for t in threads:
                 sent += t.wait() or 0
+            if waves_ms is not None:
+                waves_ms.append(round((time.monotonic() - began) * 1000.0, 3))
         return sent
 
     def _apply(self, st: Any, dp: Any, old: Any, new: Any) -> int:

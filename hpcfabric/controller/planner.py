@@ -24,7 +24,21 @@ from hpcfabric.repair.service import read_message, slim, write_message
 
 LOG = logging.getLogger("hpcfabric.controller")
 
-__all__ = ["Planner"]
+__all__ = ["Planner", "phases"]
+
+
+def phases(asked: float, stamps: dict[str, float] | None, answered: float) -> dict[str, float]:
+    """Where a plan's round trip went, in ms (one monotonic clock on the host): ``request`` (sent -> the planner read
+    it), ``plan`` (its plan, with its own bookkeeping), ``patches`` (the tables as patches), ``reply`` (pickled,
+    through the pipe, unpickled), ``total``."""
+    out = {"total": round((answered - asked) * 1000.0, 3)}
+    if stamps:
+        slimmed = stamps.get("slimmed", stamps["planned"])
+        out.update(request=round((stamps["received"] - asked) * 1000.0, 3),
+                   plan=round((stamps["planned"] - stamps["received"]) * 1000.0, 3),
+                   patches=round((slimmed - stamps["planned"]) * 1000.0, 3),
+                   reply=round((answered - slimmed) * 1000.0, 3))
+    return out
 
 
 class Planner:
@@ -69,12 +83,14 @@ class Planner:
         if self.mode == "process":
             try:
                 assert self.proc is not None and self.proc.stdin is not None
+                asked = time.monotonic()
                 write_message(self.proc.stdin, ("plan", failures))
                 got = self._read()
             except (OSError, ValueError, AssertionError) as err:
                 got = None
                 LOG.error("failover: repair planner: %s", err)
             if got is not None:
+                got["phases_ms"] = phases(asked, got.pop("stamps", None), time.monotonic())
                 self.last = got
                 return got
             self._plan_inline("the repair planner process died")
@@ -82,6 +98,14 @@ class Planner:
         plan = run_native(self.inline.plan, failures)
         self.last = {**slim(plan), "_plan": plan}
         return self.last
+
+    def tables(self, names: Any) -> dict[str, Any]:
+        """The last plan's tables of switches ``names``, whole (where a patch did not fit the table in force)."""
+        if self.mode != "process":
+            return {s: t for s, t in ((self.last or {}).get("desired") or {}).items() if s in set(names)}
+        assert self.proc is not None and self.proc.stdin is not None
+        write_message(self.proc.stdin, ("tables", tuple(names)))
+        return self._read() or {}
 
     def decide(self, install: bool) -> None:
         """The last plan was installed (or not)."""

@@ -72,15 +72,17 @@ class StatusReporter:
         """E.g. the last switch confirmed: written within MILESTONE_S, not after the full gap."""
         return self.changes.milestone
 
-    def status(self, running: bool = True, breathe: bool = False) -> dict[str, Any]:
+    def status(self, running: bool = True, breathe: bool = False, fresh: bool = True) -> dict[str, Any]:
         """The status dict; ``breathe``: other green threads run between slices of the work (the loop's
-        writes: at Table III building this took ~100-350 ms of CPU in one go, and PAUSEs waited)."""
+        writes: at Table III building this took ~100-350 ms of CPU in one go, and PAUSEs waited); ``fresh=False``:
+        the last discovery report as it is (a milestone's write: recomputing it after a failure's burst of port
+        events took ~0.25 s at Table III; the next regular write, within about a second, recomputes it)."""
         src = self.sources
         fab = src.state
         config = fab.config
         now = time.monotonic()
         pause = self.breather if breathe else None
-        snap = snapshot(src, now, breathe=pause)
+        snap = snapshot(src, now if fresh or not src.wiring.last_report else None, breathe=pause)
         wiring, pausing, poller, admission = snap["wiring"], snap["pausing"], snap["poller"], snap["admission"]
         rep = wiring["report"]
         impostors = admission.pop("impostors")
@@ -200,14 +202,15 @@ class StatusReporter:
             "metrics": f"{config.metrics_listen[0]}:{config.metrics_listen[1]}" if config.metrics_listen else None,
         }
 
-    def write(self, running: bool = True, breathe: bool = False) -> None:
+    def write(self, running: bool = True, breathe: bool = False, fresh: bool = True) -> None:
         """Rewrite the status file atomically (without one: keep the discovery report and its log going);
-        ``breathe``: built and serialised in slices with other green threads running between them."""
+        ``breathe``: built and serialised in slices with other green threads running between them; ``fresh``: as
+        :meth:`status`."""
         if not self.path:
             if running:
                 self.sources.wiring.report(time.monotonic(), breathe=self.breather if breathe else None)  # logging
             return
-        st = self.status(running, breathe=breathe)
+        st = self.status(running, breathe=breathe, fresh=fresh)
         per = list(st.pop("per_switch").items())
         parts = []
         for i in range(0, len(per), SLICE):
@@ -228,7 +231,7 @@ class StatusReporter:
             until = time.monotonic() + min_gap
             if (left := until - time.monotonic()) > 0:  # a 300k partition's gap is a minute or more in a bring-up
                 self.changes.reached.wait(left)  # a milestone ends the gap
-            self.changes.milestone = False
+            milestone, self.changes.milestone = self.changes.milestone, False
             if not self.dirty and time.monotonic() - last < 1.0:
                 continue
             # green threads are cooperative: never serialise the status while a flip is in flight
@@ -240,7 +243,7 @@ class StatusReporter:
             t = time.monotonic()
             y = self.breather.yielded
             try:
-                self.write(breathe=True)
+                self.write(breathe=True, fresh=not milestone)  # a milestone is shown at once, its report later
                 self.cost = time.monotonic() - t - (self.breather.yielded - y)  # our own work, not the others'
             except Exception as err:  # pragma: no cover - disk full etc.
                 LOG.error("cannot write status file %s: %s", self.path, err)

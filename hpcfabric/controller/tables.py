@@ -42,9 +42,13 @@ class Tables:
         return port_state_flow(port, paused, gid if not paused and gid in self.groups.get(switch, ()) else None,
                                reaction=self.config.pause_reaction)
 
+    def base(self, name: str) -> tuple[FlowSpec, ...]:
+        """The switch's table in force: repaired, else compiled (no pause state)."""
+        return self.repaired.get(name) or self.config.desired.get(name, ())
+
     def desired(self, name: str, paused: set[int]) -> tuple[FlowSpec, ...]:
         """The switch's desired table with the PORT_STATE entries of the ``paused`` ports paused."""
-        base = self.repaired.get(name) or self.config.desired.get(name, ())
+        base = self.base(name)
         if not paused:
             return base
         out = []

@@ -60,7 +60,15 @@ def plan_sync(desired: Iterable[FlowSpec], installed: Iterable[FlowSpec], opaque
 
 
 def plan_change(old: Iterable[FlowSpec], new: Iterable[FlowSpec]) -> SyncPlan:
-    """A confirmed switch from desired table ``old`` to ``new``: only the entries that differ."""
+    """A confirmed switch from desired table ``old`` to ``new``: only the entries that differ. An entry that is the
+    very same object in both (a repaired table rebuilt from the one in force, :mod:`hpcfabric.repair.patch`) is
+    kept without a look: a table holds one entry per key, so it adds, changes and deletes nothing (only the plan's
+    ``keep`` leaves it out)."""
+    old, new = tuple(old), tuple(new)
+    same = {id(f) for f in old}.intersection(map(id, new))
+    if same:
+        old = tuple(f for f in old if id(f) not in same)
+        new = tuple(f for f in new if id(f) not in same)
     return SyncPlan(diff(new, old))
 
 

@@ -7,8 +7,9 @@ is the INI text the controller loaded: a file changed since is not read), builds
 controller's bring-up goes first; then back to normal priority where permitted), says ``ready``, then
 answers requests read from stdin, one at a time, each a length-prefixed pickle:
 
-* ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs
-  and what is proven -- not the whole fabric's tables);
+* ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs, as
+  patches of the tables in force, and what is proven -- not the whole fabric's tables);
+* ``("tables", names)`` -> the last plan's tables of those switches, whole (a patch that did not fit);
 * ``("apply",)`` / ``("discard",)`` -> the last plan is in force / is not installed;
 * ``("stop",)``.
 
@@ -33,7 +34,9 @@ import pickle
 import struct
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Mapping
+
+from hpcfabric.repair.patch import make_patch
 
 __all__ = ["read_message", "write_message", "slim", "settle_heap", "main"]
 
@@ -61,11 +64,18 @@ def read_message(inp: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
-def slim(plan: Any) -> dict[str, Any]:
-    """What the controller needs of a :class:`~hpcfabric.repair.plan.RepairPlan`."""
-    return {"failures": plan.failures, "changed": plan.changed, "desired": dict(plan.desired),
-            "groups": dict(plan.groups), "waves": plan.waves, "entries": plan.entries, "verdict": dict(plan.verdict),
-            "seconds": plan.seconds, "timings": dict(plan.timings), "proven": plan.proven, "summary": plan.as_dict()}
+def slim(plan: Any, in_force: Mapping[str, tuple[Any, ...]] | None = None) -> dict[str, Any]:
+    """What the controller needs of a :class:`~hpcfabric.repair.plan.RepairPlan`: with ``in_force`` (the tables in
+    force, as the controller holds them too) the tables to install as ``patches`` of those
+    (:mod:`hpcfabric.repair.patch`: only the new entries go through the pipe), else whole as ``desired``."""
+    out = {"failures": plan.failures, "changed": plan.changed, "groups": dict(plan.groups), "waves": plan.waves,
+           "entries": plan.entries, "verdict": dict(plan.verdict), "seconds": plan.seconds,
+           "timings": dict(plan.timings), "proven": plan.proven, "summary": plan.as_dict()}
+    if in_force is None:
+        out["desired"] = dict(plan.desired)
+    else:
+        out["patches"] = {s: make_patch(in_force.get(s, ()), new) for s, new in plan.desired.items()}
+    return out
 
 
 def settle_heap() -> None:
@@ -127,8 +137,14 @@ def serve(rep: Any, inp: BinaryIO, out: BinaryIO, ready: dict[str, Any]) -> int:
         if msg is None or msg[0] == "stop":
             return 0
         if msg[0] == "plan":
+            got = time.monotonic()
             plan = rep.plan(msg[1])
-            write_message(out, slim(plan))
+            planned = time.monotonic()
+            reply = slim(plan, rep.desired)  # patches of the tables in force (rep.apply comes later)
+            reply["stamps"] = {"received": got, "planned": planned, "slimmed": time.monotonic()}  # CLOCK_MONOTONIC
+            write_message(out, reply)
+        elif msg[0] == "tables":  # the pending plan's tables whole (the controller could not apply a patch)
+            write_message(out, {s: plan.desired[s] for s in msg[1] if plan is not None and s in plan.desired})
         elif msg[0] == "apply" and plan is not None:
             rep.apply(plan)
             if not plan.proven and rep.prove:  # installed as at load under pause: the base is built again
