@@ -196,8 +196,8 @@ class TlsSocket:
         are none; b"" at the end of the connection (close_notify, EOF, a broken record).
 
         It reads the TCP socket before asking OpenSSL when nothing is buffered, and stops once OpenSSL has
-        taken every buffered byte, so that a burst costs no ``SSLWantReadError`` (an exception per record
-        when they come one at a time: ~18 of the ~56 us a lone record cost the hub)."""
+        taken every buffered byte: no ``SSLWantReadError``, which had cost two per lone record (a lone record:
+        43-45 instead of 51-68 us of hub CPU, 38 us over TCP; docs/scale.md "Fourth pass")."""
         tls, incoming = self.tls, self.incoming
         if not incoming.pending and not incoming.eof and not tls.pending():
             self.fill()  # socket.timeout to the caller (an idle switch)
