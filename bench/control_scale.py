@@ -352,7 +352,8 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
     return out
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The bench's options (also bench/hub_profile.py's pass-through)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fabric", action="append", help=f"{', '.join(FABRICS)} or a topology file name (repeatable)")
     ap.add_argument("--controllers", type=int, default=1, help="partitions (controller processes)")
@@ -387,7 +388,11 @@ def main() -> int:
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",
                     help="OpenFlow over TLS ([openflow] tls = on, certificates made first); both: TCP, then TLS, "
                     "and a control_scale_tls line comparing them")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.tls]
     for name in args.fabric or ["default", "a6p3h3"]:
         runs = []

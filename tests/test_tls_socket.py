@@ -128,6 +128,75 @@ def test_a_burst_of_records_is_read_in_a_few_reads_and_large_sends_arrive_whole(
     cli.close()
 
 
+class CountingTls:
+    """The TlsSocket's SSLObject, its reads and the SSLWantReadErrors they raise counted."""
+
+    def __init__(self, tls) -> None:
+        self.tls, self.reads, self.want_read = tls, 0, 0
+
+    def read(self, n):
+        self.reads += 1
+        try:
+            return self.tls.read(n)
+        except ssl.SSLWantReadError:
+            self.want_read += 1
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.tls, name)
+
+
+def bio_pair(pki):
+    """(TlsSocket, the client's SSLObject, its output buffer, the client's raw socket): the client's records are
+    written to the socket by the test, so that it can cut one anywhere."""
+    a, b = gsocket.socketpair()
+    raw = socket.socket(fileno=b.detach())
+    raw.setblocking(True)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    cli = pki["client"]().wrap_bio(inc, out, server_side=False)
+
+    def handshake():
+        while True:
+            try:
+                cli.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                raw.sendall(out.read())
+                inc.write(raw.recv(1 << 16))
+        raw.sendall(out.read())
+
+    t = threading.Thread(target=handshake)
+    t.start()
+    conn = T.TlsSocket(a, pki["server"])
+    conn.handshake(5.0)
+    t.join()
+    return conn, cli, out, raw
+
+
+def test_records_one_at_a_time_and_cut_records_are_read_without_a_want_read_each(pki):
+    conn, cli, out, raw = bio_pair(pki)
+    conn.tls = counting = CountingTls(conn.tls)
+    for i in range(50):  # a lone record per read, as replies come: no SSLWantReadError at all
+        cli.write(i.to_bytes(4, "big") * 20)
+        raw.sendall(out.read())
+        assert conn.recv(1 << 16) == i.to_bytes(4, "big") * 20
+    assert counting.reads == 50 and counting.want_read == 0
+    for cut in (3, 5, 100, 318, 330):  # cut after a header, inside a body, just before the end, in the second
+        cli.write(b"a" * 300)
+        cli.write(b"b" * 10)
+        records = out.read()  # 322 + 32 bytes (TLS 1.3)
+        raw.sendall(records[:cut])
+        later = threading.Timer(0.05, raw.sendall, (records[cut:],))
+        later.start()
+        got = conn.recv(1 << 16)
+        while len(got) < 310:
+            got += conn.recv(1 << 16)
+        later.join()
+        assert got == b"a" * 300 + b"b" * 10
+    conn.close()
+    raw.close()
+
+
 def test_eof_and_broken_records_end_the_connection_and_idle_reads_time_out(pki):
     conn, cli = pair(pki)
     conn.settimeout(0.2)

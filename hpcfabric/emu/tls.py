@@ -62,14 +62,15 @@ class TlsClient(asyncio.Protocol):
             if not self.open:
                 return
         parts = []
+        tls, incoming = self.tls, self.incoming
         try:
-            while True:
-                chunk = self.tls.read(READ)
+            while incoming.pending or tls.pending():  # no SSLWantReadError once every byte is taken
+                chunk = tls.read(READ)
                 if not chunk:  # close_notify
                     self.transport.close()
                     break
                 parts.append(chunk)
-        except ssl.SSLWantReadError:
+        except ssl.SSLWantReadError:  # a record's remainder still on its way
             pass
         except ssl.SSLError as err:  # a broken record: the connection is over
             self.fail(err)
