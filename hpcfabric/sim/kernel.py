@@ -283,19 +283,14 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
                 thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
         for pid in range(NP if model != 3 or use_flips else 0):  # iq: credits, no PAUSE (but for the flips)
-            thr = thr_sw[sw_of[pid]] if model == 2 else 0
+            if model == 2:  # paused with headroom in use or at the threshold, resumed at half of it
+                thr = thr_sw[sw_of[pid]]
+                on, off = max(thr, 1), thr >> 1
+            else:  # hysteresis between XON and XOFF (hr is 0 outside the shared model)
+                on, off = XOFF, XON
             for a in range(pid * C, pid * C + C):
-                x = xoff[a]
                 o = occ[a]
-                if model != 2:
-                    if o >= XOFF:
-                        x = True
-                    elif o <= XON:
-                        x = False
-                elif hr[a] > 0 or o >= max(thr, 1):  # headroom in use, or at the threshold: paused
-                    x = True
-                elif o <= (thr >> 1):
-                    x = False
+                x = (hr[a] > 0) | (o >= on) | (xoff[a] & (o > off))  # branch-free: between the two, unchanged
                 xoff[a] = x
                 hist[row, a] = x
         # -- 3. PORT_STATE flips
