@@ -323,13 +323,15 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         for i in range(nact):
             if batch and i % CHUNK == 0:
                 sink += touch_scan(act, i, min(nact, i + CHUNK), qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D,
-                                   C, b_f, b_o, b_nx)
+                                   C, b_f, b_o, b_nx, C if model == 2 else 0, t + outq)
             q = act[i]
             if qlen[q] == 0:
                 inact[q] = 0
                 continue
             act[keep] = q
             keep += 1
+            if batch and model == 2 and busy[q // C] > t + outq:  # shared: a queue per output, busy: no request
+                continue
             f = qhead[q]
             o = F[f, F_OUT]
             if F[f, F_READY] > t or busy[o] > t + outq:

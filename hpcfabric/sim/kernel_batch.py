@@ -120,16 +120,17 @@ def touch_accounts(n, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, mode
 
 
 @njit(cache=True, error_model="numpy")
-def touch_scan(act, i0, i1, qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D, C, b_f, b_o, b_x):
+def touch_scan(act, i0, i1, qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D, C, b_f, b_o, b_x, per_out, limit):
     """Read what the switching scan of the active queues ``act[i0:i1]`` reads, step by step: the
     queue, its head frame, the head's output port, the pause state seen there (the scan's misses,
-    overlapped). Returns a dummy sum."""
+    overlapped); ``per_out`` > 0: queue ``q`` is output ``q // per_out``'s (shared), skipped while
+    its ``busy`` exceeds ``limit`` as the scan does. Returns a dummy sum."""
     acc = 0
     n = i1 - i0
     for i in range(n):
         q = act[i0 + i]
         acc += qlen[q]
-        b_f[i] = qhead[q]
+        b_f[i] = -1 if per_out > 0 and busy[q // per_out] > limit else qhead[q]
     for i in range(n):
         f = b_f[i]
         b_o[i] = -1
