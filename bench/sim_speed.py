@@ -4,7 +4,10 @@
 Runs one router (default COND-ideal) at a few loads on a fabric (default the Table III
 Dragonfly, 2,064 switches, 16,512 hosts) for a short window and prints, per load, the wall time
 per tick, simulated microseconds per wall second, frame-hops per second and delivered frames per
-second, plus the time to compile and precompute the tables and the peak RSS, as one JSON line.
+second, the CPU time per frame-hop (robust against other jobs' time slices, not against their
+cache traffic) and the run's outcome (latency, hops, delivered, ...: two versions of the simulator
+with the same seed must print the same), plus the time to compile and precompute the tables (and
+the kernel, compiled or loaded by a tiny run before the timed ones) and the peak RSS, as one JSON line.
 For scale: BookSim2 on a Dragonfly of this size needs ~190 s of CPU per 1,000 cycles
 (issue 19); a cycle there is one flit time.
 
