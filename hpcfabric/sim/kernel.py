@@ -124,13 +124,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         cal_row = cal_buf[slot]
         for ci in range(n_arr):
             i = ci % CHUNK
-            if batch and router == 0 and i == 0:
+            if batch and i == 0:
                 c1 = min(n_arr, ci + CHUNK)
                 decide_chunk(cal_row, ci, c1, F, st_sw, st_pid, state_line, line_off, host_sw, host_cls, tcls, col, base,
                              alt, width, pid_base, egress, state_base, flipped, flips_in_tables, b_f, b_st, b_dst, b_sw,
-                             b_line, b_cls, b_o, b_nx, b_code, b_pid)
+                             b_line, b_cls, b_o, b_nx, b_code, b_pid, router, sw_of, kind, gidx, host_group)
                 sink += touch_accounts(c1 - ci, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, model, sw_of,
-                                       pid_base, occ, hr, pool_used, demand, qlen, qhead, qtail, inact, b_ncls, b_dst)
+                                       pid_base, occ, hr, pool_used, demand, qlen, qhead, qtail, inact, b_ncls, b_dst, router)
             f = cal_row[ci]
             c[C_INNET] -= 1
             if F[f, F_NSTATE] < 0:
@@ -197,7 +197,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 F[f, F_AUX] = target
                 if target >= 0:
                     eff = target
-            if batch and router == 0:
+            if batch and b_code[i] != 4:  # decided with the chunk (kernel_batch.decide_chunk)
                 o, nx, code = b_o[i], b_nx[i], b_code[i]
                 bad, miss = code == 1, code == 2
             else:

@@ -19,22 +19,29 @@ from hpcfabric.sim.kernel_ops import DELIVER, PCP_SLOTS, SLOT_BITS
 __all__ = ["CHUNK", "decide_chunk", "touch_accounts", "touch_scan", "touch_grants"]
 
 CHUNK = 128
-F_DST, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_ACCT, F_NXT = 0, 3, 4, 5, 6, 7, 10, 11
+F_DST, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_ACCT, F_NXT = 0, 3, 4, 5, 6, 7, 8, 10, 11
 
 
 @njit(cache=True, error_model="numpy")
 def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_sw, host_cls, tcls, col, base, alt,
                  width, pid_base, egress, state_base, flipped, use_flips, b_f, b_st, b_dst, b_sw, b_line, b_cls, b_o,
-                 b_nx, b_code, b_pid):
+                 b_nx, b_code, b_pid, router, sw_of, kind, gidx, host_group):
     """``decide`` for the frames ``cal_row[c0:c1]``, step by step over the chunk. Per frame ``i``:
     ``b_f`` the frame, ``b_st`` its next state (-1: it is being delivered), ``b_pid`` the state's
-    input port, ``b_o``/``b_nx`` ``decide``'s output and next state, ``b_code`` 0 ok, 1 bad, 2 no line."""
+    input port, ``b_o``/``b_nx`` ``decide``'s output and next state, ``b_code`` 0 ok, 1 bad, 2 no
+    line, 4 not decided here. Reference routers (``router`` > 0): the destination looked up is the
+    frame's intermediate target as the tick loop sets it; a frame entering from a host whose target
+    is still open (-1) draws it at random from the backlog the frames before it change: code 4,
+    the tick loop decides it alone."""
     n = c1 - c0
     for i in range(n):
         f = cal_row[c0 + i]
         b_f[i] = f
         b_st[i] = F[f, F_NSTATE]
         b_dst[i] = F[f, F_DST]
+        b_code[i] = 0
+        if router != 0 and b_st[i] >= 0:
+            b_o[i] = F[f, F_AUX]  # the target so far
     for i in range(n):
         st = b_st[i]
         if st < 0:
@@ -43,13 +50,33 @@ def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_s
         b_line[i] = state_line[st]
         b_pid[i] = st_pid[st]
     for i in range(n):
-        if b_st[i] < 0:
+        if router == 0 or b_st[i] < 0:
+            continue
+        in_pid = b_pid[i]
+        swi = sw_of[in_pid]
+        target = b_o[i]
+        if router == 1:  # PB
+            if target >= 0 and host_group[target] == gidx[swi]:
+                target = -2
+            if kind[in_pid] == 1 and target == -1:
+                b_code[i] = 4
+                continue
+        else:  # VAL-R / UGAL-L
+            if kind[in_pid] == 1 and target == -1:
+                b_code[i] = 4
+                continue
+            if target >= 0 and host_sw[target] == swi:
+                target = -2
+        if target >= 0:
+            b_dst[i] = target
+    for i in range(n):
+        if b_st[i] < 0 or b_code[i] == 4:
             continue
         dst = b_dst[i]
         sw = b_sw[i]
         b_cls[i] = host_cls[dst] if host_sw[dst] == sw else tcls[sw, col[dst]]
     for i in range(n):
-        if b_st[i] < 0:
+        if b_st[i] < 0 or b_code[i] == 4:
             continue
         line = b_line[i]
         if line < 0:
@@ -90,7 +117,7 @@ def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_s
 
 @njit(cache=True, error_model="numpy")
 def touch_accounts(n, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, model, sw_of, pid_base, occ, hr, pool_used,
-                   demand, qlen, qhead, qtail, inact, b_ncls, b_q):
+                   demand, qlen, qhead, qtail, inact, b_ncls, b_q, router):
     """Read (into the cache) what the arrivals of the chunk update next: ingress accounts, the
     switch's pool, the output's demand, the queue joined and its tail frame; ``b_ncls`` becomes the
     next class (``st_cls`` of the next state, 0 at the last hop: the compiled tables' rule).
@@ -111,8 +138,10 @@ def touch_accounts(n, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, mode
             q = o * C + b_ncls[i]
         else:
             q = a
-        b_q[i] = qtail[q]
-        acc += occ[a] + hr[a] + pool_used[sw_of[pid]] + demand[o] + qlen[q] + qhead[q] + inact[q]
+        acc += occ[a] + hr[a] + pool_used[sw_of[pid]] + demand[o]
+        if router == 0:  # the queue joined (a reference router's class is set in the tick loop)
+            b_q[i] = qtail[q]
+            acc += qlen[q] + qhead[q] + inact[q]
     for i in range(n):
         if b_q[i] >= 0:
             acc += F[b_q[i], F_NXT]
