@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from hpcfabric.sim.kernel_ops import DELIVER, PCP_SLOTS, SLOT_BITS
+from hpcfabric.sim.kernel_ops import PCP_SLOTS, landing, pick
 
 __all__ = ["CHUNK", "decide_chunk", "touch_accounts", "touch_scan", "touch_grants"]
 
@@ -79,40 +79,25 @@ def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_s
         if b_st[i] < 0 or b_code[i] == 4:
             continue
         line = b_line[i]
-        if line < 0:
-            b_code[i] = 2
-            b_o[i] = 0
-            b_nx[i] = -1
-            continue
-        cell = line_off[line] + b_cls[i]
         sw = b_sw[i]
-        choice = base[cell]
-        w1 = width[sw] - 1
-        if use_flips and choice >= 0:
-            if flipped[pid_base[sw] + min(choice >> SLOT_BITS, w1)]:
-                choice = alt[cell]
-        if choice < 0:
-            b_code[i] = 1
+        choice = -1
+        port = 0
+        if line >= 0:
+            choice, port = pick(line_off, base, alt, width, pid_base, flipped, use_flips, sw, line, b_cls[i])
+        if choice < 0:  # no line (2) or no output (1)
+            b_code[i] = 2 if line < 0 else 1
             b_o[i] = 0
             b_nx[i] = -1
             continue
-        port = min(choice >> SLOT_BITS, w1)
         b_o[i] = pid_base[sw] + port
         b_line[i] = state_base[sw] + port * PCP_SLOTS + (choice & 15)  # now the egress index
         b_code[i] = 3
     for i in range(n):
         if b_st[i] < 0 or b_code[i] != 3:
             continue
-        nxt = egress[b_line[i]]
-        if nxt <= DELIVER:
-            b_nx[i] = -1
-            b_code[i] = 1 if DELIVER - nxt != b_dst[i] else 0
-        elif nxt < 0:
-            b_nx[i] = -1
-            b_code[i] = 1
-        else:
-            b_nx[i] = nxt
-            b_code[i] = 0
+        nx, bad = landing(egress[b_line[i]], b_dst[i])
+        b_nx[i] = nx
+        b_code[i] = 1 if bad else 0
 
 
 @njit(cache=True, error_model="numpy")
