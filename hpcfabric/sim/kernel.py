@@ -18,7 +18,10 @@ switch models differ in where a frame waits and which frames may leave:
 
 fifo and voq frames compete for outputs in rounds of grants (each free output one requester at
 random) and accepts (each input port at most ``speedup`` frames per frame time, 0 = no limit).
-Ingress accounting (PFC) is per (input port, class) in every model.
+Ingress accounting (PFC) is per (input port, class) in every model. With ``G_BATCH`` the lookups of
+the arrivals and the reads of the switching scan and the grants run over chunks of frames first
+(:mod:`hpcfabric.sim.kernel_batch`: overlapped cache misses); without it one frame at a time (the
+reference path): the same results bit for bit.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import numpy as np
 from numba import njit
 
 from hpcfabric.sim import kernel_ops as ops
+from hpcfabric.sim.kernel_batch import CHUNK, decide_chunk, touch_accounts, touch_grants, touch_scan
 from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, push, sample, ugal_minimal
 
-__all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM"]
+__all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM", "NBT", "CHUNK"]
 
 MODELS = {"fifo": 0, "voq": 1, "shared": 2, "iq": 3}
 
@@ -43,7 +47,7 @@ Net = namedtuple("Net", [
     "t_off", "t_cnt", "t_flat", "t_cum", "t_rate",  # destinations and per-host rate (hpcfabric.sim.traffic)
     "pool",  # shared buffer per switch
 ])
-#: a frame is one row of ``Frames.F`` (its fields adjacent in memory: one cache line per frame)
+#: a frame is one row of ``Frames.F``, int32 (its 16 fields one 64-byte cache line: the pool is aligned)
 FRAME_FIELDS = ("dst", "src", "tgen", "state", "out", "nstate", "ncls", "ready", "aux", "aux2", "acct", "nxt", "inhr")
 (F_DST, F_SRC, F_TGEN, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_AUX2, F_ACCT, F_NXT, F_INHR) = range(13)
 assert F_NXT == ops.F_NXT
@@ -59,14 +63,16 @@ Sw = namedtuple("Sw", [
     "cal_buf", "cal_n",  # calendar of link arrivals: per slot the frames arriving then (at most one per port and host)
     "cred", "cr_buf", "cr_n",  # iq: credits in use per ingress account (sender's view), credit returns per slot
     "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
+    "bt",  # scratch of the batched lookups (hpcfabric.sim.kernel_batch): NBT rows of CHUNK
 ])
+NBT = 12
 
 (C_GEN, C_REFUSED, C_INJECTED, C_DELIVERED, C_BAD, C_OVERFLOW, C_HOPS, C_FLIPS, C_ACCEPTED, C_OUTSTANDING, C_NFREE,
  C_NACT, C_NTRACE, C_BAD_STATE, C_BAD_ACCT, C_NOLINE, C_INNET, C_MAXPOOL, C_MAXHR) = range(19)
 NCOUNT = 19
 (G_MODEL, G_K, G_C, G_W, G_D, G_L, G_CAP, G_XOFF, G_XON, G_HEADROOM, G_DSWITCH, G_SPEEDUP, G_ITERS, G_ROUTER,
- G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ) = range(26)
-NPARAM = 26
+ G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ, G_BATCH) = range(27)
+NPARAM = 27
 SLOT_BITS, DELIVER, PCP_SLOTS = ops.SLOT_BITS, ops.DELIVER, ops.PCP_SLOTS
 
 
@@ -101,6 +107,12 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     NG = gl.shape[1]
     SQ = sqbuf.shape[1]
     LATN = lat.shape[0]
+    batch = g[G_BATCH] != 0  # the batched lookups (kernel_batch); else one frame at a time (the reference)
+    bt = s.bt
+    b_f, b_st, b_dst, b_sw, b_line, b_cls, b_o, b_nx, b_code, b_pid, b_ncls = (bt[0], bt[1], bt[2], bt[3], bt[4], bt[5],
+                                                                             bt[6], bt[7], bt[8], bt[9], bt[10])
+    flips_in_tables = use_flips and router == 0
+    sink = 0
     while t < t_end:
         if c[C_NFREE] < min_free:
             return t
@@ -112,8 +124,17 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             cr_n[slot] = 0
         n_arr = cal_n[slot]
         cal_n[slot] = 0
+        cal_row = cal_buf[slot]
         for ci in range(n_arr):
-            f = cal_buf[slot, ci]
+            i = ci % CHUNK
+            if batch and i == 0:
+                c1 = min(n_arr, ci + CHUNK)
+                decide_chunk(cal_row, ci, c1, F, st_sw, st_pid, state_line, line_off, host_sw, host_cls, tcls, col, base,
+                             alt, width, pid_base, egress, state_base, flipped, flips_in_tables, b_f, b_st, b_dst, b_sw,
+                             b_line, b_cls, b_o, b_nx, b_code, b_pid, router, sw_of, kind, gidx, host_group)
+                sink += touch_accounts(c1 - ci, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, model, sw_of,
+                                       pid_base, occ, hr, pool_used, demand, qlen, qhead, qtail, inact, b_ncls, b_dst, router)
+            f = cal_row[ci]
             c[C_INNET] -= 1
             if F[f, F_NSTATE] < 0:
                 c[C_DELIVERED] += 1
@@ -179,12 +200,17 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 F[f, F_AUX] = target
                 if target >= 0:
                     eff = target
-            o, nx, bad, miss = decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
-                                       pid_base, egress, state_base, flipped, use_flips and router == 0, st, eff)
+            if batch and b_code[i] != 4:  # decided with the chunk (kernel_batch.decide_chunk)
+                o, nx, code = b_o[i], b_nx[i], b_code[i]
+                bad, miss = code == 1, code == 2
+            else:
+                code = 0
+                o, nx, bad, miss = decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt, width,
+                                           pid_base, egress, state_base, flipped, flips_in_tables, st, eff)
             F[f, F_OUT] = o
             F[f, F_NSTATE] = nx
             if router == 0:
-                F[f, F_NCLS] = st_cls[nx] if nx >= 0 else 0
+                F[f, F_NCLS] = (b_ncls[i] if code == 0 else 0) if batch else (st_cls[nx] if nx >= 0 else 0)
             elif router == 1:
                 gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
                 F[f, F_AUX2] = gh
@@ -260,19 +286,14 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
                 thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
         for pid in range(NP if model != 3 or use_flips else 0):  # iq: credits, no PAUSE (but for the flips)
-            thr = thr_sw[sw_of[pid]] if model == 2 else 0
+            if model == 2:  # paused with headroom in use or at the threshold, resumed at half of it
+                thr = thr_sw[sw_of[pid]]
+                on, off = max(thr, 1), thr >> 1
+            else:  # hysteresis between XON and XOFF (hr is 0 outside the shared model)
+                on, off = XOFF, XON
             for a in range(pid * C, pid * C + C):
-                x = xoff[a]
                 o = occ[a]
-                if model != 2:
-                    if o >= XOFF:
-                        x = True
-                    elif o <= XON:
-                        x = False
-                elif hr[a] > 0 or o >= max(thr, 1):  # headroom in use, or at the threshold: paused
-                    x = True
-                elif o <= (thr >> 1):
-                    x = False
+                x = (hr[a] > 0) | (o >= on) | (xoff[a] & (o > off))  # branch-free: between the two, unchanged
                 xoff[a] = x
                 hist[row, a] = x
         # -- 3. PORT_STATE flips
@@ -301,13 +322,19 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         # -- 4. switching: requests of the active queues, grants and accepts
         nreq = 0
         keep = 0
-        for i in range(c[C_NACT]):
+        nact = c[C_NACT]
+        for i in range(nact):
+            if batch and i % CHUNK == 0:
+                sink += touch_scan(act, i, min(nact, i + CHUNK), qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D,
+                                   C, b_f, b_o, b_nx, C if model == 2 else 0, t + outq)
             q = act[i]
             if qlen[q] == 0:
                 inact[q] = 0
                 continue
             act[keep] = q
             keep += 1
+            if batch and model == 2 and busy[q // C] > t + outq:  # shared: a queue per output, busy: no request
+                continue
             f = qhead[q]
             o = F[f, F_OUT]
             if F[f, F_READY] > t or busy[o] > t + outq:
@@ -352,6 +379,9 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     j = np.random.randint(0, i + 1)
                     touched[i], touched[j] = touched[j], touched[i]
             for i in range(nt):
+                if batch and i % CHUNK == 0:
+                    sink += touch_grants(min(nt, i + CHUNK) - i, touched[i:], grant, req_q, qhead, qlen, last_move, F,
+                                         occ, hr, demand, cnt, b_f)
                 o = touched[i]
                 cnt[o] = 0
                 r = grant[o]
@@ -430,6 +460,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             c[C_INJECTED] += 1
             c[C_INNET] += 1
             cal(cal_buf, cal_n, ahead(slot, K + delay[pid], L), f)
+        bt[NBT - 1, 0] = sink
         t += 1
         if t >= w1 and c[C_OUTSTANDING] == 0:
             return t

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["draw", "decide", "push", "cal", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
+__all__ = ["draw", "decide", "pick", "landing", "push", "cal", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
 
 F_NXT = 11
 SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
@@ -25,22 +25,34 @@ def decide(st_sw, state_line, line_off, host_sw, host_cls, tcls, col, base, alt,
     if line < 0:
         return 0, -1, True, True
     cls = host_cls[dst] if host_sw[dst] == sw else tcls[sw, col[dst]]
+    choice, port = pick(line_off, base, alt, width, pid_base, flipped, use_flips, sw, line, cls)
+    if choice < 0:
+        return 0, -1, True, False
+    nx, bad = landing(egress[state_base[sw] + port * PCP_SLOTS + (choice & 15)], dst)
+    return pid_base[sw] + port, nx, bad, False
+
+
+@njit(cache=True, error_model="numpy")
+def pick(line_off, base, alt, width, pid_base, flipped, use_flips, sw, line, cls):
+    """(choice, port) of decision ``line`` for destination class ``cls`` at switch ``sw``: the
+    alternative choice when the port of the first is flipped; choice < 0: no output."""
     cell = line_off[line] + cls
     choice = base[cell]
     w1 = width[sw] - 1
     if use_flips and choice >= 0:
         if flipped[pid_base[sw] + min(choice >> SLOT_BITS, w1)]:
             choice = alt[cell]
-    if choice < 0:
-        return 0, -1, True, False
-    port = min(choice >> SLOT_BITS, w1)
-    out = pid_base[sw] + port
-    nxt = egress[state_base[sw] + port * PCP_SLOTS + (choice & 15)]
+    return choice, min(choice >> SLOT_BITS, w1)
+
+
+@njit(cache=True, error_model="numpy")
+def landing(nxt, dst):
+    """(next state or -1, bad) of the egress code ``nxt`` for destination ``dst``."""
     if nxt <= DELIVER:
-        return out, -1, DELIVER - nxt != dst, False
+        return -1, DELIVER - nxt != dst
     if nxt < 0:
-        return out, -1, True, False
-    return out, nxt, False, False
+        return -1, True
+    return nxt, False
 
 
 @njit(cache=True, error_model="numpy")
