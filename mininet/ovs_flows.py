@@ -36,9 +36,6 @@ class FlowStat:
     n_bytes: int = 0
     duration: float = 0.0  # seconds since the entry was added (a modify keeps it)
 
-    def as_tuple(self) -> tuple[int, int, str, int, str]:
-        return (self.table, self.priority, self.match, self.n_packets, self.actions)
-
 
 _STAT_KEYS = frozenset(
     {"cookie", "duration", "table", "n_packets", "n_bytes", "idle_timeout", "hard_timeout", "idle_age",

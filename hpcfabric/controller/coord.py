@@ -1,8 +1,5 @@
-"""The coordination interface of the HA backends, and ``hpcfabric status``: who masters which partition.
+"""``hpcfabric status``: who masters which partition, read from the HA backend's store.
 
-Both backends -- :class:`hpcfabric.controller.ha.HaState` (lease file, one host, the default) and
-:class:`hpcfabric.controller.etcdha.EtcdHa` (etcd, several machines) -- have the face of
-:class:`Coordinator`; :func:`hpcfabric.controller.ha.make_ha` picks one from ``[ha] backend``.
 :func:`describe` reads the store itself (not a controller's status file), so it also works when no
 controller runs: per partition its master, standbys, generation and lease age.
 """
@@ -11,35 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from hpcfabric.config import ControllerConfig
 from hpcfabric.errors import CoordinationError
-
-
-class Coordinator(Protocol):
-    """What the controller asks its HA backend (docs/ha.md)."""
-
-    mode: str
-    role: str
-    generation: int
-    instance: str
-    timeout: float
-
-    @property
-    def master(self) -> bool: ...  # master of at least one partition (may write somewhere)
-
-    def master_of(self, switch: str) -> bool: ...  # may write to this switch now
-
-    def generation_of(self, switch: str) -> int: ...  # generation id for this switch's role requests
-
-    def switches_of(self, partitions: Any) -> set[str]: ...
-
-    def tick(self, now: float | None = None) -> Any: ...  # renew / claim: None, a role, or {partition: role}
-
-    def release(self) -> None: ...
-
-    def as_dict(self) -> dict[str, Any]: ...
 
 
 def describe(config: ControllerConfig) -> dict[str, Any]:

@@ -501,17 +501,6 @@ class FlowStatsEntry:
             self.reason = str(err)
 
 
-def decode_flow_stats(buf: bytes, offset: int = 0, end: int | None = None) -> list[FlowStatsEntry]:
-    """All ``ofp_flow_stats`` entries in ``buf[offset:end]`` (a multipart reply body)."""
-    end = len(buf) if end is None else end
-    out = []
-    while offset < end:
-        entry = FlowStatsEntry(buf, offset)
-        out.append(entry)
-        offset += entry.length
-    return out
-
-
 def flow_mod_raw_match(table: int, priority: int, match_raw: bytes, command: int = OFPFC_DELETE_STRICT) -> bytes:
     """A DELETE(_STRICT) FLOW_MOD body for an entry known only by its raw match (restricted to our cookies)."""
     head = _FLOW_MOD.pack(OUR_COOKIE, COOKIE_APP_MASK, table, command, 0, 0, priority, OFP_NO_BUFFER, OFPP_ANY, OFPG_ANY, 0)

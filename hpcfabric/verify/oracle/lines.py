@@ -67,18 +67,13 @@ class DecisionLines:
         self._fkeys: dict[int, tuple] = {}
         self.ensure_base()
 
-    def signature(self, row: Row) -> tuple:
-        """Rows of one switch with equal signatures decide alike (their entries
-        differ at most in ``in_port``, which each row's entries all satisfy)."""
-        return row_signature(row, self._fkeys)
-
     def ensure_base(self) -> None:
         """Base (unpaused) decisions for every row and the row indexes."""
         eng = self.eng
         start = len(self.li)
         while len(self.li) < len(eng.rows):  # in waves: the rows created while deciding one make the next
             wave = range(len(self.li), len(eng.rows))
-            sigs = [self.signature(eng.rows[r]) for r in wave]
+            sigs = [row_signature(eng.rows[r], self._fkeys) for r in wave]
             first: dict[tuple, int] = {}
             for r, sig in zip(wave, sigs):
                 if sig not in self._sig_id:
