@@ -16,7 +16,7 @@ import pytest
 from test_policies import compiled
 
 from hpcfabric.errors import VerificationError
-from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.engine import writer
 from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.verify.scenarios import flip_port_states

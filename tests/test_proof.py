@@ -26,7 +26,7 @@ from hpcfabric.verify.oracle.allpairs import verify
 from hpcfabric.verify.oracle.cdg import check_deadlock_freedom, pausable_ports
 from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DROP, FLOOD, PUNT
-from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.reference.pipeline import Frame, Pipeline, PipelineError
 from hpcfabric.verify.union.proof import prove
 

@@ -27,7 +27,7 @@ from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, PCP_SLOTS
 from hpcfabric.verify.union.pairs import groups_of_hosts, structural_splits_of
-from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.engine import forward_data_flows
 
 __all__ = ["SimError", "Forwarding", "PortMap", "port_map", "compile_policy", "POLICIES"]
 

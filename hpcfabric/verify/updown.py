@@ -60,7 +60,7 @@ from hpcfabric.errors import VerificationError
 from hpcfabric.rules.fabrics.updown import UP_DOWN_KINDS, updown_level
 from hpcfabric.rules.flows import PushVlan, SetField
 from hpcfabric.verify.codes import UNTAGGED
-from hpcfabric.verify.decisions import forward_data_flows, port_classes
+from hpcfabric.verify.engine import forward_data_flows, port_classes
 from hpcfabric.verify.engine import Destinations, Row, evaluate_rows
 from hpcfabric.verify.engine.batch import switch_classes
 from hpcfabric.verify.graphs import core_graph

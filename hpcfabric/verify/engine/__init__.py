@@ -21,7 +21,9 @@ The internal API, bottom up:
   entry tells apart) and an arrival PCP; :func:`evaluate` runs a :class:`Destinations` set through
   a row's tables on the evaluator and returns an :class:`Outcome` (outputs, punt, error, PORT_STATE
   entry met). :func:`data_flows` / :func:`data_relevant` select the entries a data frame can meet;
-  :func:`entry_key` is an entry without its ``in_port`` (rows whose entries agree share work).
+  :func:`entry_key` is an entry without its ``in_port`` (rows whose entries agree share work);
+  :func:`forward_data_flows` / :func:`port_classes` give one switch's entries and ingress classes to the
+  per-switch checks.
 * **Decisions** (:class:`Engine`, :mod:`.core`): rows of a whole fabric, created as frames
   reach them; :meth:`Engine.decide` turns an outcome into next-state codes
   (:mod:`hpcfabric.verify.codes`: the next row, or a final outcome), :meth:`Engine.matrix`
@@ -34,9 +36,9 @@ The internal API, bottom up:
 from hpcfabric.verify.engine.core import Engine
 from hpcfabric.verify.engine.flat import Unsupported
 from hpcfabric.verify.engine.rows import (Destinations, Outcome, Row, data_flows, data_relevant, entry_key, evaluate, evaluate_rows,
-                                          rewrites_pcp)
+                                          forward_data_flows, port_classes, rewrites_pcp)
 
 __all__ = [
     "Destinations", "Unsupported", "Row", "Outcome", "evaluate", "evaluate_rows", "data_flows", "data_relevant",
-    "rewrites_pcp", "entry_key", "Engine",
+    "rewrites_pcp", "entry_key", "forward_data_flows", "port_classes", "Engine",
 ]

@@ -10,6 +10,9 @@ pipeline error, the tables reached and, on request, the PORT_STATE entry each de
 
 :func:`data_flows` turns a switch's flows into plain entries (resubmits inlined) and
 :func:`data_relevant` says whether an entry can ever match a data frame (IPv4, tagged or not).
+For the checks that take one switch at a time (the up/down proof, the union proof's choices):
+:func:`forward_data_flows` -- per switch, the entries a data frame can meet, refusing what such a check does
+not model -- and :func:`port_classes` -- ingress ports whose ``in_port`` entries are equal but for the port.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hpcfabric.rules.flows import ETH_TYPE_IPV4, FlowSpec, Match, PopVlan, PushVlan, SetField
+from hpcfabric.rules.flows import ETH_TYPE_IPV4, OFPP_IN_PORT, FlowSpec, Match, Output, PopVlan, PushVlan, SetField
+from hpcfabric.topology.model import Fabric
 from hpcfabric.verify.codes import UNTAGGED
 from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import FlatTables, Unsupported
 from hpcfabric.verify.reference.flatten import Unflattenable, inline_resubmits
+from hpcfabric.verify.reference.pipeline import describe_flow
 
-__all__ = ["Row", "Outcome", "Destinations", "evaluate", "evaluate_rows", "data_flows", "data_relevant", "rewrites_pcp", "entry_key"]
+__all__ = ["Row", "Outcome", "Destinations", "evaluate", "evaluate_rows", "data_flows", "data_relevant", "rewrites_pcp", "entry_key",
+           "forward_data_flows", "port_classes"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 FLAT_CACHE = 256  # flat tables kept per engine (rows' attrs) before the cache starts over
@@ -189,3 +195,49 @@ def _flat(rows: Sequence[Row]) -> tuple[FlatTables, np.ndarray, np.ndarray, np.n
         flat = FlatTables([[f for lst in lists[v] for f in lst] for v in range(len(variants))])
         got = cache[key] = (lists, flat, vg)  # the lists keep the ids alive
     return got[1], got[2], line_v, line_g
+
+
+def port_classes(fabric: Fabric, switch: str, relevant: list[Any], cache: dict) -> dict[int, int]:
+    """Ports whose ``in_port`` entries are equal but for the port share a class."""
+    ports = sorted(fabric.ports(switch))
+    if any(isinstance(a, Output) and a.port == OFPP_IN_PORT for f in relevant for a in f.actions):
+        return {p: i for i, p in enumerate(ports)}
+    named: dict[int, list[tuple]] = {}
+    for f in relevant:
+        if f.match.in_port is not None:
+            named.setdefault(f.match.in_port, []).append(entry_key(f, cache))
+    sigs: dict[tuple, int] = {}
+    out = {}
+    for p in ports:
+        sig = (fabric.peer(switch, p).is_host, tuple(named.get(p, ())))  # type: ignore[union-attr]
+        out[p] = sigs.setdefault(sig, len(sigs))
+    return out
+
+
+def forward_data_flows(compiled: Any, method: str, error: type[Exception] = ValueError, *,
+                       actions: bool = False, only: Any = None) -> dict[str, list[Any]]:
+    """Per switch, the entries a data frame can meet (resubmits inlined); raises ``error``
+    for what the per-switch checks do not model: an entry going back to an earlier
+    table, source-dependent (``eth_src``) rules, and, with ``actions``, actions other than
+    outputs and VLAN push/pop/PCP (MAC rewrites, groups: resolve them first). ``only``: those switches."""
+    out: dict[str, list[Any]] = {}
+    for sw in compiled.fabric.switches:
+        if only is not None and sw.name not in only:
+            continue
+        try:
+            flows = data_flows(compiled.tables[sw.name].flows)
+        except Unsupported as why:
+            raise error(f"{sw.name}: {method} cannot model these rules: {why}") from None
+        for f in flows:
+            if f.goto is not None and f.goto <= f.table:
+                raise error(f"{sw.name}: an entry goes back to table {f.goto}; {method} needs a forward pipeline")
+            if f.match.eth_src is not None and data_relevant(f):
+                raise error(f"{sw.name}: {method} does not model source-dependent (eth_src) rules")
+        out[sw.name] = [f for f in flows if data_relevant(f)]
+        if actions:
+            for f in out[sw.name]:
+                for a in f.actions:
+                    if isinstance(a, SetField) and a.field != "vlan_pcp" or not isinstance(a, (Output, SetField, PushVlan, PopVlan)):
+                        raise error(f"{sw.name}: {method} does not model the action {a!r} of {describe_flow(f)} "
+                                    "(entries that rewrite data frames or use groups)")
+    return out

@@ -48,7 +48,7 @@ from hpcfabric.topology.failures import NO_FAILURES
 from hpcfabric.verify.union.choices import egress_offset
 from hpcfabric.verify.codes import DEAD, PCP_SLOTS
 from hpcfabric.verify.union.pairs import structural_splits_of
-from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
 from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
 from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare

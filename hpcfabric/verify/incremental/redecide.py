@@ -17,7 +17,7 @@ import numpy as np
 
 from hpcfabric.verify.union.choices import Choices, pack_choices
 from hpcfabric.verify.codes import DROP, PCP_SLOTS
-from hpcfabric.verify.decisions import port_classes
+from hpcfabric.verify.engine import port_classes
 from hpcfabric.verify.incremental.depgraph import union
 from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables

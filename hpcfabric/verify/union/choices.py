@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hpcfabric.verify.codes import DEAD, DELIVER, DROP, FLOOD, PCP_SLOTS, PUNT, TAGGED, UNTAGGED
-from hpcfabric.verify.decisions import port_classes
+from hpcfabric.verify.engine import port_classes
 from hpcfabric.verify.engine.batch import MatchClasses, decide
 from hpcfabric.verify.engine.flat import IN_PORT_MARK, FlatTables
 from hpcfabric.verify.scenarios import paused_data_flows
@@ -59,7 +59,7 @@ def pack_choices(out_n: np.ndarray, out_port: np.ndarray, out_pcp: np.ndarray, p
 class Choices:
     """The choices of every reachable line of a compiled fabric (module docstring).
 
-    ``relevant``: switch -> data-relevant entries (:func:`hpcfabric.verify.decisions.forward_data_flows`);
+    ``relevant``: switch -> data-relevant entries (:func:`hpcfabric.verify.engine.forward_data_flows`);
     ``targets``: the destination MACs (column representatives, then probes).
 
     After construction: ``line_switch``, ``line_off`` (first cell of each line), ``base`` / ``alt``

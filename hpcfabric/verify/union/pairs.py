@@ -20,7 +20,7 @@ import numpy as np
 from hpcfabric.errors import VerificationError
 from hpcfabric.verify.union.choices import SLOT_BITS, Choices
 from hpcfabric.verify.codes import DELIVER, DROP, UNTAGGED, channel_name, cos_label
-from hpcfabric.verify.decisions import forward_data_flows
+from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.graphs import LOW32, core_graph, find_cycle
 from hpcfabric.verify.probes import probe_addresses
 
