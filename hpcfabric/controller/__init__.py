@@ -69,7 +69,7 @@ as ``now``. Collaborators (module: class as app attribute -- what it owns):
   ``LinkView`` as ``links`` -- per-link congestion (``linkload``) for the metrics and the page;
 * ``web``: ``FabricPage``, served by a ``framework.HttpServer`` as ``web`` -- the read-only fabric page (``webview``
   layouts, ``webfeed`` snapshots);
-* ``ofmsg``: FlowSpec <-> the framework's OpenFlow objects.
+* ``ofmsg``: the framework's OpenFlow objects a switch reports back -> FlowSpecs.
 
 Latency-critical events (packet-ins, barrier replies, errors) are handled in
 the datapath's receive green thread (:data:`HpcfabricController.DIRECT_HANDLERS`);

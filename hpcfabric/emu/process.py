@@ -31,7 +31,6 @@ import collections
 import json
 import os
 import resource
-import socket
 import ssl
 import struct
 import sys

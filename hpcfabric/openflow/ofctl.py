@@ -13,7 +13,6 @@ from hpcfabric.rules.flows import (
     Group,
     Learn,
     LearnLoad,
-    LearnMatch,
     Match,
     Output,
     PopVlan,

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 

@@ -152,13 +152,6 @@ class Forwarding:
         pid = self.pm.host_pid[h]
         return self.ch.state_base[self.pm.sw[pid]] + self.pm.port[pid] * PCP_SLOTS
 
-    def state_class(self, state: np.ndarray) -> np.ndarray:
-        return self.st_cls[state]
-
-    def state_pid(self, state: np.ndarray) -> np.ndarray:
-        """The input pid a frame in ``state`` sits at."""
-        return self.st_pid[state]
-
     # -- decisions ---------------------------------------------------------
     def cells(self, state: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(switch id, cell of the choice arrays) of frames in ``state`` for host ids ``dst``."""

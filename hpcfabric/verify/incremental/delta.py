@@ -355,8 +355,7 @@ class ProofState:
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
         edges, count, fresh = self.graph.updated(old.removed, walk.added)
-        mixed = not_in(not_in(unique(np.concatenate(walk.mixed_parts)) if walk.mixed_parts else
-                              np.zeros(0, dtype=np.int64), edges), fresh)
+        mixed = not_in(not_in(walk.mixed_edges(), edges), fresh)
         cycle, full = self.graph.cycle(edges, union(fresh, mixed), self.name)
         timings["cdg"] = time.perf_counter() - t1
         self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
