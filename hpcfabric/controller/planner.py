@@ -102,7 +102,8 @@ class Planner:
     def tables(self, names: Any) -> dict[str, Any]:
         """The last plan's tables of switches ``names``, whole (where a patch did not fit the table in force)."""
         if self.mode != "process":
-            return {s: t for s, t in ((self.last or {}).get("desired") or {}).items() if s in set(names)}
+            wanted = set(names)
+            return {s: t for s, t in ((self.last or {}).get("desired") or {}).items() if s in wanted}
         assert self.proc is not None and self.proc.stdin is not None
         write_message(self.proc.stdin, ("tables", tuple(names)))
         return self._read() or {}
