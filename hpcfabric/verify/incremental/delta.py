@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable
 
 import numpy as np
@@ -52,10 +53,13 @@ from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
 from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
 from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
-from hpcfabric.verify.incremental.redecide import SwitchDecisions, decide_switches
+from hpcfabric.verify.incremental.redecide import Prior, SwitchDecisions, decide_switches
 from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
+
+#: a changed switch's classes that no entry in or out of its table matches keep their decisions (redecide.Prior)
+KEEP_CLASSES = True
 
 
 
@@ -248,8 +252,15 @@ class ProofState:
 
     # -- choices --------------------------------------------------------------
     def decide(self, compiled: Any, names: list[str], relevant: dict[str, list[Any]],
-               extra: dict[str, np.ndarray] | None = None) -> dict[str, SwitchDecisions]:
-        return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra)
+               extra: dict[str, np.ndarray] | None = None, prior: dict[str, Prior] | None = None
+               ) -> dict[str, SwitchDecisions]:
+        return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra, prior)
+
+    def prior(self, names: list[str]) -> dict[str, Prior]:
+        """The base's decisions of ``names`` (their tables in the base), for :meth:`decide` to keep what a change
+        leaves alone (:class:`~hpcfabric.verify.incremental.redecide.Prior`)."""
+        return {s: Prior(self.relevant[s], bool(self.back_ok[self.ch.sw_index[s]]), partial(self.class_codes, s))
+                for s in names if s in self.relevant}
 
     def _built_decisions(self, s: str) -> SwitchDecisions:
         """The decisions of ``s``'s table as built: the base's lines (every state a walk reached then)."""
@@ -323,7 +334,8 @@ class ProofState:
         timings["entries"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         if todo:
-            new.update(self.decide(compiled, todo, relevant))
+            keep = getattr(compiled, "pause_reaction", None) != "switch"  # resubmit chains: every class decided
+            new.update(self.decide(compiled, todo, relevant, prior=self.prior(todo) if keep and KEEP_CLASSES else None))
             for name in todo:
                 self._decided[name] = (compiled.tables[name].flows, new[name])
         timings["decide"] = time.perf_counter() - t1
