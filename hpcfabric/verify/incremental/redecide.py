@@ -61,11 +61,11 @@ class SwitchDecisions:
 
 @dataclass(frozen=True)
 class Prior:
-    """A switch's decisions before a change: its data-relevant entries then, whether an output back to the
-    ingress port by number was dropped (``back_ok``), and ``codes(states)``: (unpaused, paused) choices of
-    those states per class then, and each column's class then."""
+    """A switch's decisions before a change: its data-relevant entries in or out since (``moved``), whether an
+    output back to the ingress port by number was dropped then (``back_ok``), and ``codes(states)``: (unpaused,
+    paused) choices of those states per class then, and each column's class then."""
 
-    relevant: list[Any]
+    moved: Any  # iterable of FlowSpec
     back_ok: bool
     codes: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -85,14 +85,14 @@ class _Reuse:
             self.own.setdefault(int(sj), []).append((int(c), int(columns.host[c])))
         self.host_macs = host_macs
 
-    def take(self, s: str, si: int, relevant: list[Any], in_port_out: bool, col_cls: np.ndarray, n_cls: int,
+    def take(self, s: str, si: int, in_port_out: bool, col_cls: np.ndarray, n_cls: int,
              states: np.ndarray, base: np.ndarray, alt: np.ndarray) -> np.ndarray | None:
         """Fill ``base``/``alt`` of the classes whose decisions stay; the classes still to decide (None: all)."""
         p = self.prior.get(s)
         if p is None or p.back_ok == in_port_out:
             return None
         by_mask: dict[int, list[int]] = {}
-        for f in set(p.relevant).symmetric_difference(relevant):
+        for f in p.moved:
             m = f.match
             if m.eth_dst is None or m.metadata is not None or f.table == TABLE_PORT_STATE or \
                     any(isinstance(a, (Resubmit, Learn)) for a in f.actions):
@@ -186,7 +186,7 @@ def decide_switches(ch: Choices, columns: Any, host_macs: np.ndarray, compiled: 
                 col_cls[c] = own_class[int(columns.host[c])]
         ks = None  # the classes decided here (None: all); the others keep their decisions from before the change
         if reuse is not None and len(states) and n_cls:
-            ks = reuse.take(s, si, relevant[s], bool(in_port_out[i]), col_cls, n_cls, states, base, alt)
+            ks = reuse.take(s, si, bool(in_port_out[i]), col_cls, n_cls, states, base, alt)
         if len(states) and n_cls and (ks is None or len(ks)):
             # one line per (port class, PCP) decided, as Choices does: ports whose in_port entries agree decide alike
             pc_of = port_classes(fabric, s, relevant[s], cache)
