@@ -9,12 +9,13 @@ install (docs/scale.md "Failures at Table III"). ``--gc both`` (default): the wh
 collector as CPython leaves it, then again after :func:`hpcfabric.repair.service.settle_heap` (the planner
 process's own setting: what is long-lived frozen), side by side in one run.
 
-``--ref REV`` (e.g. ``main``): the same sequence first with REV's ``hpcfabric`` (``git archive`` into a temporary
-directory, a process of its own), then with this checkout's, and one JSON line per plan with both walls and the ratio
-this/REV, and a summary (the side-by-side figures of docs/scale.md "The plan's decisions kept per class").
+``--ref REV`` (e.g. ``main``): the same sequence with REV's ``hpcfabric`` (``git archive`` into a temporary
+directory) and with this checkout's, each in a process of its own, ``--rounds`` times in the order REV, this, this,
+REV, ... (the load drifts: each side goes first as often); one JSON line per plan with both sides' walls (each
+side's best of its rounds) and the ratio this/REV, and a summary (docs/scale.md "The plan's decisions kept per class").
 
 Usage: .venv/bin/python bench/repair_plan.py [--config configs/dragonfly-table3.conf] [--links 4] [--stride 97]
-       [--many] [--local N] [--gc both|default|frozen] [--ref main]
+       [--many] [--local N] [--gc both|default|frozen] [--ref main [--rounds 2]]
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--local", type=int, default=0, help="also N single local-link failures (every --stride-th)")
     ap.add_argument("--gc", choices=("both", "default", "frozen"), default="both")
     ap.add_argument("--ref", help="the revision (git) to time side by side, first")
+    ap.add_argument("--rounds", type=int, default=1, help="with --ref: runs per side, alternating which goes first")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ref:
@@ -134,18 +136,31 @@ def side_by_side(args) -> int:
     import subprocess
     import tempfile
 
-    argv = [a for a in sys.argv[1:] if a not in ("--ref", args.ref)]
-    runs = {}
+    argv, skip = [], 0
+    for a in sys.argv[1:]:  # this run's options but --ref / --rounds
+        if skip or a in ("--ref", "--rounds"):
+            skip = not skip and a in ("--ref", "--rounds")
+            continue
+        argv.append(a)
+    runs: dict[str, list[list[dict]]] = {args.ref: [], "this": []}
     with tempfile.TemporaryDirectory(prefix="repair-plan-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "hpcfabric"], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        for name, root in ((args.ref, tmp), ("this", str(ROOT))):
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--root", root],
-                                 check=True, capture_output=True, text=True).stdout
-            runs[name] = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            print(json.dumps({"run": name, **runs[name][0]}), flush=True)
-    ref, this = runs[args.ref][1:], runs["this"][1:]
+        order = [(args.ref, tmp), ("this", str(ROOT))]
+        for r in range(args.rounds):
+            for name, root in (order if r % 2 == 0 else order[::-1]):
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--root", root],
+                                     check=True, capture_output=True, text=True).stdout
+                rows = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+                runs[name].append(rows[1:])
+                print(json.dumps({"run": name, "round": r, **rows[0],
+                                  "walls": [row["wall_s"] for row in rows[1:]]}), flush=True)
+
+    def best(rounds: list[list[dict]]) -> list[dict]:
+        return [min(rows, key=lambda row: row["wall_s"]) for rows in zip(*rounds)]
+
+    ref, this = best(runs[args.ref]), best(runs["this"])
     for a, b in zip(ref, this):
         print(json.dumps({"gc": b["gc"], "plan": b["plan"], "link": b["link"], "changed": b["changed"],
                           "verdict": b["verdict"], "same_verdict": a["verdict"] == b["verdict"],
