@@ -9,8 +9,13 @@ install (docs/scale.md "Failures at Table III"). ``--gc both`` (default): the wh
 collector as CPython leaves it, then again after :func:`hpcfabric.repair.service.settle_heap` (the planner
 process's own setting: what is long-lived frozen), side by side in one run.
 
+``--ref REV`` (e.g. ``main``): the same sequence with REV's ``hpcfabric`` (``git archive`` into a temporary
+directory) and with this checkout's, each in a process of its own, ``--rounds`` times in the order REV, this, this,
+REV, ... (the load drifts: each side goes first as often); one JSON line per plan with both sides' walls (each
+side's best of its rounds) and the ratio this/REV, and a summary (docs/scale.md "The plan's decisions kept per class").
+
 Usage: .venv/bin/python bench/repair_plan.py [--config configs/dragonfly-table3.conf] [--links 4] [--stride 97]
-       [--many] [--gc both|default|frozen]
+       [--many] [--local N] [--gc both|default|frozen] [--ref main [--rounds 2]]
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+#: the hpcfabric to time: this checkout's, or (``--root``, with ``--ref``) another revision's
+sys.path.insert(0, sys.argv[sys.argv.index("--root") + 1] if "--root" in sys.argv else str(ROOT))
 
 from hpcfabric.config import load_config  # noqa: E402
 from hpcfabric.repair.plan import Repairer  # noqa: E402
@@ -80,8 +86,14 @@ def main() -> int:
     ap.add_argument("--links", type=int, default=4)
     ap.add_argument("--stride", type=int, default=97)
     ap.add_argument("--many", action="store_true", help="also a switch and ten links across groups at once")
+    ap.add_argument("--local", type=int, default=0, help="also N single local-link failures (every --stride-th)")
     ap.add_argument("--gc", choices=("both", "default", "frozen"), default="both")
+    ap.add_argument("--ref", help="the revision (git) to time side by side, first")
+    ap.add_argument("--rounds", type=int, default=1, help="with --ref: runs per side, alternating which goes first")
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ref:
+        return side_by_side(args)
     cfg = load_config(args.config)
     fabric = cfg.fabric
     t0 = time.perf_counter()
@@ -94,6 +106,10 @@ def main() -> int:
     cases = []
     for i in range(args.links):
         link = globs[(i * args.stride) % len(globs)]
+        cases.append((f"{link.a}:{link.a_port}-{link.b}:{link.b_port}", [(link.a, link.a_port)]))
+    locs = [link for link in fabric.links if link.kind == "local"]
+    for i in range(args.local):
+        link = locs[(i * args.stride) % len(locs)]
         cases.append((f"{link.a}:{link.a_port}-{link.b}:{link.b_port}", [(link.a, link.a_port)]))
     if args.many:
         cases.append(switch_and_ten(fabric))
@@ -111,6 +127,51 @@ def main() -> int:
                 rep.apply(plan)
                 if mode == "frozen":
                     gc.freeze()  # as the planner process does after an apply
+    return 0
+
+
+def side_by_side(args) -> int:
+    """The sequence with ``args.ref``'s hpcfabric, then this checkout's, each in a process of its own; per plan both
+    walls and this/ref."""
+    import subprocess
+    import tempfile
+
+    argv, skip = [], 0
+    for a in sys.argv[1:]:  # this run's options but --ref / --rounds
+        if skip or a in ("--ref", "--rounds"):
+            skip = not skip and a in ("--ref", "--rounds")
+            continue
+        argv.append(a)
+    runs: dict[str, list[list[dict]]] = {args.ref: [], "this": []}
+    with tempfile.TemporaryDirectory(prefix="repair-plan-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "hpcfabric"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        order = [(args.ref, tmp), ("this", str(ROOT))]
+        for r in range(args.rounds):
+            for name, root in (order if r % 2 == 0 else order[::-1]):
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--root", root],
+                                     check=True, capture_output=True, text=True).stdout
+                rows = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+                runs[name].append(rows[1:])
+                print(json.dumps({"run": name, "round": r, **rows[0],
+                                  "walls": [row["wall_s"] for row in rows[1:]]}), flush=True)
+
+    def best(rounds: list[list[dict]]) -> list[dict]:
+        return [min(rows, key=lambda row: row["wall_s"]) for rows in zip(*rounds)]
+
+    ref, this = best(runs[args.ref]), best(runs["this"])
+    for a, b in zip(ref, this):
+        print(json.dumps({"gc": b["gc"], "plan": b["plan"], "link": b["link"], "changed": b["changed"],
+                          "verdict": b["verdict"], "same_verdict": a["verdict"] == b["verdict"],
+                          "wall_s": {args.ref: a["wall_s"], "this": b["wall_s"]},
+                          "ratio": round(b["wall_s"] / a["wall_s"], 3) if a["wall_s"] else None,
+                          "timings": {args.ref: a["timings"], "this": b["timings"]},
+                          "proof_stages": {args.ref: a["proof_stages"], "this": b["proof_stages"]}}), flush=True)
+    total = {k: round(sum(r["wall_s"] for r in rows), 3) for k, rows in ((args.ref, ref), ("this", this))}
+    print(json.dumps({"bench": "repair_plan side by side", "ref": args.ref, "plans": len(this), "wall_s": total,
+                      "ratio": round(total["this"] / total[args.ref], 3) if total[args.ref] else None,
+                      "load_avg_1m": round(os.getloadavg()[0], 2)}), flush=True)
     return 0
 
 

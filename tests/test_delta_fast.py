@@ -5,7 +5,9 @@
   column by column -- on every check of a seeded sequence of repairs (Dragonfly and Flattened Butterfly);
 * switches decided in batches (``redecide.BATCH``) decide exactly as one at a time;
 * ``depgraph.unique`` / ``union`` equal ``np.unique`` / ``np.union1d``;
-* ``ProofState.restore`` puts back the reach bit sets its journal recorded (fast27b).
+* ``ProofState.restore`` puts back the reach bit sets its journal recorded (fast27b);
+* a changed switch's classes kept from before the change (``redecide.Prior``) decide exactly as deciding every
+  class again (plan27).
 """
 
 from __future__ import annotations
@@ -185,3 +187,40 @@ def initial_tables(rep):
     from dataclasses import replace
 
     return replace(rep.initial, tables=dict(rep.initial.tables), failures=NO_FAILURES)
+
+
+@pytest.mark.parametrize("name", ["dragonfly-a4-p2-h2.conf", "fb-2d-4x4.conf"])
+def test_kept_classes_equal_deciding_every_class(name, monkeypatch):
+    cfg = load_config(ROOT / "configs" / name)
+    fabric = cfg.fabric
+    plain = delta.ProofState.decide
+    kept = redecide._Reuse.take
+    seen = {"switches": 0, "classes": 0, "kept": 0}
+
+    def take(self, s, si, in_port_out, col_cls, n_cls, *rest):
+        got = kept(self, s, si, in_port_out, col_cls, n_cls, *rest)
+        seen["classes"] += n_cls
+        seen["kept"] += 0 if got is None else n_cls - len(got)
+        return got
+
+    def both(self, compiled, names, relevant, extra=None, prior=None):
+        got = plain(self, compiled, names, relevant, extra, prior)
+        if prior:
+            want = plain(self, compiled, names, relevant, extra, None)
+            for s in names:
+                for f in ("col_cls", "states", "base", "alt", "back_ok"):
+                    assert np.array_equal(getattr(got[s], f), getattr(want[s], f)), (s, f)
+            seen["switches"] += len(names)
+        return got
+
+    monkeypatch.setattr(redecide._Reuse, "take", take)
+    monkeypatch.setattr(delta.ProofState, "decide", both)
+    rep = Repairer(cfg, prove=True)
+    rng = random.Random(4)
+    for i in range(10):
+        links = rng.sample(fabric.links, rng.randint(1, 6))
+        switches = rng.sample([s.name for s in fabric.switches], rng.randint(0, 2))
+        failures = NO_FAILURES if i % 4 == 3 else Failures.of(fabric, [(link.a, link.a_port) for link in links], switches)
+        plan = rep.plan(failures)
+        (rep.apply if plan.proven and rng.random() < 0.7 else rep.discard)(plan)
+    assert seen["switches"] > 20 and 0 < seen["kept"] < seen["classes"], seen

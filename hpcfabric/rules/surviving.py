@@ -75,17 +75,23 @@ class DragonflyBypasses:
     def repaired_to_group(self, src: Switch, group: int, links: list[tuple[int, int]]) -> int | None:
         """:meth:`to_group` on the surviving fabric: an own live global link, else the holder the compiled
         tables use (or another live one) reached inside the group, else an intermediate group (:meth:`bypass`)."""
-        live = [(s, port) for s, port in links if self.live(self.at[(src.group, s)].name, port)]
+        key = ("holders", src.group, group)  # the live links and the order of their holders: the group's, not src's
+        got = self._memo.get(key)
+        if got is None:
+            live = [(s, port) for s, port in links if self.live(self.at[(src.group, s)].name, port)]
+            order: list[tuple[int, int]] = []
+            if live:
+                compiled = links[group % len(links)]
+                order = ([compiled] if compiled in live else []) + live[group % len(live):] + live[:group % len(live)]
+            got = self._memo[key] = (live, order)
+        live, order = got
         mine = [port for s, port in live if s == src.index]
         if mine:
             return mine[0]
-        if live:
-            compiled = links[group % len(links)]
-            order = ([compiled] if compiled in live else []) + live[group % len(live):] + live[:group % len(live)]
-            for holder, _ in order:
-                port = self.within(src, holder)
-                if port is not None:
-                    return port
+        for holder, _ in order:
+            port = self.within(src, holder)
+            if port is not None:
+                return port
         return self.bypass(src, group)
 
     def qualifying(self, sw: Switch, group: int, clean: bool = False) -> list[int]:

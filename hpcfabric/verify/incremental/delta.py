@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable
 
 import numpy as np
@@ -52,10 +53,13 @@ from hpcfabric.verify.engine import forward_data_flows
 from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
 from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
 from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
-from hpcfabric.verify.incremental.redecide import SwitchDecisions, decide_switches
+from hpcfabric.verify.incremental.redecide import Prior, SwitchDecisions, decide_switches
 from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
+
+#: a changed switch's classes that no entry in or out of its table matches keep their decisions (redecide.Prior)
+KEEP_CLASSES = True
 
 
 
@@ -248,8 +252,15 @@ class ProofState:
 
     # -- choices --------------------------------------------------------------
     def decide(self, compiled: Any, names: list[str], relevant: dict[str, list[Any]],
-               extra: dict[str, np.ndarray] | None = None) -> dict[str, SwitchDecisions]:
-        return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra)
+               extra: dict[str, np.ndarray] | None = None, prior: dict[str, Prior] | None = None
+               ) -> dict[str, SwitchDecisions]:
+        return decide_switches(self.ch, self.cols, self.inputs.host_macs, compiled, names, relevant, extra, prior)
+
+    def prior(self, moved: dict[str, tuple[set, set]]) -> dict[str, Prior]:
+        """The base's decisions of the switches of ``moved`` (their data-relevant entries in and out since the
+        base), for :meth:`decide` to keep what a change leaves alone (:class:`~.redecide.Prior`)."""
+        return {s: Prior(added | gone, bool(self.back_ok[self.ch.sw_index[s]]), partial(self.class_codes, s))
+                for s, (added, gone) in moved.items()}
 
     def _built_decisions(self, s: str) -> SwitchDecisions:
         """The decisions of ``s``'s table as built: the base's lines (every state a walk reached then)."""
@@ -319,11 +330,16 @@ class ProofState:
                 todo.append(name)
         relevant.update(forward_data_flows(compiled, "the incremental proof", VerificationError, actions=True,
                                            only=set(todo)))
-        self._splits_unchanged(relevant, todo)
+        moved = {}  # per switch decided again: its data-relevant entries (in, out) since the base
+        for name in todo:
+            was, now = set(self.relevant.get(name, ())), set(relevant[name])
+            moved[name] = (now - was, was - now)
+        self._splits_unchanged(moved)
         timings["entries"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         if todo:
-            new.update(self.decide(compiled, todo, relevant))
+            keep = getattr(compiled, "pause_reaction", None) != "switch"  # resubmit chains: every class decided
+            new.update(self.decide(compiled, todo, relevant, prior=self.prior(moved) if keep and KEEP_CLASSES else None))
             for name in todo:
                 self._decided[name] = (compiled.tables[name].flows, new[name])
         timings["decide"] = time.perf_counter() - t1
@@ -502,17 +518,14 @@ class ProofState:
         """No snapshot taken so far will be restored: the journal of changed reach bytes is dropped."""
         self._journal = []
 
-    def _splits_unchanged(self, relevant: dict[str, list[Any]], names: list[str]) -> None:
-        """Columns stay columns: no entry of a changed switch tells the hosts of a shared column apart."""
+    def _splits_unchanged(self, moved: dict[str, tuple[set, set]]) -> None:
+        """Columns stay columns: no entry of a changed switch tells the hosts of a shared column apart (``moved``:
+        per switch decided again, its data-relevant entries in and out since the base)."""
         merged = {t for t, ids in self.inputs.groups.items() if len(ids) > 1 and t not in self.cols.split}
-        if not merged or not names:
+        if not merged or not moved:
             return
-        new = {}  # entries the base has not seen there (the base's own entries split no merged column)
-        for s in names:
-            seen = set(self.relevant.get(s, ()))
-            fresh = [e for e in relevant[s] if e not in seen]
-            if fresh:
-                new[s] = fresh
+        # entries the base has not seen there (the base's own entries split no merged column)
+        new = {s: list(added) for s, (added, _) in moved.items() if added}
         if not new:
             return
         got = structural_splits_of(new, self.inputs.host_macs, self.inputs.groups)
