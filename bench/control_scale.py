@@ -122,6 +122,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     ports = [(sw, p) for sw in c.names for p in sorted(c.fabric.fabric_ports(sw))]
     busy: dict[str, float] = {}
     samples: list[float] = []
+    own: list[float] = []  # the switch's own CPU in each reaction (its TLS, if any), ms
     events: list[dict] = []  # the raw reaction events (wall clock of the flow-mod), kept in the workdir
     before = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
     cpu0, wall0 = sum(s["cpu_s"] for s in c.controller_stats()), time.monotonic()
@@ -137,6 +138,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
                 ev = e.events.get()
                 if ev.get("ev") == "reaction":
                     samples.append(ev["us"] / 1000.0)
+                    own.append(ev.get("switch_us", 0.0) / 1000.0)
                     events.append(ev)
                     pending.pop(ev["id"], None)
 
@@ -169,6 +171,8 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
+            "switch_p50_ms": pct(own, 0.5), "switch_p99_ms": pct(own, 0.99),
+            "beyond_switch_p50_ms": pct([a - b for a, b in zip(samples, own)], 0.5),
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
             "status_age_s": status_age(after_st, fresh), "controller_cpu_s": round(cpu_s, 2),
             "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
@@ -449,8 +453,8 @@ def compare_tls(tcp: dict, tls: dict) -> dict:
                  "target_ratio": TLS_RATIO}
     for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_controller_hub_cpu_s", "bringup_harness_cpu_s",
                 "bringup_harness_cpu_after_start_s", "steady_cpu_share", "steady_harness_cpu_share", "pause_p50_ms",
-                "pause_p99_ms", "pause_controller_p50_ms", "pause_controller_p99_ms", "pause_controller_cpu_share",
-                "pause_harness_cpu_share"):
+                "pause_p99_ms", "pause_switch_p50_ms", "pause_beyond_switch_p50_ms", "pause_controller_p50_ms",
+                "pause_controller_p99_ms", "pause_controller_cpu_share", "pause_harness_cpu_share"):
         a, b = pick(tcp, key), pick(tls, key)
         ratio = round(b / a, 3) if a and b is not None else None
         out[key] = {"tcp": a, "tls": b, "ratio": ratio}
