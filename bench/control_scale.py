@@ -21,13 +21,17 @@ applied, LLDP delivered along the cabling). Measured:
 * ``pause``: ``--pauses`` PAUSE packet-ins injected on fabric ports spread
   over the fabric while LLDP and polling run; reaction = packet-in written by
   the switch -> the flip's flow-mod read by that switch (p50/p99, ms), and
-  flow-mods per PAUSE (a flip and its expiry: 2);
+  flow-mods per PAUSE (a flip and its expiry: 2); ``switch_p50_ms`` is the emulated switch's own CPU in a
+  reaction (packet-in built, encrypted, written; flow-mod decrypted, parsed), ``beyond_switch_p50_ms`` the
+  rest's p50 (channel, kernel, controller); ``controller_cpu_share`` / ``harness_cpu_share`` the
+  controller's and the emulators' CPU over the phase;
 * ``failures``: links and switches out and back (bench/failure_scenarios.py): per scenario port status ->
   every partition confirmed the proven repair, the flow-mods it took (and their share of the installed
   entries), its proof time, whether a PAUSE still flips with one flow-mod; a link flapping ten times in a
   second. ``--baseline DIR``: the same bench of an older checkout (its ``reroute`` figures) in the same run;
 * ``restart``: controller(s) restarted onto full tables -> all confirmed, and
   the flow-mods that needed (0);
+* ``steady_harness_cpu_share``: the emulators' CPU share in the same steady window;
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's); ``bringup_harness_cpu_s``
   counts from their start, ``harness_start_cpu_s`` is the part before they connect (TLS: loading one
   context per switch), ``bringup_harness_cpu_after_start_s`` the rest.
