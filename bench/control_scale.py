@@ -21,13 +21,17 @@ applied, LLDP delivered along the cabling). Measured:
 * ``pause``: ``--pauses`` PAUSE packet-ins injected on fabric ports spread
   over the fabric while LLDP and polling run; reaction = packet-in written by
   the switch -> the flip's flow-mod read by that switch (p50/p99, ms), and
-  flow-mods per PAUSE (a flip and its expiry: 2);
+  flow-mods per PAUSE (a flip and its expiry: 2); ``switch_p50_ms`` is the emulated switch's own CPU in a
+  reaction (packet-in built, encrypted, written; flow-mod decrypted, parsed), ``beyond_switch_p50_ms`` the
+  rest's p50 (channel, kernel, controller); ``controller_cpu_share`` / ``harness_cpu_share`` the
+  controller's and the emulators' CPU over the phase;
 * ``failures``: links and switches out and back (bench/failure_scenarios.py): per scenario port status ->
   every partition confirmed the proven repair, the flow-mods it took (and their share of the installed
   entries), its proof time, whether a PAUSE still flips with one flow-mod; a link flapping ten times in a
   second. ``--baseline DIR``: the same bench of an older checkout (its ``reroute`` figures) in the same run;
 * ``restart``: controller(s) restarted onto full tables -> all confirmed, and
   the flow-mods that needed (0);
+* ``steady_harness_cpu_share``: the emulators' CPU share in the same steady window;
 * ``harness``: the emulator processes' own CPU and RSS (not the controller's); ``bringup_harness_cpu_s``
   counts from their start, ``harness_start_cpu_s`` is the part before they connect (TLS: loading one
   context per switch), ``bringup_harness_cpu_after_start_s`` the rest.
@@ -122,9 +126,11 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     ports = [(sw, p) for sw in c.names for p in sorted(c.fabric.fabric_ports(sw))]
     busy: dict[str, float] = {}
     samples: list[float] = []
+    own: list[float] = []  # the switch's own CPU in each reaction (its TLS, if any), ms
     events: list[dict] = []  # the raw reaction events (wall clock of the flow-mod), kept in the workdir
     before = [c.status(i).get("pause", {}) for i in range(len(c.parts))]
     cpu0, wall0 = sum(s["cpu_s"] for s in c.controller_stats()), time.monotonic()
+    emu0 = emu_sum(c.emu_stats(), "cpu_s")
     sent = 0
     lost = 0
     pending: dict[int, tuple[str, float]] = {}
@@ -136,6 +142,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
                 ev = e.events.get()
                 if ev.get("ev") == "reaction":
                     samples.append(ev["us"] / 1000.0)
+                    own.append(ev.get("switch_us", 0.0) / 1000.0)
                     events.append(ev)
                     pending.pop(ev["id"], None)
 
@@ -156,6 +163,7 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
         time.sleep(0.05)
     lost = len(pending)
     cpu_s, wall_s = sum(s["cpu_s"] for s in c.controller_stats()) - cpu0, time.monotonic() - wall0
+    emu_s = emu_sum(c.emu_stats(), "cpu_s") - emu0
     (c.workdir / "pause_reactions.json").write_text(json.dumps(events))
     time.sleep(hold + 0.5)  # expiries
     fresh = time.time()
@@ -167,9 +175,12 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
+            "switch_p50_ms": pct(own, 0.5), "switch_p99_ms": pct(own, 0.99),
+            "beyond_switch_p50_ms": pct([a - b for a, b in zip(samples, own)], 0.5),
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
             "status_age_s": status_age(after_st, fresh), "controller_cpu_s": round(cpu_s, 2),
-            "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None}
+            "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
+            "harness_cpu_share": round(emu_s / wall_s, 3) if wall_s > 0 else None}
 
 
 def fresh_statuses(c: Cluster, since: float, timeout: float = STATUS_WAIT_S) -> list[dict]:
@@ -297,9 +308,9 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
         out["links_status_age_s"] = status_age(statuses, t_links)
         out["links_expected"] = [s["links_expected"] for s in statuses]
         # steady state: LLDP and polling only
-        a = c.controller_stats()
+        a, ea = c.controller_stats(), emu_sum(c.emu_stats(), "cpu_s")
         time.sleep(args.window)
-        b = c.controller_stats()
+        b, eb = c.controller_stats(), emu_sum(c.emu_stats(), "cpu_s")
         statuses = fresh_statuses(c, time.time() - args.window / 2)
         out["controller"] = {
             "peak_rss_mb": round(max(s["peak_rss_mb"] for s in b), 1),
@@ -307,6 +318,7 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
             "lldp_round_s": [s.get("lldp", {}).get("round_s") for s in statuses],
             "lldp_sent": sum(s.get("lldp", {}).get("sent", 0) for s in statuses),
         }
+        out["steady_harness_cpu_share"] = round((eb - ea) / args.window, 3)  # the emulators', same window
         if args.pauses:
             out["pause"] = pauses(c, args.pauses, args.pause_gap, 0.05)
             if args.web:
@@ -444,8 +456,9 @@ def compare_tls(tcp: dict, tls: dict) -> dict:
     out: dict = {"bench": "control_scale_tls", "fabric": tcp.get("fabric"), "switches": tcp.get("switches"),
                  "target_ratio": TLS_RATIO}
     for key in ("connect_to_confirmed_s", "bringup_controller_cpu_s", "bringup_controller_hub_cpu_s", "bringup_harness_cpu_s",
-                "bringup_harness_cpu_after_start_s", "steady_cpu_share", "pause_p50_ms",
-                "pause_p99_ms", "pause_controller_p50_ms", "pause_controller_p99_ms"):
+                "bringup_harness_cpu_after_start_s", "steady_cpu_share", "steady_harness_cpu_share", "pause_p50_ms",
+                "pause_p99_ms", "pause_switch_p50_ms", "pause_beyond_switch_p50_ms", "pause_controller_p50_ms",
+                "pause_controller_p99_ms", "pause_controller_cpu_share", "pause_harness_cpu_share"):
         a, b = pick(tcp, key), pick(tls, key)
         ratio = round(b / a, 3) if a and b is not None else None
         out[key] = {"tcp": a, "tls": b, "ratio": ratio}

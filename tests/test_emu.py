@@ -133,6 +133,7 @@ def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
             emu.send(op="pause", switch=sw, port=port, quanta=0xFFFF, id=1)
             ev = emu.events.get(timeout=10)
             assert ev["ev"] == "reaction" and ev["switch"] == sw and ev["us"] > 0
+            assert 0 < ev["switch_us"] <= ev["us"]  # the switch's own CPU in it: part of the reaction's time
         # restart controller 0 onto full tables: everything confirmed again, no flow-mod sent
         before = sum(st["flow_mods"] for st in c.emu_stats())
         c.stop_controller(0)

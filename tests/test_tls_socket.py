@@ -197,6 +197,22 @@ def test_records_one_at_a_time_and_cut_records_are_read_without_a_want_read_each
     raw.close()
 
 
+def test_a_record_longer_than_a_read_is_handed_out_in_parts_without_reading_the_socket_again(pki):
+    conn, cli, out, raw = bio_pair(pki)
+    conn.tls = counting = CountingTls(conn.tls)
+    conn.settimeout(0.5)  # a read of the socket here would wait for bytes that never come and time out
+    cli.write(bytes(range(250)) + bytes(range(50)))
+    raw.sendall(out.read())
+    got = [conn.recv(100) for _ in range(3)]
+    assert b"".join(got) == bytes(range(250)) + bytes(range(50)) and [len(g) for g in got] == [100, 100, 100]
+    assert counting.reads == 3 and counting.want_read == 0
+    cli.write(b"next")  # the record was used up exactly: the next recv reads the socket
+    raw.sendall(out.read())
+    assert conn.recv(100) == b"next"
+    conn.close()
+    raw.close()
+
+
 def test_eof_and_broken_records_end_the_connection_and_idle_reads_time_out(pki):
     conn, cli = pair(pki)
     conn.settimeout(0.2)

@@ -11,7 +11,8 @@ the peer port, to a switch of another emulator process as one UDP datagram
 It is driven by JSON lines on stdin and answers with JSON lines on stdout:
 ``{"op": "stats"}``, ``{"op": "pause", "switch": S, "port": P, "quanta": Q,
 "id": N}`` (a PAUSE frame punted as a packet-in; the next flow-mod the switch
-receives is reported as ``{"ev": "reaction", "id": N, "us": ...}``),
+receives is reported as ``{"ev": "reaction", "id": N, "us": ..., "switch_us": ...}``, ``switch_us`` the
+switch's own CPU in it: building, encrypting and writing the packet-in, decrypting and parsing the flow-mod),
 ``{"op": "pfc", ...}``, ``{"op": "port", "switch": S, "port": P, "up": false}``
 (both ends of the cable change state and send port status),
 ``{"op": "frame", "switch": S, "port": P, "data": HEX}`` (any frame punted as a packet-in, e.g. a
@@ -61,6 +62,9 @@ class Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.transport: Any = None
         self.greeted = False  # the controller's HELLO arrived
+        #: the thread's CPU clock when this data_received's bytes left the socket (set by a TLS client before it
+        #: decrypts them)
+        self.received_cpu = 0.0
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -76,6 +80,8 @@ class Conn(asyncio.Protocol):
                 asyncio.get_event_loop().call_later(0.5, self.proc.connect, self.sw)
 
     def data_received(self, data: bytes) -> None:
+        at = self.received_cpu or time.thread_time()
+        self.received_cpu = 0.0
         buf = self.buf
         buf += data
         out: list[bytes] = []
@@ -100,7 +106,7 @@ class Conn(asyncio.Protocol):
             pos += length
             out.extend(sw.handle(mtype, xid, msg))
             if mtype == W.FLOW_MOD and self.managed:
-                proc.flow_mod_seen(sw)
+                proc.flow_mod_seen(sw, at)
             elif mtype == W.EXPERIMENTER and self.managed:
                 proc.last_write = time.monotonic()
         del buf[:pos]
@@ -189,13 +195,16 @@ class EmuProcess:
         self.counts["packet_ins"] += 1
         conn.send(W.packet_in(port, data))
 
-    def flow_mod_seen(self, sw: EmuSwitch) -> None:
+    def flow_mod_seen(self, sw: EmuSwitch, cpu_at: float) -> None:
+        """A flow-mod parsed now, its bytes read when the thread's CPU clock read ``cpu_at``: a pending PAUSE's
+        reaction, reported with ``switch_us``, the switch's own CPU in it (packet-in built, encrypted and
+        written; the flow-mod's bytes decrypted and parsed), not the time it waited for a CPU."""
         now = time.monotonic()
         self.last_write = now
         got = self.pending.pop(sw.name, None)
         if got is not None:
             self.emit({"ev": "reaction", "id": got[0], "switch": sw.name, "us": round((now - got[1]) * 1e6, 1),
-                       "wall": time.time()})
+                       "switch_us": round((got[2] + time.thread_time() - cpu_at) * 1e6, 1), "wall": time.time()})
 
     # ---------------------------------------------------------- connecting
     def connect(self, sw: EmuSwitch) -> None:
@@ -321,9 +330,10 @@ class EmuProcess:
             src = sw.ports[port].hw
             q = int(cmd.get("quanta", 0xFFFF))
             frame = build_pause(src, q) if op == "pause" else build_pfc(src, {int(cmd.get("prio", 0)): q})
-            if "id" in cmd:
-                self.pending[sw.name] = (int(cmd["id"]), time.monotonic())
+            t0, cpu0 = time.monotonic(), time.thread_time()
             self.packet_in(sw, port, frame)
+            if "id" in cmd:  # (id, injected at, CPU seconds to build, encrypt and write the packet-in)
+                self.pending[sw.name] = (int(cmd["id"]), t0, time.thread_time() - cpu0)
         elif op == "frame":
             sw = self.switches[cmd["switch"]]
             self.packet_in(sw, int(cmd["port"]), bytes.fromhex(cmd["data"]))
