@@ -18,7 +18,9 @@ in docs/simulation.md) runs several routers and patterns with one set of tables,
 curve, and ``--project`` adds a last line: per point the ticks that point takes with the figure's
 ``--warmup/--window/--drain`` (300/300/400; the drain measured here, the whole drain where the short
 run did not finish) x its CPU time per tick here, summed over points and ``--seeds`` and divided by
-``--jobs``. Run it with another checkout first on ``PYTHONPATH`` to compare two versions.
+``--jobs`` (``wall_min_two_free_cores``: CPU time, i.e. two free cores; ``wall_min_at_this_load``: with the wall
+time per tick of this run, i.e. at the machine's load now). Run it with another checkout first on
+``PYTHONPATH`` to compare two versions.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _point(rt: Routers, router: str, pattern: str, load: float, p: SimParams) ->
 
 def _projection(curves: list[dict], args: argparse.Namespace, tables_s: float) -> dict:
     """Per point: ticks with the figure's windows x CPU ms per tick measured here; the sum over points, seeds, jobs."""
-    total_ms, ticks_all, rows = 0.0, 0, []
+    total_ms, wall_ms, ticks_all, rows = 0.0, 0.0, 0, []
     base = SimParams(warmup_slots=args.fig_warmup, window_slots=args.fig_window, drain_slots=args.fig_drain)
     for cur in curves:
         for pt in cur["points"]:
@@ -70,13 +72,17 @@ def _projection(curves: list[dict], args: argparse.Namespace, tables_s: float) -
             ticks = Routers.params_for(cur["router"], base).warmup_slots + args.fig_window + min(drain, args.fig_drain)
             ms = ticks * pt["cpu_ms_per_tick"]
             total_ms += ms
+            wall_ms += ticks * pt["ms_per_tick"]  # the same with the wall time per tick: at this run's load
             ticks_all += ticks
             rows.append([cur["router"], cur["pattern"], pt["load"], ticks, pt["cpu_ms_per_tick"], round(ms / 1e3, 1)])
     per_seed = total_ms / 1e3
     return {"projection": {"warmup": args.fig_warmup, "window": args.fig_window, "drain": args.fig_drain,
                            "seeds": args.seeds, "jobs": args.jobs, "points_per_seed": len(rows), "ticks_per_seed": ticks_all,
                            "cpu_s_per_seed": round(per_seed, 1),
-                           "tables_s": tables_s, "wall_min": round((per_seed * args.seeds / args.jobs + tables_s) / 60, 1),
+                           "tables_s": tables_s,
+                           "wall_min_two_free_cores": round((per_seed * args.seeds / args.jobs + tables_s) / 60, 1),
+                           "wall_s_per_seed_at_this_load": round(wall_ms / 1e3, 1),
+                           "wall_min_at_this_load": round((wall_ms / 1e3 * args.seeds / args.jobs + tables_s) / 60, 1),
                            "points": rows}}
 
 

@@ -37,4 +37,6 @@ def test_curves_and_projection() -> None:
     assert proj["ticks_per_seed"] == sum(r[3] for r in rows)
     cpu = sum(r[3] * r[4] for r in rows) / 1e3
     assert abs(proj["cpu_s_per_seed"] - cpu) < 0.06
-    assert abs(proj["wall_min"] - (cpu * 3 / 2 + proj["tables_s"]) / 60) < 0.06
+    assert abs(proj["wall_min_two_free_cores"] - (cpu * 3 / 2 + proj["tables_s"]) / 60) < 0.06
+    wall = sum(r[3] * p["ms_per_tick"] for r, p in zip(rows, pts)) / 1e3
+    assert abs(proj["wall_s_per_seed_at_this_load"] - wall) < 0.06
