@@ -33,7 +33,7 @@ from numba import njit
 
 from hpcfabric.sim import kernel_ops as ops
 from hpcfabric.sim.kernel_batch import CHUNK, decide_chunk, touch_accounts, touch_grants, touch_scan
-from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, push, sample, ugal_minimal
+from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, pfc, push, sample, ugal_minimal
 
 __all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM", "NBT", "CHUNK"]
 
@@ -65,7 +65,7 @@ Sw = namedtuple("Sw", [
     "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
     "bt",  # scratch of the batched lookups (hpcfabric.sim.kernel_batch): NBT rows of CHUNK
 ])
-NBT = 12
+NBT = 13
 
 (C_GEN, C_REFUSED, C_INJECTED, C_DELIVERED, C_BAD, C_OVERFLOW, C_HOPS, C_FLIPS, C_ACCEPTED, C_OUTSTANDING, C_NFREE,
  C_NACT, C_NTRACE, C_BAD_STATE, C_BAD_ACCT, C_NOLINE, C_INNET, C_MAXPOOL, C_MAXHR) = range(19)
@@ -103,15 +103,21 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     rounds = g[G_ITERS] if S > 0 or model == 3 else 1
     outq = g[G_OUTQ] * K if model == 3 else 0  # iq: an output takes frames while its queue is shorter
     NP = hist_any.shape[1]
-    thr_sw = np.zeros(pool.shape[0], dtype=np.int64)
     NG = gl.shape[1]
     SQ = sqbuf.shape[1]
     LATN = lat.shape[0]
     batch = g[G_BATCH] != 0  # the batched lookups (kernel_batch); else one frame at a time (the reference)
     bt = s.bt
-    b_f, b_st, b_dst, b_sw, b_line, b_cls, b_o, b_nx, b_code, b_pid, b_ncls = (bt[0], bt[1], bt[2], bt[3], bt[4], bt[5],
-                                                                             bt[6], bt[7], bt[8], bt[9], bt[10])
+    b_f, b_st, b_dst, b_sw, b_line, b_cls, b_o, b_nx, b_code, b_pid, b_ncls, b_own = (
+        bt[0], bt[1], bt[2], bt[3], bt[4], bt[5], bt[6], bt[7], bt[8], bt[9], bt[10], bt[11])
     flips_in_tables = use_flips and router == 0
+    hs = np.empty((H, 4), dtype=np.int64)  # per host, fixed: access state, ingress account, class, link delay
+    for h in range(H):
+        pid = host_pid[h]
+        swi = sw_of[pid]
+        st = state_base[swi] + (pid - pid_base[swi]) * PCP_SLOTS
+        cls = st_cls[st] if router == 0 else 0
+        hs[h, 0], hs[h, 1], hs[h, 2], hs[h, 3] = st, st_pid[st] * C + cls, cls, delay[pid]
     sink = 0
     while t < t_end:
         if c[C_NFREE] < min_free:
@@ -131,7 +137,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 c1 = min(n_arr, ci + CHUNK)
                 decide_chunk(cal_row, ci, c1, F, st_sw, st_pid, state_line, line_off, host_sw, host_cls, tcls, col, base,
                              alt, width, pid_base, egress, state_base, flipped, flips_in_tables, b_f, b_st, b_dst, b_sw,
-                             b_line, b_cls, b_o, b_nx, b_code, b_pid, router, sw_of, kind, gidx, host_group)
+                             b_line, b_cls, b_o, b_nx, b_code, b_pid, b_own, router, sw_of, kind, gidx, host_group)
                 sink += touch_accounts(c1 - ci, b_f, b_st, b_pid, b_o, b_nx, b_code, F, st_cls, C, W, model, sw_of,
                                        pid_base, occ, hr, pool_used, demand, qlen, qhead, qtail, inact, b_ncls, b_dst, router)
             f = cal_row[ci]
@@ -200,7 +206,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 F[f, F_AUX] = target
                 if target >= 0:
                     eff = target
-            if batch and b_code[i] != 4:  # decided with the chunk (kernel_batch.decide_chunk)
+            if batch and b_code[i] != 4 and (b_own[i] == 0 or F[f, F_AUX] < 0):  # decided with the chunk (decide_chunk)
                 o, nx, code = b_o[i], b_nx[i], b_code[i]
                 bad, miss = code == 1, code == 2
             else:
@@ -282,20 +288,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                 c[C_NACT] += 1
         # -- 2. PFC: XOFF/XON per ingress account, recorded for the senders' delayed view
         row = t % D
-        if model == 2:
-            for swi in range(pool.shape[0]):  # the dynamic threshold of every switch: alpha x its free pool
-                thr_sw[swi] = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
-        for pid in range(NP if model != 3 or use_flips else 0):  # iq: credits, no PAUSE (but for the flips)
-            if model == 2:  # paused with headroom in use or at the threshold, resumed at half of it
-                thr = thr_sw[sw_of[pid]]
-                on, off = max(thr, 1), thr >> 1
-            else:  # hysteresis between XON and XOFF (hr is 0 outside the shared model)
-                on, off = XOFF, XON
-            for a in range(pid * C, pid * C + C):
-                o = occ[a]
-                x = (hr[a] > 0) | (o >= on) | (xoff[a] & (o > off))  # branch-free: between the two, unchanged
-                xoff[a] = x
-                hist[row, a] = x
+        hrow = hist[row]
+        if model == 2:  # per switch (its ports' accounts are contiguous): the dynamic threshold, alpha x its free pool
+            for swi in range(pool.shape[0]):
+                thr = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
+                pfc(occ, hr, xoff, hrow, pid_base[swi] * C, (pid_base[swi] + width[swi]) * C, max(thr, 1), thr >> 1)
+        elif model != 3 or use_flips:  # hysteresis between XON and XOFF; iq: credits, no PAUSE (but for the flips)
+            pfc(occ, hr, xoff, hrow, 0, NP * C, XOFF, XON)
         # -- 3. PORT_STATE flips
         if use_flips:
             for pid in range(hist_any.shape[1]):
@@ -442,14 +441,10 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
         for h in range(H):
             if sqlen[h] == 0 or hbusy[h] > t:
                 continue
-            f = sqbuf[h, sqhead[h]]
-            pid = host_pid[h]
-            swi = sw_of[pid]
-            st = state_base[swi] + (pid - pid_base[swi]) * PCP_SLOTS
-            cls = st_cls[st] if router == 0 else 0
-            a = st_pid[st] * C + cls
-            if cred[a] >= cap if model == 3 else hist[back(row, delay[pid], D), a]:
+            st, a, cls, dh = hs[h, 0], hs[h, 1], hs[h, 2], hs[h, 3]
+            if cred[a] >= cap if model == 3 else hist[back(row, dh, D), a]:
                 continue
+            f = sqbuf[h, sqhead[h]]
             if model == 3:
                 cred[a] += 1
             sqhead[h] = ahead(sqhead[h], 1, SQ)
@@ -459,7 +454,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             F[f, F_NCLS] = cls
             c[C_INJECTED] += 1
             c[C_INNET] += 1
-            cal(cal_buf, cal_n, ahead(slot, K + delay[pid], L), f)
+            cal(cal_buf, cal_n, ahead(slot, K + dh, L), f)
         bt[NBT - 1, 0] = sink
         t += 1
         if t >= w1 and c[C_OUTSTANDING] == 0:

@@ -25,14 +25,15 @@ F_DST, F_STATE, F_OUT, F_NSTATE, F_NCLS, F_READY, F_AUX, F_ACCT, F_NXT = 0, 3, 4
 @njit(cache=True, error_model="numpy")
 def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_sw, host_cls, tcls, col, base, alt,
                  width, pid_base, egress, state_base, flipped, use_flips, b_f, b_st, b_dst, b_sw, b_line, b_cls, b_o,
-                 b_nx, b_code, b_pid, router, sw_of, kind, gidx, host_group):
+                 b_nx, b_code, b_pid, b_own, router, sw_of, kind, gidx, host_group):
     """``decide`` for the frames ``cal_row[c0:c1]``, step by step over the chunk. Per frame ``i``:
     ``b_f`` the frame, ``b_st`` its next state (-1: it is being delivered), ``b_pid`` the state's
     input port, ``b_o``/``b_nx`` ``decide``'s output and next state, ``b_code`` 0 ok, 1 bad, 2 no
     line, 4 not decided here. Reference routers (``router`` > 0): the destination looked up is the
     frame's intermediate target as the tick loop sets it; a frame entering from a host whose target
-    is still open (-1) draws it at random from the backlog the frames before it change: code 4,
-    the tick loop decides it alone."""
+    is still open (-1) draws it at random from the backlog the frames before it change. VAL-R and
+    UGAL-L: code 4, the tick loop decides it alone. PB: decided here for its own destination with
+    ``b_own`` = 1, which the tick loop uses when PB keeps it minimal (an intermediate: decided alone)."""
     n = c1 - c0
     for i in range(n):
         f = cal_row[c0 + i]
@@ -40,6 +41,7 @@ def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_s
         b_st[i] = F[f, F_NSTATE]
         b_dst[i] = F[f, F_DST]
         b_code[i] = 0
+        b_own[i] = 0
         if router != 0 and b_st[i] >= 0:
             b_o[i] = F[f, F_AUX]  # the target so far
     for i in range(n):
@@ -58,9 +60,8 @@ def decide_chunk(cal_row, c0, c1, F, st_sw, st_pid, state_line, line_off, host_s
         if router == 1:  # PB
             if target >= 0 and host_group[target] == gidx[swi]:
                 target = -2
-            if kind[in_pid] == 1 and target == -1:
-                b_code[i] = 4
-                continue
+            if kind[in_pid] == 1 and target == -1:  # the minimal decision; the tick loop may draw an intermediate
+                b_own[i] = 1
         else:  # VAL-R / UGAL-L
             if kind[in_pid] == 1 and target == -1:
                 b_code[i] = 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["draw", "decide", "pick", "landing", "push", "cal", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
+__all__ = ["draw", "decide", "pick", "landing", "push", "cal", "pfc", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
 
 F_NXT = 11
 SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
@@ -73,6 +73,18 @@ def cal(cal_buf, cal_n, slot, f):
     """Frame ``f`` arrives in calendar slot ``slot``."""
     cal_buf[slot, cal_n[slot]] = f
     cal_n[slot] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def pfc(occ, hr, xoff, hrow, a0, a1, on, off):
+    """XOFF/XON of the ingress accounts ``a0:a1`` (one switch's, or all): paused with headroom in use or
+    at ``on`` frames, resumed at ``off`` or below, unchanged between (hysteresis); also this tick's
+    row ``hrow`` of the pause history. One straight loop over contiguous accounts (vectorised)."""
+    for a in range(a0, a1):
+        o = occ[a]
+        x = (hr[a] > 0) | (o >= on) | (xoff[a] & (o > off))
+        xoff[a] = x
+        hrow[a] = x
 
 
 @njit(cache=True, error_model="numpy")
