@@ -208,4 +208,5 @@ class SharedPlanner:
         return {"mode": "shared", "ready": self.ready, "pid": self.info.get("pid"), "socket": self.path,
                 "base_seconds": self.info.get("seconds"), "dependencies": self.info.get("dependencies"),
                 "generation": self.epoch[0] or self.info.get("generation"), "epoch": self.epoch[1],
-                "started_here": self.started_here, "lost": self.lost}
+                "started_here": self.started_here, "lost": self.lost,
+                "planner_plans": (self.last or {}).get("planner_plans")}  # plans the shared planner made in all

@@ -122,10 +122,14 @@ class SharedPlanner:
     def _reply(self, have: tuple[str, int] | None, names: set[str], repaired: set[str]) -> dict[str, Any]:
         epochs = self.epochs
         head = epochs.head
-        out: dict[str, Any] = dict(epochs.records[head - 1]) if head else {
-            "failures": self.rep.failures, "changed": (), "groups": dict(self.rep.groups), "waves": (), "entries": 0,
-            "verdict": {"proven": True, "verdict": "proven", "explanation": "the compiled tables"}, "seconds": 0.0,
-            "timings": {}, "proven": True, "summary": {}}
+        if head:
+            out: dict[str, Any] = dict(epochs.records[head - 1])
+        else:  # the compiled tables (a planner started again while some controllers hold repaired ones)
+            verdict = {"proven": True, "verdict": "proven", "explanation": "the compiled tables, proven at load"}
+            out = {"failures": self.rep.failures, "changed": (), "groups": dict(self.rep.groups), "waves": (),
+                   "entries": 0, "verdict": verdict, "seconds": 0.0, "timings": {}, "proven": True,
+                   "summary": {"failures": self.rep.failures.as_dict(), "changed": 0, "regrouped": 0, "entries": 0,
+                               "waves": [], "proven": True, "verdict": verdict, "seconds": 0.0, "timings": {}}}
         out.pop("switches", None)
         gen, at = have if have is not None else (self.generation, 0)
         known = gen == self.generation or at == 0  # epoch 0 is the compiled tables in every generation
@@ -148,6 +152,7 @@ class SharedPlanner:
         waves = [tuple(s for s in w if s in patches or s in whole) for w in out["waves"]]
         extra = tuple(s for s in (*patches, *whole) if not any(s in w for w in waves))
         out.update(patches=patches, desired=whole, entries=entries, epoch=head, generation=self.generation,
+                   planner_plans=self.plans,
                    waves=tuple(w for w in (*waves, extra) if w), changed=tuple(mine))
         return out
 
