@@ -118,3 +118,35 @@ def test_an_unproven_plan_is_refused_for_every_partition_and_planned_once(config
     assert shared.plans == 1 and all(not r["proven"] and r["verdict"]["verdict"] == "cycle" for r in replies)
     assert all("patches" not in r and "desired" not in r for r in replies)  # nothing to install
     assert shared.epochs.head == 0 and rep.failures != failures  # the tables in force stay
+
+
+def _planner_config(tmp_path, failover: str, ha: str = "") -> Path:
+    path = tmp_path / "p.conf"
+    path.write_text(f"[hpcfabric]\ntopology = {ROOT / 'topologies' / 'dragonfly-a4-p2-h2.yaml'}\n"
+                    f"[failover]\n{failover}\n[ha]\n{ha}\n")
+    return path
+
+
+def test_the_planner_key_resolves_and_refuses_bad_values_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from hpcfabric.errors import ConfigError
+
+    parted = f"partitions = 2\npartition = 1\nlease_file = {tmp_path / 'lease'}\n"
+    assert load_config(_planner_config(tmp_path, ""), compile=False).planner == "own"  # one controller
+    assert load_config(_planner_config(tmp_path, "", parted), compile=False).planner == "shared"  # auto, partitioned
+    assert load_config(_planner_config(tmp_path, "planner = own", parted), compile=False).planner == "own"
+    got = load_config(_planner_config(tmp_path, f"planner = shared\nfailures_dir = {tmp_path / 'f'}"), compile=False)
+    assert got.planner == "shared" and got.failures_dir == str(tmp_path / "f")
+    deep = tmp_path / ("d" * 90)
+    assert load_config(_planner_config(tmp_path, f"failures_dir = {deep}", parted), compile=False).planner == "own"
+    for failover, field in (("planner = sometimes", "failover.planner"), ("planner = shared", "failover.planner"),
+                            (f"planner = shared\nfailures_dir = {deep}", "failover.failures_dir")):
+        with pytest.raises(ConfigError) as err:
+            load_config(_planner_config(tmp_path, failover), compile=False)
+        assert err.value.field == field
+    run = subprocess.run([sys.executable, "-m", "hpcfabric.cli", "check", str(_planner_config(tmp_path, "planner = x"))],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "failover.planner" in run.stderr
+    assert "auto, own, shared" in run.stderr and "Traceback" not in run.stderr

@@ -280,13 +280,14 @@ class Failover:
                          ", ".join(failures.describe()) or "everything back")
                 while self.unsettled(time.monotonic()) > 0:
                     hub.sleep(self.unsettled(time.monotonic()))
-            if plan is None:  # the shared planner went away: nothing unproven, asked again once one is ready
+            if plan is None:  # the shared planner went away (asked again once one is ready) or failed: nothing installed
                 self.refused += 1
                 self.unproven = {"failures": failures.as_dict(), "verdict": "no planner",
-                                 "explanation": "the shared repair planner went away during the plan; another is "
-                                                "started and the repair asked again once it is ready", "cycle": None}
-                LOG.error("failover: %s: no plan (the shared repair planner went away); the tables in force stay until "
-                          "a planner is ready again", ", ".join(failures.describe()) or "no failures")
+                                 "explanation": "the shared repair planner went away during the plan (another is "
+                                                "started and the repair asked again once it is ready) or failed on it",
+                                 "cycle": None}
+                LOG.error("failover: %s: no plan (the shared repair planner went away or failed); the tables in force "
+                          "stay", ", ".join(failures.describe()) or "no failures")
                 self.last = {"at": time.time(), "failures": failures.as_dict(), "installed": False,
                              "verdict": {"verdict": "no planner"}}
                 return

@@ -173,6 +173,11 @@ class SharedPlanner:
             self._lost(why)
             self.pending = None
             return None
+        if (got.get("verdict") or {}).get("verdict") == "planner error":  # said in the planner's log: no plan
+            LOG.error("failover: the shared repair planner failed on %s: %s", failures,
+                      got["verdict"].get("explanation"))
+            self.pending = None
+            return None
         got["phases_ms"] = phases(asked, got.pop("stamps", None), time.monotonic())
         self.pending = (got.get("generation"), got.get("epoch", 0))
         self.last = got

@@ -156,6 +156,16 @@ class SharedPlanner:
                    waves=tuple(w for w in (*waves, extra) if w), changed=tuple(mine))
         return out
 
+    def failed(self, failures: Any, err: BaseException) -> dict[str, Any]:
+        """The reply when planning ``failures`` raised ``err``: not proven, nothing to install."""
+        verdict = {"proven": False, "verdict": "planner error", "explanation": f"{type(err).__name__}: {err}"}
+        summary = {"failures": failures.as_dict(), "changed": 0, "regrouped": 0, "entries": 0, "waves": [],
+                   "proven": False, "verdict": verdict, "seconds": 0.0, "timings": {}}
+        return {"failures": failures, "changed": (), "groups": dict(self.rep.groups), "waves": (), "entries": 0,
+                "verdict": verdict, "seconds": 0.0, "timings": {}, "proven": False, "summary": summary,
+                "patches": {}, "desired": {}, "epoch": self.epochs.head, "generation": self.generation,
+                "planner_plans": self.plans}
+
     def tables(self, names: Iterable[str], epoch: int) -> dict[str, Any]:
         with self.lock:
             return {s: self.epochs.table(s, min(epoch, self.epochs.head)) for s in names}
@@ -236,7 +246,11 @@ class Server:
                     return
                 if msg[0] == "plan":
                     got = time.monotonic()
-                    reply = self.planner.plan(msg[1], msg[2], names, msg[3] if len(msg) > 3 else ())
+                    try:
+                        reply = self.planner.plan(msg[1], msg[2], names, msg[3] if len(msg) > 3 else ())
+                    except Exception as err:  # a bug, not the controller's fault: said, nothing to install
+                        LOG.exception("planning %s failed", msg[1])
+                        reply = self.planner.failed(msg[1], err)
                     reply["stamps"] = {"received": got, "planned": time.monotonic()}
                     write_message(wfile, reply)
                 elif msg[0] == "tables":
