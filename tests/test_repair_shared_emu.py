@@ -8,31 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
+
+from test_failures_partitions import DEMO, _failover, _until
 
 from hpcfabric.config import load_config
 from hpcfabric.emu.driver import Cluster
 from hpcfabric.openflow.ofwire import encode_instructions, encode_match
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import Failures
-
-ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "topologies" / "dragonfly-a4-p2-h2.yaml"
-
-
-def _failover(c: Cluster, i: int) -> dict:
-    return c.status(i).get("failover") or {}
-
-
-def _until(pred, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def _planners(sock: str) -> list[int]:
