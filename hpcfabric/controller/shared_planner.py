@@ -94,6 +94,8 @@ class SharedPlanner:
     def _connect(self) -> None:
         waited = time.monotonic()
         while True:
+            if self.stopped:
+                raise EOFError("stopped")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.path)
