@@ -33,6 +33,8 @@ LOG = logging.getLogger("hpcfabric.controller")
 
 __all__ = ["SharedPlanner", "socket_path", "lock_path"]
 
+#: the longest wait between attempts to reach a planner that keeps ending before it is ready
+BACKOFF_MAX_S = 300.0
 #: names in the failures directory
 SOCKET_NAME, LOCK_NAME = "planner.sock", "planner.lock"
 
@@ -69,6 +71,7 @@ class SharedPlanner:
         self.wfile: Any = None
         self.started_here = 0  # planner processes this controller started
         self.lost = 0  # times the planner went away under us
+        self.failed_starts = 0  # attempts that ended before a planner was ready (e.g. its base did not fit)
         self.epoch: tuple[Any, int] = (None, 0)  # (generation, epoch) of the tables in force here
         self.pending: tuple[Any, int] | None = None  # the last plan's
         self.last: dict[str, Any] | None = None
@@ -80,14 +83,20 @@ class SharedPlanner:
             return
         self.starting = True
         try:
+            failed = 0
             while not self.stopped:
                 try:
                     self._connect()
                     return
                 except (OSError, ValueError, EOFError) as err:
-                    LOG.warning("failover: shared repair planner: %s; trying again", err)
+                    failed += 1
+                    wait = min(BACKOFF_MAX_S, 0.5 * 4 ** (failed - 1))  # a planner that cannot start: not a loop
+                    self.failed_starts += 1
+                    (LOG.error if failed > 1 else LOG.warning)(
+                        "failover: shared repair planner: %s (%d time(s) in a row; its log is the starting controller's); "
+                        "trying again in %.1f s", err, failed, wait)
                     self._close()
-                    hub.sleep(0.5)
+                    hub.sleep(wait)
         finally:
             self.starting = False
 
@@ -215,5 +224,5 @@ class SharedPlanner:
         return {"mode": "shared", "ready": self.ready, "pid": self.info.get("pid"), "socket": self.path,
                 "base_seconds": self.info.get("seconds"), "dependencies": self.info.get("dependencies"),
                 "generation": self.epoch[0] or self.info.get("generation"), "epoch": self.epoch[1],
-                "started_here": self.started_here, "lost": self.lost,
+                "started_here": self.started_here, "lost": self.lost, "failed_starts": self.failed_starts,
                 "planner_plans": (self.last or {}).get("planner_plans")}  # plans the shared planner made in all

@@ -222,7 +222,7 @@ class Server:
             except socket.timeout:
                 if not self.served and time.monotonic() - started > FIRST_CONTACT_S:
                     LOG.error("no controller connected in %.0f s: ending", FIRST_CONTACT_S)
-                    self.done.set()
+                    self.gone()
                 continue
             conn.settimeout(None)
             with self.count_lock:
@@ -266,7 +266,15 @@ class Server:
             with self.count_lock:
                 self.live -= 1
                 if self.live == 0:  # the last controller has gone
-                    self.done.set()
+                    self.gone()
+
+    def gone(self) -> None:
+        """Nobody to plan for: end (at once if the base is still being built: nothing is kept)."""
+        self.done.set()
+        if not self.ready.is_set():
+            LOG.info("no controller left before the proof base was ready: ending")
+            self.close()
+            os._exit(0)
 
     def close(self) -> None:
         try:
