@@ -130,6 +130,19 @@ def adaptive(c: Any, switch: str, emu_sum: Callable) -> dict[str, Any]:
             "flow_mods_per_flip": round(fms / 2, 3) if got is not None else None}  # the flip, then its expiry
 
 
+def memory(c: Any) -> dict[str, Any]:
+    """Peak RSS (MiB, from /proc: VmHWM) of the repair planner process(es) the controllers report (one shared planner:
+    one pid for all) and of the controllers, and their sum."""
+    from hpcfabric.emu.driver import proc_stats
+
+    pids = sorted({p for p in (((c.status(i).get("failover") or {}).get("planner") or {}).get("pid")
+                               for i in range(len(c.parts))) if p})
+    planners = [proc_stats(p).get("peak_rss_mb") for p in pids]
+    ctl = [s.get("peak_rss_mb") for s in c.controller_stats()]
+    return {"planner_pids": pids, "planner_peak_rss_mb": planners, "controllers_peak_rss_mb": ctl,
+            "total_peak_rss_mb": round(sum(x or 0.0 for x in planners + ctl), 1)}
+
+
 def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: int, seed: int = 27,
               flap: bool = True, many: bool = True, timeout: float = 300.0) -> dict[str, Any]:
     """One global link, one local link, (``many``) a switch's links and ten links across groups at once, and
@@ -158,6 +171,7 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
         cases.append(("switch_and_ten_links", own + ten))
     kw = {"quiet_since": quiet_since, "emu_sum": emu_sum, "installed": installed, "timeout": timeout}
     out["planners_ready_s"] = wait_planners(c, 900.0)
+    out["memory_ready"] = memory(c)
     for name, links in cases:
         res = one(c, links, **kw)
         res["adaptive"] = adaptive(c, links[0][0], emu_sum)
@@ -196,4 +210,5 @@ def scenarios(c: Any, *, quiet_since: Callable, emu_sum: Callable, installed: in
                                 "repairs_in_all": [a - b for a, b in zip(after, before)], "held_down": held,
                                 "refused_total": refused,
                                 "flow_mods": int(emu_sum(c.emu_stats(), "flow_mods") - fm0)}
+    out["memory"] = memory(c)
     return out

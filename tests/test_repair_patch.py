@@ -13,7 +13,7 @@ import pytest
 from hpcfabric.config import load_config
 from hpcfabric.openflow.reconcile import diff
 from hpcfabric.openflow.syncplan import plan_change
-from hpcfabric.repair.patch import PatchMismatch, make_patch, rebuild
+from hpcfabric.repair.patch import PatchMismatch, make_patch, rebuild, table_digest
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.repair.service import slim
 from hpcfabric.rules.flows import FlowSpec, Match, Output, RuleClass, make_cookie
@@ -64,7 +64,40 @@ def test_a_patch_for_another_table_is_refused():
     with pytest.raises(PatchMismatch):
         rebuild(old[:9], patch)
     with pytest.raises(PatchMismatch):
-        rebuild(old, (10, ((4, 12),)))
+        rebuild(old, (10, table_digest(old), ((4, 12),)))
+
+
+def test_a_patch_for_a_table_of_the_same_length_but_other_entries_is_refused():
+    old = tuple(route(1000, d, 1) for d in range(10))
+    patch = make_patch(old, old[:5] + (route(500, 99, 2),))
+    other = old[:3] + (route(1000, 3, 2),) + old[4:]  # one entry's action differs: the same length
+    assert len(other) == len(old) and table_digest(other) != table_digest(old)
+    with pytest.raises(PatchMismatch, match="digest"):
+        rebuild(other, patch)
+    assert rebuild(tuple(old), patch) == old[:5] + (route(500, 99, 2),)  # equal copies of the table fit
+    assert table_digest(tuple(FlowSpec(f.table, f.priority, f.match, f.actions, f.cookie) for f in old)) == \
+        table_digest(old)
+    assert table_digest(old[1:] + old[:1]) != table_digest(old)  # the order counts
+
+
+DIGEST = """
+import sys
+from hpcfabric.repair.patch import table_digest
+from hpcfabric.rules.flows import FlowSpec, Match, Output, SetField, PushVlan
+t = (FlowSpec(1, 10, Match(in_port=3, eth_dst=(5, 7)), (SetField("vlan_pcp", 2), PushVlan(), Output(4)), 9, None, None),
+     FlowSpec(0, 1, Match(), (), 0, 2, (1, 3), 5))
+print(table_digest(t).hex())
+"""
+
+
+def test_the_digest_is_the_same_in_every_process():
+    import os
+    import subprocess
+    import sys
+
+    seen = {subprocess.run([sys.executable, "-c", DIGEST], capture_output=True, text=True, check=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout.strip() for seed in (1, 2, 3)}
+    assert len(seen) == 1 and len(next(iter(seen))) == 32
 
 
 def test_a_plans_patches_rebuild_its_tables_from_the_controllers_and_are_smaller(tmp_path):

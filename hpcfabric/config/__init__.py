@@ -44,7 +44,8 @@ Example (``configs/dragonfly-a4-p2-h2.conf``)::
     [ha]                        ; role = equal|auto|master|slave, lease_file, lease_timeout, instance, switches
     [failover]                  ; recompute = on|off, fast_failover = on|off (groups: hpcfabric.failover.groups),
                                 ; settle_ms (a burst of port events gathered into one repair),
-                                ; failures_dir (partitions on one host share the failures they see)
+                                ; failures_dir (partitions on one host share the failures they see),
+                                ; planner = auto|own|shared (one repair planner for a host's partitions)
 
 ``[DEFAULT]`` belongs to os-ken/oslo (``osken-manager --config-file``) and is
 ignored here. Everything is checked at load time -- the topology is loaded,

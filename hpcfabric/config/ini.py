@@ -95,10 +95,12 @@ SCHEMA: dict[str, dict[str, str | None]] = {
         "recompute": "on",
         "settle_ms": "50",
         "failures_dir": "",
+        "planner": "auto",
     },
 }
 HA_ROLES = ("equal", "auto", "master", "slave")
 HA_BACKENDS = ("file", "etcd")
+PLANNERS = ("auto", "own", "shared")
 ON_OFF = ("on", "off")
 #: sections that hold free-form keys
 FREE_SECTIONS = ("hosts",)

@@ -19,6 +19,7 @@ from hpcfabric.config.ini import (
     BUNDLE_MODES,
     COS_CHOICES,
     HA_BACKENDS,
+    PLANNERS,
     HA_ROLES,
     HOST_MAC_MODES,
     LOG_LEVELS,
@@ -191,6 +192,8 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
     if failures_dir and os.path.exists(failures_dir) and not os.path.isdir(failures_dir):
         raise config_error(source, "failover.failures_dir", f"{failures_dir} is a file; expected a directory the "
                            "partitions' controllers share (it is created if missing)")
+    planner = _planner_key(source, get_value(parser, "failover", "planner"), failures_dir,
+                           partitioned=bool(ha_switches) or ha_partitions > 1, file_mode=ha_backend == "file")
     if fast_failover and not recompute:
         raise config_error(source, "failover.fast_failover", "on needs recompute = on: the groups only bridge the time "
                            "until recomputation replaces the tables (they are proved for one failed link at a time)")
@@ -286,6 +289,7 @@ def load_config(path: str | os.PathLike[str], *, compile: bool = True, deadlock:
         recompute=recompute,
         settle_ms=settle_ms,
         failures_dir=failures_dir,
+        planner=planner,
         pause_reaction=pause_reaction,
         switch_hold_s=switch_hold_s,
         cnm=cnm_on,
@@ -354,6 +358,28 @@ def validate_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     about the repairs after failures."""
     cfg = load_config(path)
     return {**cfg.summary(), "failures": failures_promise(cfg)}
+
+
+#: a Unix socket's path must fit ``sun_path`` (108 bytes with its NUL; a little kept spare)
+SOCKET_PATH_MAX = 100
+
+
+def _planner_key(source: str, text: str, failures_dir: str | None, *, partitioned: bool, file_mode: bool) -> str:
+    """``[failover] planner`` resolved to ``own`` or ``shared`` (auto: shared when partitioned on one host in file
+    mode, where the partitions share ``failures_dir``; the planner's socket is ``failures_dir/planner.sock``)."""
+    wanted = choice(source, "failover.planner", text or "auto", PLANNERS)
+    sock = os.path.join(failures_dir, "planner.sock") if failures_dir else ""
+    if wanted == "shared":
+        if not failures_dir:
+            raise config_error(source, "failover.planner", "shared needs a directory the controllers of the host share: "
+                               "[failover] failures_dir (or [ha] lease_file, whose <lease_file>.failures is the default)")
+        if len(sock.encode()) > SOCKET_PATH_MAX:
+            raise config_error(source, "failover.failures_dir", f"{failures_dir} is too long for the shared planner's "
+                               f"socket {sock} ({len(sock.encode())} bytes; at most {SOCKET_PATH_MAX})")
+        return "shared"
+    if wanted == "auto" and partitioned and file_mode and failures_dir and len(sock.encode()) <= SOCKET_PATH_MAX:
+        return "shared"
+    return "own"
 
 
 def _etcd_keys(source: str, parser: Any, backend: str, role: str) -> tuple[tuple[str, ...], int, int, str]:

@@ -73,6 +73,9 @@ class ControllerConfig:
     settle_ms: float = 50.0
     #: ``[failover] failures_dir``: where a partition's controller (file backend) shares the failures it sees
     failures_dir: str | None = None
+    #: ``[failover] planner`` resolved: ``own`` (a planner process per controller) or ``shared`` (one per host for
+    #: the partitions sharing ``failures_dir``: :mod:`hpcfabric.repair.shared`)
+    planner: str = "own"
     #: ``[openflow] tls = on``: :class:`hpcfabric.config.security.TlsSettings` (None: plain TCP)
     tls: Any = None
     #: ``[openflow] echo_timeout``: a second session for a connected dpid is refused if the live one answers

@@ -81,7 +81,7 @@ class Failover:
         self.again = False
         self.since: float | None = None  # the first event not yet in a plan
         self.last_event = 0.0
-        self.planner: Planner | None = None
+        self.planner: Any = None  # Planner, or SharedPlanner (controller.shared_planner)
         self.board: Any = None  # the failures board of a partitioned fabric (None: one controller)
         self.in_force: Failures = NO_FAILURES  # the failures the installed tables route around
         self._applied_ports: set[tuple[str, int]] = set()
@@ -94,7 +94,13 @@ class Failover:
         config = fab.config
         if not config.recompute or self.planner is not None:
             return
-        self.planner = Planner(config)
+        if config.planner == "shared":  # one planner for the partitions of this host (controller.shared_planner)
+            from hpcfabric.controller.shared_planner import SharedPlanner
+
+            self.planner = SharedPlanner(config, repaired=lambda: tuple(fab.tables.repaired),
+                                         again=lambda: self.changed(time.monotonic()))
+        else:
+            self.planner = Planner(config)
         hub.spawn(self.planner.start)
         if self.board is None:
             self.board = make_board(config, self.ha)
@@ -263,6 +269,8 @@ class Failover:
                 if fab.config is not config or planner is not self.planner:  # reloaded meanwhile
                     planner.decide(False)
                     return
+                if plan is None:
+                    break
                 if replans >= MAX_REPLANS or self.since is None or self.failures(time.monotonic()) == failures:
                     break
                 planner.decide(False)  # overtaken: planned again for everything out now, once it has settled
@@ -272,6 +280,17 @@ class Failover:
                          ", ".join(failures.describe()) or "everything back")
                 while self.unsettled(time.monotonic()) > 0:
                     hub.sleep(self.unsettled(time.monotonic()))
+            if plan is None:  # the shared planner went away (asked again once one is ready) or failed: nothing installed
+                self.refused += 1
+                self.unproven = {"failures": failures.as_dict(), "verdict": "no planner",
+                                 "explanation": "the shared repair planner went away during the plan (another is "
+                                                "started and the repair asked again once it is ready) or failed on it",
+                                 "cycle": None}
+                LOG.error("failover: %s: no plan (the shared repair planner went away or failed); the tables in force "
+                          "stay", ", ".join(failures.describe()) or "no failures")
+                self.last = {"at": time.time(), "failures": failures.as_dict(), "installed": False,
+                             "verdict": {"verdict": "no planner"}}
+                return
             self._applied_ports = ports
             verdict = plan["verdict"]
             planned = time.monotonic()
@@ -329,7 +348,7 @@ class Failover:
         if "patches" not in plan:
             return dict(plan["desired"])
         tables = self.state.tables
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(plan.get("desired") or {})  # the shared planner: whole where it cannot patch
         misfits = []
         for name, patch in plan["patches"].items():
             try:

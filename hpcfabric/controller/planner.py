@@ -6,7 +6,8 @@ would wait. :class:`Planner` starts ``python -m hpcfabric.repair.service CONFIG`
 (it loads the same config and builds the proof base while the switches come up) and talks to it over a
 pipe; reads block a native thread, never the hub. If the process cannot start or dies, the planner runs
 in a native thread of the controller instead (:class:`hpcfabric.repair.plan.Repairer`), and the log
-says so.
+says so. Partitions on one host share one planner instead (``[failover] planner``:
+:mod:`hpcfabric.controller.shared_planner`).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from typing import Any, BinaryIO, Mapping
 
 from hpcfabric.repair.patch import make_patch
 
-__all__ = ["read_message", "write_message", "slim", "settle_heap", "main"]
+__all__ = ["read_message", "write_message", "slim", "settle_heap", "nice", "main"]
 
 LOG = logging.getLogger("hpcfabric.repair")
 
@@ -88,7 +88,8 @@ def settle_heap() -> None:
 BUILD_NICE = 10
 
 
-def _nice(step: int) -> bool:
+def nice(step: int) -> bool:
+    """``os.nice(step)``; False where not permitted."""
     try:
         os.nice(step)
         return True
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
     t0 = time.monotonic()
-    niced = _nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
+    niced = nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
     first = read_message(inp)  # ("config", text): the INI text the controller loaded
     if first is None or first[0] == "stop":
         return 0
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     report = rep.base().report if rep.prove else None
     rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     settle_heap()
-    if niced and not _nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
+    if niced and not nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
         LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
     try:
         return serve(rep, inp, out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
