@@ -102,16 +102,15 @@ class UpDownReport:
         return 2 * (self.levels - 1)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"method": "up-down (local invariant; any set of paused ports)", "ok": self.ok,
-               "delivered_under_any_pause": self.ok, "acyclic_under_any_pause": self.ok}
-        out.update({k: getattr(self, k) for k in (
-            "max_links", "switches", "levels", "access_switches", "probes", "pausable_ports", "destination_classes",
-            "decision_lines", "arrival_pcps", "failure_count", "failures", "seconds", "timings",
-        )})
-        out.update(arrival_pcps=["untagged" if p == UNTAGGED else p for p in self.arrival_pcps],
-                   failures=list(self.failures), seconds=round(self.seconds, 3),
-                   timings={k: round(v, 3) for k, v in self.timings.items()})
-        return out
+        return {"method": "up-down (local invariant; any set of paused ports)", "ok": self.ok,
+                "delivered_under_any_pause": self.ok, "acyclic_under_any_pause": self.ok,
+                "max_links": self.max_links, "switches": self.switches, "levels": self.levels,
+                "access_switches": self.access_switches, "probes": self.probes,
+                "pausable_ports": self.pausable_ports, "destination_classes": self.destination_classes,
+                "decision_lines": self.decision_lines,
+                "arrival_pcps": ["untagged" if p == UNTAGGED else p for p in self.arrival_pcps],
+                "failure_count": self.failure_count, "failures": list(self.failures),
+                "seconds": round(self.seconds, 3), "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
 class _Failures:
