@@ -5,6 +5,7 @@ planner does not know gets its tables whole, and an unproven plan is refused for
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -150,3 +151,18 @@ def test_the_planner_key_resolves_and_refuses_bad_values_in_one_line(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "failover.planner" in run.stderr
     assert "auto, own, shared" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_planner_socket_is_the_owners_only(tmp_path):
+    """Requests and replies are pickles: nobody but the controllers' user may connect (mode 0600 from the bind on)."""
+    import stat
+
+    from hpcfabric.repair.shared import Server
+
+    path = str(tmp_path / "planner.sock")
+    server = Server(path)
+    try:
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    finally:
+        server.sock.close()

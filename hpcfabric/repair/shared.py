@@ -210,7 +210,11 @@ class Server:
         except FileNotFoundError:
             pass
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
+        mask = os.umask(0o177)  # the owner's only (0600) from the start: requests and replies are pickles
+        try:
+            self.sock.bind(path)
+        finally:
+            os.umask(mask)
         self.sock.listen(64)
 
     def accept_loop(self) -> None:
