@@ -102,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s repair planner: %(message)s")
     from hpcfabric.config import load_config
     from hpcfabric.errors import ConfigError
-    from hpcfabric.repair.plan import Repairer, proves
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
@@ -116,17 +115,27 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:  # cannot happen with the controller's own text; said in one line if it does
         LOG.error("cannot load the config: %s", err)
         return 2
+    rep, ready = prepare(cfg, niced, t0)
+    try:
+        return serve(rep, inp, out, ready)
+    except BrokenPipeError:  # the controller went away: nothing left to plan for
+        return 0
+
+
+def prepare(cfg: Any, niced: bool, t0: float) -> tuple[Any, dict[str, Any]]:
+    """A :class:`~hpcfabric.repair.plan.Repairer` of ``cfg`` ready to plan (its proof base built, the fast-failover
+    analysis of the tables in force kept, the heap settled, back to normal priority if ``niced``), and the ``ready``
+    message (``t0``: when the planner started)."""
+    from hpcfabric.repair.plan import Repairer, proves
+
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
     rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     settle_heap()
     if niced and not nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
         LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
-    try:
-        return serve(rep, inp, out, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
-                                     "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0})
-    except BrokenPipeError:  # the controller went away: nothing left to plan for
-        return 0
+    return rep, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
+                 "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0}
 
 
 def serve(rep: Any, inp: BinaryIO, out: BinaryIO, ready: dict[str, Any]) -> int:

@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.repair.patch import changes, make_patch
-from hpcfabric.repair.service import BUILD_NICE, nice, read_message, settle_heap, write_message
+from hpcfabric.repair.service import BUILD_NICE, nice, prepare, read_message, write_message
 
 __all__ = ["Epochs", "SharedPlanner", "main"]
 
@@ -293,7 +293,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s shared repair planner: %(message)s")
     from hpcfabric.errors import ConfigError
-    from hpcfabric.repair.plan import Repairer, proves
 
     if len(argv) != 2:
         print("usage: python -m hpcfabric.repair.shared SOCKET CONFIG (the config's text on stdin)", file=sys.stderr)
@@ -310,17 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("cannot load the config: %s", err)
         server.close()
         return 2
-    rep = Repairer(cfg, prove=proves(cfg))
-    report = rep.base().report if rep.prove else None
-    rep.failover_analysis()
-    settle_heap()
-    if niced and not nice(-BUILD_NICE):
-        LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
+    rep, ready = prepare(cfg, niced, t0)
     generation = f"{os.getpid()}@{time.time():.6f}"
     server.planner = SharedPlanner(rep, cfg.flow_control == "pfc", generation)
-    server.info = {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report, "shared": True,
-                   "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0,
-                   "generation": generation, "pid": os.getpid(), "switches": len(cfg.fabric.switches)}
+    server.info = {**ready, "shared": True, "generation": generation, "pid": os.getpid(),
+                   "switches": len(cfg.fabric.switches)}
     LOG.info("ready in %.1f s for %d switches (%s dependencies)", server.info["seconds"], len(cfg.fabric.switches),
              server.info["dependencies"])
     server.ready.set()
