@@ -58,10 +58,6 @@ from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
 
-#: a changed switch's classes that no entry in or out of its table matches keep their decisions (redecide.Prior)
-KEEP_CLASSES = True
-
-
 
 class NotIncremental(Exception):
     """The change cannot be proven against the base (new entries split a destination column)."""
@@ -339,7 +335,7 @@ class ProofState:
         t1 = time.perf_counter()
         if todo:
             keep = getattr(compiled, "pause_reaction", None) != "switch"  # resubmit chains: every class decided
-            new.update(self.decide(compiled, todo, relevant, prior=self.prior(moved) if keep and KEEP_CLASSES else None))
+            new.update(self.decide(compiled, todo, relevant, prior=self.prior(moved) if keep else None))
             for name in todo:
                 self._decided[name] = (compiled.tables[name].flows, new[name])
         timings["decide"] = time.perf_counter() - t1
