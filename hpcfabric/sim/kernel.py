@@ -33,7 +33,7 @@ from numba import njit
 
 from hpcfabric.sim import kernel_ops as ops
 from hpcfabric.sim.kernel_batch import CHUNK, decide_chunk, touch_accounts, touch_grants, touch_scan
-from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, pfc, push, sample, ugal_minimal
+from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, pfc, pop, push, sample, ugal_minimal
 from hpcfabric.sim import kernel_vc as vc
 
 __all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM", "NBT", "CHUNK"]
@@ -76,7 +76,7 @@ NCOUNT = 19
  G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ, G_BATCH) = range(27)
 NPARAM = 27
 SLOT_BITS, DELIVER, PCP_SLOTS = ops.SLOT_BITS, ops.DELIVER, ops.PCP_SLOTS
-assert (F_STATE, F_OUT, F_NCLS, F_READY, F_ACCT, F_NXT) == (vc.F_STATE, vc.F_OUT, vc.F_NCLS, vc.F_READY, vc.F_ACCT, vc.F_NXT)
+assert (F_OUT, F_NCLS, F_ACCT) == (vc.F_OUT, vc.F_NCLS, vc.F_ACCT)
 assert (C_HOPS, C_NACT, C_INNET) == (vc.C_HOPS, vc.C_NACT, vc.C_INNET)
 
 
@@ -399,12 +399,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                         in_used[req_in[r]] += 1
                     q = req_q[r]
                     req_q[r] = -1
-                    f = qhead[q]
-                    qhead[q] = F[f, F_NXT]
-                    qlen[q] -= 1
-                    if qlen[q] == 0:
-                        qhead[q] = -1
-                    last_move[q] = t
+                    f = pop(qhead, qlen, last_move, F, q, t)
                     a = F[f, F_ACCT]
                     if model == 3:  # credit-based flow control (BookSim): a credit downstream, ours back upstream
                         if peer[o] >= 0:

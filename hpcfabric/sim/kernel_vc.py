@@ -6,16 +6,16 @@ frame's output VC is (its output port, its class on the next link). Per frame ti
 ``iterations`` internal steps (BookSim's ``internal_speedup``, default 2); each step
 
 1. **VC allocation**: the head frame of every input VC that holds no output VC requests its
-   output VC if no packet holds it; each requested output VC goes to one requester (round robin). The
-   winner holds the output VC and may bid for the switch from the next step on;
+   output VC if no packet holds it; each requested output VC goes to one requester (round robin).
+   The winner holds the output VC and may bid for the switch from the next step on;
 2. **switch allocation**, separable input first, one iteration: every input port picks one of its
    input VCs that hold an output VC with a credit downstream (and room in the output queue), then
-   every output port one of the input ports that picked it (round robin, iSLIP-like: a pointer moves
-   past the winner only on a grant). The winner's frame
-   crosses into the output queue (``outq`` frame times of it, bounded in BookSim by credits only),
-   releases its output VC (a 1-frame packet's tail) and returns a credit upstream; it reaches the
-   wire ``dsw`` ticks later (``switch_ns``: BookSim's crossbar and output stages come after the
-   allocations; a frame is allocated from the tick it arrives);
+   every output port one of the input ports that picked it (round robin, iSLIP-like: a pointer
+   moves past the winner only on a grant). The winner's frame crosses into the output queue
+   (``outq`` frame times of it; BookSim's is bounded by credits only), releases its output VC (a
+   1-frame packet's tail) and returns a credit upstream; it reaches the wire ``dsw`` ticks later
+   (``switch_ns``: BookSim's crossbar and output stages come after the allocations, and a frame
+   is allocated from the tick it arrives);
 
 so an input VC moves at most one frame per two steps, an output VC takes one packet at a time, and
 a frame that loses either allocation blocks its input VC (head of line). Credit and queue
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from numba import njit
 
-from hpcfabric.sim.kernel_ops import ahead, cal
+from hpcfabric.sim.kernel_ops import ahead, cal, pop
 
 __all__ = ["vc_switch", "C_NACT", "C_HOPS", "C_INNET"]
 
-F_STATE, F_OUT, F_NCLS, F_READY, F_ACCT, F_NXT = 3, 4, 6, 7, 10, 11
+F_OUT, F_NCLS, F_ACCT = 4, 6, 10
 C_HOPS, C_NACT, C_INNET = 6, 11, 16
 RR_WRAP = 1 << 40
 
@@ -53,13 +53,11 @@ def vc_switch(t, slot, steps, step0, K, C, L, cap, outq, dsw, c, act, inact, qhe
     over input ports, per input port over its VCs); the rest are scratch (``v_*`` per output VC, the
     others per port)."""
     keep = 0
-    for i in range(c[C_NACT]):
+    for i in range(c[C_NACT]):  # active queues: the non-empty ones stay
         q = act[i]
-        if qlen[q] == 0:
-            inact[q] = 0
-            continue
+        inact[q] = qlen[q] > 0
         act[keep] = q
-        keep += 1
+        keep += inact[q]
     c[C_NACT] = keep
     vptr, inptr, outptr, vcptr = rr[0], rr[1], rr[2], rr[3]
     for step in range(step0, step0 + steps):
@@ -133,12 +131,7 @@ def vc_switch(t, slot, steps, step0, K, C, L, cap, outq, dsw, c, act, inact, qhe
             vcptr[ip] = (q % C + 1) % C
             ovc[vhold[q]] = -1
             vhold[q] = -1
-            f = qhead[q]
-            qhead[q] = F[f, F_NXT]
-            qlen[q] -= 1
-            if qlen[q] == 0:
-                qhead[q] = -1
-            last_move[q] = t
+            f = pop(qhead, qlen, last_move, F, q, t)
             a = F[f, F_ACCT]
             if peer[o] >= 0:
                 cred[peer[o] * C + F[f, F_NCLS]] += 1
