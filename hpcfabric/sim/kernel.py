@@ -76,7 +76,7 @@ NCOUNT = 19
  G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ, G_BATCH) = range(27)
 NPARAM = 27
 SLOT_BITS, DELIVER, PCP_SLOTS = ops.SLOT_BITS, ops.DELIVER, ops.PCP_SLOTS
-assert (F_OUT, F_NCLS, F_ACCT) == (vc.F_OUT, vc.F_NCLS, vc.F_ACCT)
+assert (F_OUT, F_NCLS, F_AUX2, F_ACCT) == (vc.F_OUT, vc.F_NCLS, vc.F_AUX2, vc.F_ACCT)
 assert (C_HOPS, C_NACT, C_INNET) == (vc.C_HOPS, vc.C_NACT, vc.C_INNET)
 
 
@@ -221,6 +221,8 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             F[f, F_NSTATE] = nx
             if router == 0:
                 F[f, F_NCLS] = (b_ncls[i] if code == 0 else 0) if batch else (st_cls[nx] if nx >= 0 else 0)
+                if model == 4 and kind[st_pid[st]] == 3:  # iqvc: it crossed a global link (its ejection VC)
+                    F[f, F_AUX2] = 1
             elif router == 1:
                 gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
                 F[f, F_AUX2] = gh

@@ -17,6 +17,10 @@ frame's output VC is (its output port, its class on the next link). Per frame ti
    (``switch_ns``: BookSim's crossbar and output stages come after the allocations, and a frame
    is allocated from the tick it arrives);
 
+The output VC of an ejection port (a host's) is BookSim's: one for the frames that crossed a
+global link (F_AUX2 > 0: ``min``'s ``ph`` 1, ``val4``/``ugal4``'s stage 3), another for the group's
+own frames (0): our classes on that link (MIN's 0 for all) would put both on one VC.
+
 so an input VC moves at most one frame per two steps, an output VC takes one packet at a time, and
 a frame that loses either allocation blocks its input VC (head of line). Credit and queue
 bookkeeping of a sent frame are ``iq``'s; the injection VC is drawn at random (the tick loop).
@@ -30,7 +34,7 @@ from hpcfabric.sim.kernel_ops import ahead, cal, pop
 
 __all__ = ["vc_switch", "C_NACT", "C_HOPS", "C_INNET"]
 
-F_OUT, F_NCLS, F_ACCT = 4, 6, 10
+F_OUT, F_NCLS, F_AUX2, F_ACCT = 4, 6, 9, 10
 C_HOPS, C_NACT, C_INNET = 6, 11, 16
 RR_WRAP = 1 << 40
 
@@ -69,6 +73,8 @@ def vc_switch(t, slot, steps, step0, K, C, L, cap, outq, dsw, c, act, inact, qhe
                 continue
             f = qhead[q]
             ov = F[f, F_OUT] * C + F[f, F_NCLS]
+            if peer[F[f, F_OUT]] < 0 and C > 1:  # ejection: BookSim's VC, 1 past a global link, else 0
+                ov = F[f, F_OUT] * C + min(F[f, F_AUX2], 1)
             if ovc[ov] >= 0:
                 continue
             if v_cnt[ov] == 0:
