@@ -10,14 +10,22 @@ port). Routers: ``MIN`` (our compiled minimal tables) vs BookSim ``min``; ``VAL-
 runner's deadlock-free versions of BookSim's ``val``/``ugal``, :mod:`hpcfabric.sim.booksim`);
 ``VAL`` (our compiled Valiant, fixed intermediates) vs ``val4``; ``UGAL-L`` vs ``ugal4`` (the same
 algorithm) and ``PB`` (ours) vs ``ugal4``. Every point runs BookSim once (``dragonfly_base.cfg``,
-its convergence rules) and ours once per switch model (``iq``, BookSim's router, first and timed); one JSON line per point: both accepted loads (flits/cycle/node =
+its convergence rules) and ours once per switch model (``iq``, BookSim's router with a calibrated
+output queue, first and timed; ``iqvc``, BookSim's router with its VC allocation per output VC, the
+closer one at BookSim's horizon, below); one JSON line per point: both accepted loads (flits/cycle/node =
 fraction of the link rate), both mean latencies in cycles and ns, cycles simulated, wall times,
 and the ratio BookSim wall / ours (the default model's). BookSim runs one at a time beside
 nothing of ours (both single-threaded). Last line: the targets (saturation points within 5 % /
 PB within 10 %, >= 10x faster per point at k=4 and k=8).
 
-    .venv/bin/python bench/booksim_peer.py [--k 2,4,8] [--points NAME,...] [--models shared,voq,fifo]
-        [--booksim-timeout S] [--sample-period N]      # run under flock /tmp/hpcfabric-bench.lock
+    .venv/bin/python bench/booksim_peer.py [--k 2,4,8] [--points NAME,...] [--models iq,iqvc,shared,voq,fifo]
+        [--booksim-timeout S] [--sample-period N] [--warmup N --window N] [--seed N]  # under flock /tmp/hpcfabric-bench.lock
+
+Ours measures the window after its warm-up (default 2,000 + 2,000 cycles; k=8 1,500 + 1,000). BookSim
+measures from the end of its 3 warm-up sample periods to its convergence (with ``--sample-period
+2000``: cycles 6,000 to 12,000-17,600); ``--warmup 6000 --window 8000`` measures ours over that span:
+at overload the 256-frame buffers fill for thousands of cycles, so the horizon moves saturation
+points by up to 10 % (docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -58,11 +66,14 @@ POINTS = [
 BOOKSIM_OF = {"MIN": "min", "VAL-R": "val4", "VAL": "val4", "UGAL-L": "ugal4", "PB": "ugal4"}
 
 
-def ours(rt: Routers, router: str, pattern: str, load: float, model: str, k: int) -> dict:
+def ours(rt: Routers, router: str, pattern: str, load: float, model: str, k: int, warmup: int | None = None,
+         window: int | None = None, seed: int = 1) -> dict:
     # windows in cycles: long enough for 100-cycle global links (a zero-load path is ~130 cycles)
-    warm, window, drain = (2000, 2000, 4000) if k < 8 else (1500, 1000, 3000)
+    warm, window0, drain = (2000, 2000, 4000) if k < 8 else (1500, 1000, 3000)
+    warm = warm if warmup is None else warmup
+    window = window0 if window is None else window
     p = booksim_params(warmup_slots=warm, window_slots=window, drain_slots=drain, switch=model)
-    r = run_point(rt, router, pattern, load, p, seed=1)
+    r = run_point(rt, router, pattern, load, p, seed=seed)
     return {"accepted": round(r.accepted, 4), "latency_cycles": round(r.latency_ns / CYCLE_NS, 1),
             "latency_ns": round(r.latency_ns), "cycles": r.ticks, "wall_s": round(r.wall_s, 2),
             "lost": r.bad + r.overflow, "deadlock": bool(r.deadlock), "unfinished": r.unfinished}
@@ -72,7 +83,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", default="2,4,8", help="BookSim k values to run (2,4,8)")
     ap.add_argument("--points", default=None, help="point names (default: all of the chosen k)")
-    ap.add_argument("--models", default="iq,shared,voq,fifo", help="our switch models; the first one is timed against BookSim")
+    ap.add_argument("--models", default="iq,iqvc,shared,voq,fifo", help="our switch models; the first one is timed against BookSim")
+    ap.add_argument("--warmup", type=int, default=None, help="our warm-up in cycles (default 2,000; k=8 1,500)")
+    ap.add_argument("--window", type=int, default=None, help="our measurement window in cycles (default 2,000; k=8 1,000)")
+    ap.add_argument("--seed", type=int, default=1, help="our seed")
     ap.add_argument("--booksim-timeout", type=float, default=3600.0, help="stop a BookSim run after S seconds")
     ap.add_argument("--sample-period", type=int, default=None, help="BookSim sample_period (default: the config's 10,000)")
     ap.add_argument("--no-booksim", action="store_true", help="ours only")
@@ -101,7 +115,7 @@ def main() -> None:
         rt.router(router)
         row["ours_tables_s"] = round(time.perf_counter() - t0, 2)
         for m in models:
-            row[m] = ours(rt, router, pattern, load, m, k)
+            row[m] = ours(rt, router, pattern, load, m, k, args.warmup, args.window, args.seed)
         if not args.no_booksim:
             key = (k, BOOKSIM_OF[router], pattern, load)
             if key not in peer:  # VAL and VAL-R, UGAL-L and PB share BookSim's run

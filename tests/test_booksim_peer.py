@@ -4,9 +4,10 @@ fail if the two drift apart (bench/booksim_peer.py has the full side-by-side tab
 BookSim2 is built from ../shared/booksim (build.sh, ~30 s, g++ make flex bison, plus the runner's
 booksim_stages.patch) into HPCFABRIC_BOOKSIM_BUILD or ~/.cache/hpcfabric/booksim-stages on first use;
 short sample periods keep each of its runs to seconds. Ours runs the ``iq`` switch model (BookSim's
-input-queued router with credits). Saturation points of short runs move by a few percent with the
-horizon (BookSim's VAL at ADV 0.6: 0.506, 0.492, 0.469 with sample periods of 300, 1,000, 2,000
-cycles), so the adaptive ones get 8 %; the bench's full runs are within 5 % (docs/simulation.md).
+input-queued router with credits; ``iqvc``, with BookSim's VC allocation, also at MIN UN).
+Saturation points of short runs move by a few percent with the horizon (BookSim's VAL at ADV 0.6:
+0.506, 0.492, 0.469 with sample periods of 300, 1,000, 2,000 cycles), so the adaptive ones get 8 %;
+the bench's full runs are within 5 % (docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def test_the_fabric_is_booksims_dragonflynew() -> None:
     assert len(pairs) == 9 * 8 // 2  # one global link per group pair
 
 
+def _ours(rt: Routers, router: str, pattern: str, load: float, switch: str = "iq"):
+    p = booksim_params(warmup_slots=2000, window_slots=2000, drain_slots=4000, switch=switch)
+    return run_point(rt, router, pattern, load, p, seed=1)
+
+
 def _both(rt: Routers, router: str, booksim: str, pattern: str, load: float, sample: int = 300) -> tuple:
-    p = booksim_params(warmup_slots=2000, window_slots=2000, drain_slots=4000, switch="iq")
-    ours = run_point(rt, router, pattern, load, p, seed=1)
+    ours = _ours(rt, router, pattern, load)
     peer = BS.run(2, booksim, pattern, load, timeout=600, sample_period=sample)
     assert peer.complete and not peer.deadlock and ours.overflow == 0 and ours.deadlock is None
     return ours, peer
@@ -66,6 +71,8 @@ def test_adversarial_saturation_agrees(k2: Routers) -> None:
 def test_uniform_saturation_agrees_with_booksims_router(k2: Routers) -> None:
     ours, peer = _both(k2, "MIN", "min", "uniform", 1.0)
     assert ours.accepted == pytest.approx(peer.accepted, rel=0.05)  # switch-bound: ~0.82 vs ~0.85
+    vc = _ours(k2, "MIN", "uniform", 1.0, "iqvc")  # BookSim's VC allocation and ejection VCs: ~0.835
+    assert vc.overflow == 0 and vc.accepted == pytest.approx(peer.accepted, rel=0.05)
 
 
 def test_valiant_and_ugal_saturate_alike_without_deadlock(k2: Routers) -> None:

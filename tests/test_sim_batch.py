@@ -32,7 +32,7 @@ CASES = [("MIN", "uniform", 0.4, "shared"), ("MIN", "uniform", 1.0, "shared"), (
          ("MIN", "adv", 0.5, "shared"), ("VAL", "adv", 0.6, "shared"), ("COND-ideal", "adv", 0.3, "shared"),
          ("COND-switch", "adv", 0.4, "shared"), ("MIN", "uniform", 0.9, "fifo"), ("VAL", "adv", 0.6, "voq"),
          ("MIN", "uniform", 0.9, "iq"), ("PB", "adv", 0.5, "shared"), ("PB", "uniform", 0.8, "shared"),
-         ("VAL-R", "adv", 0.6, "shared"), ("UGAL-L", "adv", 0.6, "iq")]
+         ("VAL-R", "adv", 0.6, "shared"), ("UGAL-L", "adv", 0.6, "iq"), ("VAL-R", "uniform", 0.9, "iqvc")]
 
 
 @pytest.mark.parametrize("name,pattern,load,switch", CASES)

@@ -7,12 +7,18 @@ matching (PIM, Anderson et al. 1993: an input gets a grant with probability 1 - 
 0.660), with several rounds they approach 1, and an output-queued switch reaches 1 with the
 queueing delay of a discrete-time queue fed by 7 Bernoulli inputs: W = p (1 - 1/7) / (2 (1 - p))
 frame times at load p. ``iq`` (BookSim2's input-queued router) with one allocation round and no
-output queue is fifo again: one FIFO per input, head-of-line blocked.
+output queue is fifo again: one FIFO per input, head-of-line blocked. ``iqvc`` (BookSim's router with
+its VC allocation per output VC) lets a packet hold its output VC from its VC allocation to its
+switch allocation, one internal step later: an output VC takes at most one packet per two internal
+steps, so a permutation (no two inputs share an output) runs at the link rate with BookSim's two
+internal steps per frame time and at half of it with one, where ``iq`` runs it at the link rate.
 """
 
 from __future__ import annotations
 
 import pytest
+
+import numpy as np
 
 from hpcfabric.sim.bounds import saturation_bound
 from hpcfabric.sim.params import ParamError, SimParams
@@ -73,12 +79,13 @@ def test_min_un_reaches_the_channel_load_bound(topo: str) -> None:
 
 
 @pytest.mark.parametrize("switch,name", [("shared", "MIN"), ("shared", "VAL"), ("shared", "PB"), ("shared", "COND-switch"),
-                                         ("iq", "MIN"), ("iq", "VAL-R"), ("iq", "UGAL-L")])
+                                         ("iq", "MIN"), ("iq", "VAL-R"), ("iq", "UGAL-L"),
+                                         ("iqvc", "MIN"), ("iqvc", "VAL-R"), ("iqvc", "UGAL-L")])
 def test_lossless_at_overload(switch: str, name: str) -> None:
     rt = Routers(load_topology("topologies/dragonfly-a4-p2-h2.yaml"))
     # shared: a small pool (96 frames per switch for 7 ports x 2-3 classes), PFC must hold the overload;
     # iq: 4-frame buffers, only credit-based flow control (a frame leaves only with a credit) keeps them
-    size = dict(shared_frames=96) if switch == "shared" else dict(buffer_frames=4)
+    size = dict(shared_frames=96) if switch == "shared" else dict(buffer_frames=4)  # iq, iqvc: credits
     p = SimParams(warmup_slots=300, window_slots=1000, drain_slots=1000, switch=switch, **size)
     r = run_point(rt, name, "adv", 0.9, p, seed=2)
     assert r.conserved and r.deadlock is None
@@ -96,6 +103,25 @@ def test_iq_is_an_input_queued_router_with_speedup(one: Routers) -> None:
     # a second round per frame time (BookSim's internal speedup 2) into a 2-frame output queue: inputs
     # that lost the first round try again, outputs take up to 2 frames; HOL relieved, not gone (0.76)
     assert hol + 0.1 < sp2 < 0.9
+
+
+def _permutation(rt: Routers) -> Traffic:
+    tr = Traffic(rt.fabric, "uniform")  # host i sends every frame to host i + 1: no two inputs share an output
+    h = tr.H
+    tr.kind, tr.flat, tr.off, tr.cnt = "lists", (np.arange(h) + 1) % h, np.arange(h), np.ones(h, dtype=np.int64)
+    return tr
+
+
+def test_iqvc_holds_an_output_vc_for_a_step(one: Routers) -> None:
+    def acc(switch: str, steps: int) -> float:
+        p = SimParams(**LONG, switch=switch, iterations=steps)
+        r = run_point(one, "MIN", "uniform", 1.0, p, seed=1, traffic=_permutation(one))
+        assert r.conserved and r.bad == 0 and r.overflow == 0
+        return r.accepted
+
+    assert acc("iqvc", 2) >= 0.98  # VC allocation and switch allocation in the two steps of a frame time
+    assert acc("iqvc", 1) == pytest.approx(0.5, rel=0.02)  # one step: the output VC is free every other frame time
+    assert acc("iq", 1) >= 0.98  # iq has no output VCs: one round suffices for a permutation
 
 
 def test_switch_parameters_are_checked() -> None:

@@ -147,11 +147,13 @@ class Simulator:
         delay = np.select([pm.kind == 1, pm.kind == 3], [t(params.host_ns), t(params.global_ns)], t(params.local_ns))
         self.delay = _i64(delay)
         self.D = int(self.delay.max(initial=0)) + 1  # pause history depth
-        outq = params.output_frames * k if params.switch == "iq" else 0
+        outq = params.outq * k
+        if params.switch == "iqvc":  # a frame reaches the wire switch_ns after its grant (hpcfabric.sim.kernel_vc)
+            outq += params.ticks(params.switch_ns)
         self.L = int(self.delay.max(initial=0)) + k + 1 + outq  # calendar length
         self.W = int(pm.width.max())
         self.model = K.MODELS[params.switch]
-        self.NQ = {0: self.NA, 1: self.NA * self.W, 2: self.NA, 3: self.NA}[self.model]
+        self.NQ = self.NA * self.W if self.model == 1 else self.NA
         self.net = self._net(traffic)
         self.fab = _i64(np.flatnonzero(pm.peer >= 0))
         self.nf = 0
@@ -216,8 +218,10 @@ class Simulator:
             np.zeros((H, p.source_queue), dtype=i32), np.zeros(H, dtype=i64), np.zeros(H, dtype=i64),
             np.zeros(H, dtype=i64),
             np.zeros((L, P + H), dtype=i32), np.zeros(L, dtype=i64),
-            np.zeros(NA, dtype=i64), np.zeros((L, p.rounds * P) if self.model == 3 else (1, 1), dtype=i64),
+            np.zeros(NA, dtype=i64), np.zeros((L, p.rounds * P) if self.model >= 3 else (1, 1), dtype=i64),
             np.zeros(L, dtype=i64),
+            *(np.full(NA if self.model == 4 else 1, -1, dtype=i32) for _ in range(2)), np.zeros(NA, dtype=i64),
+            np.zeros((4, NA) if self.model == 4 else (4, 1), dtype=i64),
             np.zeros(ticks_total + 2, dtype=i64), np.zeros((1 << 20 if self.trace_on else 1, 3), dtype=i64),
             np.zeros((K.NBT, K.CHUNK), dtype=np.int64),
         )
@@ -235,7 +239,7 @@ class Simulator:
                 K.G_EGRESS: int(p.pause_from == "egress"), K.G_W0: w0, K.G_W1: w1,
                 K.G_TRAFFIC: {"uniform": 0, "lists": 1, "weighted": 2}[self.tr.kind],
                 K.G_THRESH: getattr(self.r, "threshold", 0), K.G_NH: self.H, K.G_TRACE: int(self.trace_on),
-                K.G_ALPHA16: int(round(16 * p.shared_alpha)), K.G_OUTQ: p.output_frames,
+                K.G_ALPHA16: int(round(16 * p.shared_alpha)), K.G_OUTQ: p.outq,
                 K.G_BATCH: int(self.batch)}
         for i, v in vals.items():
             g[i] = v

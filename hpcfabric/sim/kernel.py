@@ -33,11 +33,12 @@ from numba import njit
 
 from hpcfabric.sim import kernel_ops as ops
 from hpcfabric.sim.kernel_batch import CHUNK, decide_chunk, touch_accounts, touch_grants, touch_scan
-from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, pfc, push, sample, ugal_minimal
+from hpcfabric.sim.kernel_ops import ahead, back, cal, decide, draw, pfc, pop, push, sample, ugal_minimal
+from hpcfabric.sim import kernel_vc as vc
 
 __all__ = ["Net", "Frames", "Sw", "FRAME_FIELDS", "NF_COLS", "run_ticks", "MODELS", "NCOUNT", "NPARAM", "NBT", "CHUNK"]
 
-MODELS = {"fifo": 0, "voq": 1, "shared": 2, "iq": 3}
+MODELS = {"fifo": 0, "voq": 1, "shared": 2, "iq": 3, "iqvc": 4}
 
 Net = namedtuple("Net", [
     "sw", "kind", "peer", "delay", "pid_base", "width",  # per pid
@@ -61,7 +62,8 @@ Sw = namedtuple("Sw", [
     "flip_on", "flip_off", "was_paused", "flipped",  # PORT_STATE flips
     "sqbuf", "sqhead", "sqlen", "hbusy",  # host source queues
     "cal_buf", "cal_n",  # calendar of link arrivals: per slot the frames arriving then (at most one per port and host)
-    "cred", "cr_buf", "cr_n",  # iq: credits in use per ingress account (sender's view), credit returns per slot
+    "cred", "cr_buf", "cr_n",  # iq/iqvc: credits in use per ingress account (sender's view), credit returns per slot
+    "ovc", "vhold", "vsince", "rr",  # iqvc: input VC holding each output VC, output VC each input VC holds, since (kernel_vc)
     "lat", "trace",  # measured latencies (histogram in ticks), (src, dst, ticks) of measured frames
     "bt",  # scratch of the batched lookups (hpcfabric.sim.kernel_batch): NBT rows of CHUNK
 ])
@@ -74,6 +76,8 @@ NCOUNT = 19
  G_FLIP, G_R, G_HOLD, G_EGRESS, G_W0, G_W1, G_TRAFFIC, G_THRESH, G_NH, G_TRACE, G_ALPHA16, G_OUTQ, G_BATCH) = range(27)
 NPARAM = 27
 SLOT_BITS, DELIVER, PCP_SLOTS = ops.SLOT_BITS, ops.DELIVER, ops.PCP_SLOTS
+assert (F_OUT, F_NCLS, F_AUX2, F_ACCT) == (vc.F_OUT, vc.F_NCLS, vc.F_AUX2, vc.F_ACCT)
+assert (C_HOPS, C_NACT, C_INNET) == (vc.C_HOPS, vc.C_NACT, vc.C_INNET)
 
 
 @njit(cache=True, error_model="numpy")
@@ -94,14 +98,14 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
     flip_on, flip_off, was_paused, flipped = s.flip_on, s.flip_off, s.was_paused, s.flipped
     sqbuf, sqhead, sqlen, hbusy, cal_buf, cal_n, lat, trace = (s.sqbuf, s.sqhead, s.sqlen, s.hbusy, s.cal_buf,
                                                                s.cal_n, s.lat, s.trace)
-    cred, cr_buf, cr_n = s.cred, s.cr_buf, s.cr_n
+    cred, cr_buf, cr_n, ovc, vhold, vsince, rr = s.cred, s.cr_buf, s.cr_n, s.ovc, s.vhold, s.vsince, s.rr
     model, K, C, W, D, L = g[G_MODEL], g[G_K], g[G_C], g[G_W], g[G_D], g[G_L]
     cap, XOFF, XON, headroom, dswitch = g[G_CAP], g[G_XOFF], g[G_XON], g[G_HEADROOM], g[G_DSWITCH]
     router, use_flips, R, hold, egress_pause = g[G_ROUTER], g[G_FLIP] != 0, g[G_R], g[G_HOLD], g[G_EGRESS] != 0
     w0, w1, traffic, thresh, H, tracing, alpha16 = g[G_W0], g[G_W1], g[G_TRAFFIC], g[G_THRESH], g[G_NH], g[G_TRACE], g[G_ALPHA16]
     S = g[G_SPEEDUP] if model < 2 else 0
-    rounds = g[G_ITERS] if S > 0 or model == 3 else 1
-    outq = g[G_OUTQ] * K if model == 3 else 0  # iq: an output takes frames while its queue is shorter
+    rounds = g[G_ITERS] if S > 0 or model >= 3 else 1
+    outq = g[G_OUTQ] * K if model >= 3 else 0  # iq/iqvc: an output takes frames while its queue is shorter
     NP = hist_any.shape[1]
     NG = gl.shape[1]
     SQ = sqbuf.shape[1]
@@ -124,7 +128,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             return t
         # -- 1. arrivals: delivered at a host, or looked up and queued at a switch; iq: credits returned
         slot = t % L
-        if model == 3:
+        if model >= 3:
             for i in range(cr_n[slot]):
                 cred[cr_buf[slot, i]] -= 1
             cr_n[slot] = 0
@@ -199,7 +203,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                             elif router == 3 and ugal_minimal(st_sw, state_line, line_off, host_sw, host_cls, tcls,
                                                                col, base, alt, width, pid_base, egress, state_base,
                                                                flipped, st, eff, target, demand, peer, occ, hr, C,
-                                                               thresh, cred, model == 3):
+                                                               thresh, cred, model >= 3):
                                 target = -2
                     if target >= 0 and host_sw[target] == swi:
                         target = -2
@@ -217,6 +221,8 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             F[f, F_NSTATE] = nx
             if router == 0:
                 F[f, F_NCLS] = (b_ncls[i] if code == 0 else 0) if batch else (st_cls[nx] if nx >= 0 else 0)
+                if model == 4 and kind[st_pid[st]] == 3:  # iqvc: it crossed a global link (its ejection VC)
+                    F[f, F_AUX2] = 1
             elif router == 1:
                 gh = F[f, F_AUX2] + (1 if kind[o] == 3 else 0)
                 F[f, F_AUX2] = gh
@@ -293,7 +299,7 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             for swi in range(pool.shape[0]):
                 thr = (alpha16 * (pool[swi] - pool_used[swi])) >> 4
                 pfc(occ, hr, xoff, hrow, pid_base[swi] * C, (pid_base[swi] + width[swi]) * C, max(thr, 1), thr >> 1)
-        elif model != 3 or use_flips:  # hysteresis between XON and XOFF; iq: credits, no PAUSE (but for the flips)
+        elif model < 3 or use_flips:  # hysteresis between XON and XOFF; iq: credits, no PAUSE (but for the flips)
             pfc(occ, hr, xoff, hrow, 0, NP * C, XOFF, XON)
         # -- 3. PORT_STATE flips
         if use_flips:
@@ -319,105 +325,105 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
                     c[C_FLIPS] += 1
                 flipped[pid] = now
         # -- 4. switching: requests of the active queues, grants and accepts
-        nreq = 0
-        keep = 0
-        nact = c[C_NACT]
-        for i in range(nact):
-            if batch and i % CHUNK == 0:
-                sink += touch_scan(act, i, min(nact, i + CHUNK), qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D,
-                                   C, b_f, b_o, b_nx, C if model == 2 else 0, t + outq)
-            q = act[i]
-            if qlen[q] == 0:
-                inact[q] = 0
-                continue
-            act[keep] = q
-            keep += 1
-            if batch and model == 2 and busy[q // C] > t + outq:  # shared: a queue per output, busy: no request
-                continue
-            f = qhead[q]
-            o = F[f, F_OUT]
-            if F[f, F_READY] > t or busy[o] > t + outq:
-                continue
-            p = peer[o]
-            if p >= 0 and (cred[p * C + F[f, F_NCLS]] >= cap if model == 3 else
-                           hist[back(row, delay[o], D), p * C + F[f, F_NCLS]]):
-                continue
-            req_q[nreq] = q
-            req_o[nreq] = o
-            req_in[nreq] = st_pid[F[f, F_STATE]]
-            nreq += 1
-        c[C_NACT] = keep
-        for _ in range(rounds if nreq else 0):
-            nt = 0
-            ni = 0
-            for r in range(nreq if model == 3 else 0):  # iq: each input port picks one of its requests
-                o = req_o[r]
-                if req_q[r] < 0 or busy[o] > t + outq or peer[o] >= 0 and cred[peer[o] * C + F[qhead[req_q[r]], F_NCLS]] >= cap:
-                    continue
-                if draw(in_used, in_pick, req_in[r], r):
-                    in_list[ni] = req_in[r]
-                    ni += 1
-            for j in range(ni):  # iq: the picked requests compete (in_list now holds them)
-                in_used[in_list[j]] = 0
-                in_list[j] = in_pick[in_list[j]]
-            for x in range(ni if model == 3 else nreq):
-                r = in_list[x] if model == 3 else x
-                q = req_q[r]
-                if q < 0:
-                    continue
-                o = req_o[r]
-                if busy[o] > t + outq or (S > 0 and in_used[req_in[r]] >= S):
-                    continue
-                if draw(cnt, grant, o, r):
-                    touched[nt] = o
-                    nt += 1
-            if nt == 0:
-                break
-            if S > 0:
-                for i in range(nt - 1, 0, -1):  # accepts in random order (inputs are limited)
-                    j = np.random.randint(0, i + 1)
-                    touched[i], touched[j] = touched[j], touched[i]
-            for i in range(nt):
+        if model == 4:  # iqvc: BookSim's VC and switch allocation per internal step (kernel_vc)
+            vc.vc_switch(t, slot, (t + 1) * rounds // K - t * rounds // K, t * rounds // K, K, C, L, cap, outq, dswitch, c,
+                         act, inact, qhead, qlen, last_move, F, busy, peer, delay, demand, occ, cred, cr_buf, cr_n, cal_buf,
+                         cal_n, ovc, vhold, vsince, rr, req_q, req_o, req_in, cnt, grant, in_used, in_pick, in_list, touched)
+        else:
+            nreq = 0
+            keep = 0
+            nact = c[C_NACT]
+            for i in range(nact):
                 if batch and i % CHUNK == 0:
-                    sink += touch_grants(min(nt, i + CHUNK) - i, touched[i:], grant, req_q, qhead, qlen, last_move, F,
-                                         occ, hr, demand, cnt, b_f)
-                o = touched[i]
-                cnt[o] = 0
-                r = grant[o]
-                if S > 0:
-                    if in_used[req_in[r]] >= S:
-                        continue
-                    in_used[req_in[r]] += 1
-                q = req_q[r]
-                req_q[r] = -1
-                f = qhead[q]
-                qhead[q] = F[f, F_NXT]
-                qlen[q] -= 1
+                    sink += touch_scan(act, i, min(nact, i + CHUNK), qlen, qhead, F, busy, peer, delay, st_pid, hist, row, D,
+                                       C, b_f, b_o, b_nx, C if model == 2 else 0, t + outq)
+                q = act[i]
                 if qlen[q] == 0:
-                    qhead[q] = -1
-                last_move[q] = t
-                a = F[f, F_ACCT]
-                if model == 3:  # credit-based flow control (BookSim): a credit downstream, ours back upstream
-                    if peer[o] >= 0:
-                        cred[peer[o] * C + F[f, F_NCLS]] += 1
-                    sl = ahead(slot, delay[a // C] + 1, L)
-                    cr_buf[sl, cr_n[sl]] = a
-                    cr_n[sl] += 1
-                if F[f, F_INHR]:
-                    hr[a] -= 1
-                else:
-                    occ[a] -= 1
-                    if model == 2:
-                        pool_used[sw_of[o]] -= 1
-                start = busy[o] if busy[o] > t else t  # iq: behind the frames queued for the wire
-                busy[o] = start + K
-                demand[o] -= 1
-                c[C_HOPS] += 1
-                c[C_INNET] += 1
-                cal(cal_buf, cal_n, ahead(slot, start - t + K + delay[o], L), f)
-        if S > 0:
-            for r in range(nreq):
-                in_used[req_in[r]] = 0
+                    inact[q] = 0
+                    continue
+                act[keep] = q
+                keep += 1
+                if batch and model == 2 and busy[q // C] > t + outq:  # shared: a queue per output, busy: no request
+                    continue
+                f = qhead[q]
+                o = F[f, F_OUT]
+                if F[f, F_READY] > t or busy[o] > t + outq:
+                    continue
+                p = peer[o]
+                if p >= 0 and (cred[p * C + F[f, F_NCLS]] >= cap if model == 3 else
+                               hist[back(row, delay[o], D), p * C + F[f, F_NCLS]]):
+                    continue
+                req_q[nreq] = q
+                req_o[nreq] = o
+                req_in[nreq] = st_pid[F[f, F_STATE]]
+                nreq += 1
+            c[C_NACT] = keep
+            for _ in range(rounds if nreq else 0):
+                nt = 0
+                ni = 0
+                for r in range(nreq if model == 3 else 0):  # iq: each input port picks one of its requests
+                    o = req_o[r]
+                    if req_q[r] < 0 or busy[o] > t + outq or peer[o] >= 0 and cred[peer[o] * C + F[qhead[req_q[r]], F_NCLS]] >= cap:
+                        continue
+                    if draw(in_used, in_pick, req_in[r], r):
+                        in_list[ni] = req_in[r]
+                        ni += 1
+                for j in range(ni):  # iq: the picked requests compete (in_list now holds them)
+                    in_used[in_list[j]] = 0
+                    in_list[j] = in_pick[in_list[j]]
+                for x in range(ni if model == 3 else nreq):
+                    r = in_list[x] if model == 3 else x
+                    q = req_q[r]
+                    if q < 0:
+                        continue
+                    o = req_o[r]
+                    if busy[o] > t + outq or (S > 0 and in_used[req_in[r]] >= S):
+                        continue
+                    if draw(cnt, grant, o, r):
+                        touched[nt] = o
+                        nt += 1
+                if nt == 0:
+                    break
+                if S > 0:
+                    for i in range(nt - 1, 0, -1):  # accepts in random order (inputs are limited)
+                        j = np.random.randint(0, i + 1)
+                        touched[i], touched[j] = touched[j], touched[i]
+                for i in range(nt):
+                    if batch and i % CHUNK == 0:
+                        sink += touch_grants(min(nt, i + CHUNK) - i, touched[i:], grant, req_q, qhead, qlen, last_move, F,
+                                             occ, hr, demand, cnt, b_f)
+                    o = touched[i]
+                    cnt[o] = 0
+                    r = grant[o]
+                    if S > 0:
+                        if in_used[req_in[r]] >= S:
+                            continue
+                        in_used[req_in[r]] += 1
+                    q = req_q[r]
+                    req_q[r] = -1
+                    f = pop(qhead, qlen, last_move, F, q, t)
+                    a = F[f, F_ACCT]
+                    if model == 3:  # credit-based flow control (BookSim): a credit downstream, ours back upstream
+                        if peer[o] >= 0:
+                            cred[peer[o] * C + F[f, F_NCLS]] += 1
+                        sl = ahead(slot, delay[a // C] + 1, L)
+                        cr_buf[sl, cr_n[sl]] = a
+                        cr_n[sl] += 1
+                    if F[f, F_INHR]:
+                        hr[a] -= 1
+                    else:
+                        occ[a] -= 1
+                        if model == 2:
+                            pool_used[sw_of[o]] -= 1
+                    start = busy[o] if busy[o] > t else t  # iq: behind the frames queued for the wire
+                    busy[o] = start + K
+                    demand[o] -= 1
+                    c[C_HOPS] += 1
+                    c[C_INNET] += 1
+                    cal(cal_buf, cal_n, ahead(slot, start - t + K + delay[o], L), f)
+            if S > 0:
+                for r in range(nreq):
+                    in_used[req_in[r]] = 0
         # -- 5. hosts: Bernoulli generation into the source queues, injection of the head frames
         if t % K == 0:
             for h in range(H):
@@ -442,10 +448,13 @@ def run_ticks(n, fr, s, c, g, fab, t, t_end, load, min_free):
             if sqlen[h] == 0 or hbusy[h] > t:
                 continue
             st, a, cls, dh = hs[h, 0], hs[h, 1], hs[h, 2], hs[h, 3]
-            if cred[a] >= cap if model == 3 else hist[back(row, dh, D), a]:
+            if model == 4:  # iqvc: BookSim's injection VC, one of the C at random
+                cls = np.random.randint(0, C)
+                a += cls - hs[h, 2]
+            if cred[a] >= cap if model >= 3 else hist[back(row, dh, D), a]:
                 continue
             f = sqbuf[h, sqhead[h]]
-            if model == 3:
+            if model >= 3:
                 cred[a] += 1
             sqhead[h] = ahead(sqhead[h], 1, SQ)
             sqlen[h] -= 1

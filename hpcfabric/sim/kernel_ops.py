@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["draw", "decide", "pick", "landing", "push", "cal", "pfc", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
+__all__ = ["draw", "decide", "pick", "landing", "push", "pop", "cal", "pfc", "ugal_minimal", "back", "ahead", "sample", "F_NXT", "SLOT_BITS", "DELIVER", "PCP_SLOTS"]
 
 F_NXT = 11
 SLOT_BITS, DELIVER, PCP_SLOTS = 4, -16, 9
@@ -66,6 +66,18 @@ def push(head, tail, F, i, f):
     F[tail[i], F_NXT] = f
     tail[i] = f
     return False
+
+
+@njit(cache=True, error_model="numpy")
+def pop(head, qlen, last_move, F, q, t):
+    """Take the head frame of queue ``q`` (it moved at tick ``t``) and return it."""
+    f = head[q]
+    head[q] = F[f, F_NXT]
+    qlen[q] -= 1
+    if qlen[q] == 0:
+        head[q] = -1
+    last_move[q] = t
+    return f
 
 
 @njit(cache=True, error_model="numpy")

@@ -18,8 +18,9 @@ __all__ = ["SimParams", "REACTIONS", "ParamError", "SWITCH_MODELS"]
 
 #: switch models (docs/simulation.md, "Switch models"): input FIFOs per port and class (head-of-line
 #: blocking), virtual output queues per input, class and output, and the commodity shared-buffer,
-#: output-queued switch with per-port/per-class PFC thresholds and headroom
-SWITCH_MODELS = ("fifo", "voq", "shared", "iq")
+#: output-queued switch with per-port/per-class PFC thresholds and headroom; BookSim2's input-queued
+#: router with a calibrated output queue (iq) or with its VC allocation per output VC (iqvc)
+SWITCH_MODELS = ("fifo", "voq", "shared", "iq", "iqvc")
 
 #: PORT_STATE flip reaction delays (ns): ideal; switch-local (an in-switch reaction: one
 #: pipeline latency); controller (docs/controller.md, bench/pause_reaction_modes.py: p50 1.7-2.6 ms
@@ -54,10 +55,12 @@ class SimParams:
     switch: str = "fifo"  # switch model (SWITCH_MODELS): input FIFOs, virtual output queues, shared-buffer output queues
     speedup: int | None = None  # frames an input port may send per frame time (fifo/voq; 0: no limit; None: fifo 0, voq 1)
     iterations: int | None = None  # allocation rounds per frame time: voq (or fifo with a speedup) grant/accept, default 3;
-    #                                iq input-first rounds = BookSim's internal speedup, default 2
+    #                                iq input-first rounds = BookSim's internal speedup, default 2;
+    #                                iqvc internal steps (VC then switch allocation), default 2
     shared_frames: int | None = None  # shared model: buffer pool per switch (default buffer_frames x its ports)
     shared_alpha: float = 1.0  # shared model: an ingress account may hold alpha x the free pool before XOFF
-    output_frames: int = 2  # iq model: frames an output port may hold granted ahead of the wire (its output queue)
+    output_frames: int | None = None  # iq/iqvc: frames an output port may hold granted ahead of the wire (its output
+    #                                   queue); default iq 2 (calibrated), iqvc 256 (BookSim's is bound by credits only)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -72,7 +75,7 @@ class SimParams:
             raise ParamError(f"switch model must be one of {', '.join(SWITCH_MODELS)}, got {self.switch!r}")
         if self.speedup is not None and self.speedup < 0 or self.iterations is not None and self.iterations < 1:
             raise ParamError(f"speedup must be >= 0 and iterations >= 1, got {self.speedup}, {self.iterations}")
-        if self.output_frames < 0:
+        if self.output_frames is not None and self.output_frames < 0:
             raise ParamError(f"output_frames must be >= 0, got {self.output_frames}")
         if self.shared_frames is not None and self.shared_frames < 1 or not 0 < self.shared_alpha <= 64:
             raise ParamError(f"shared_frames must be >= 1 and shared_alpha in (0, 64], got {self.shared_frames}, "
@@ -99,8 +102,15 @@ class SimParams:
 
     @property
     def rounds(self) -> int:
-        """Allocation rounds per frame time (``iterations``, default 2 for iq, 3 otherwise)."""
-        return self.iterations if self.iterations is not None else (2 if self.switch == "iq" else 3)
+        """Allocation rounds per frame time (``iterations``, default 2 for iq and iqvc, 3 otherwise)."""
+        return self.iterations if self.iterations is not None else (2 if self.switch in ("iq", "iqvc") else 3)
+
+    @property
+    def outq(self) -> int:
+        """Output queue of the iq models in frames (``output_frames``; default iq 2, iqvc 256, else 0)."""
+        if self.output_frames is not None:
+            return self.output_frames
+        return {"iq": 2, "iqvc": 256}.get(self.switch, 0)
 
     @property
     def reaction_ns(self) -> float:
