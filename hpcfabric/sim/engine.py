@@ -33,7 +33,7 @@ from hpcfabric.sim.params import SimParams
 from hpcfabric.sim.tables import Forwarding, SimError
 from hpcfabric.sim.traffic import Traffic
 
-__all__ = ["Simulator", "TableRouter", "RunResult"]
+__all__ = ["Simulator", "TableRouter", "RunResult", "branch_seed"]
 
 
 class TableRouter:
@@ -243,6 +243,57 @@ class Simulator:
 
     # -- run ---------------------------------------------------------------
     def run(self, load: float, progress: Callable[[int, int], None] | None = None) -> RunResult:
+        w0, w1, end = self._begin(load)
+        t0 = time.perf_counter()
+        t = self._advance(load, 0, end, w1, end, progress)
+        if self.trace is not None:
+            self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
+        return self._result(load, t, time.perf_counter() - t0, (w0, w1))
+
+    def run_branches(self, load: float, seeds: list[int], progress: Callable[[int, int], None] | None = None) -> list[RunResult]:
+        """Replications from one shared warm-up: warm up once with ``self.seed``'s stream, then per seed
+        restore that state, reseed the kernel's generator with :func:`branch_seed` and run window and
+        drain. A warm-up lengthened by the flip reaction (``Routers.params_for``) ends at the base warm-up
+        when no port has been paused by then (nothing is pending, the state is that of any reaction).
+        ``extra``: ``warmup`` = ``"shared"``, ``warmup_ticks``, ``tail_accepted`` = frames delivered per host
+        per frame time in the last window-long block of the warm-up (against ``accepted``: steady state)."""
+        w0, w1, end = self._begin(load)
+        t0 = time.perf_counter()
+        p, k = self.p, self.k
+        extra = -(-int(p.reaction_ns) // int(p.frame_ns)) * k  # the warm-up's lengthening for the reaction
+        t = 0
+        if extra >= p.window_slots * k:
+            t = self._advance(load, 0, w0 - extra, w1, end, progress)
+            if not self.s.flip_off.any() and not self.deadlock:  # no port ever paused: no flip pending, the
+                w0, w1, end = w0 - extra, w1 - extra, end - extra  # state is the same for any reaction
+                self.window = (w0, w1)
+                self.g[K.G_W0], self.g[K.G_W1] = w0, w1
+        tail0 = max(t, w0 - p.window_slots * k)
+        if not self.deadlock:
+            t = self._advance(load, t, tail0, w1, end, progress)
+        d0 = int(self.c[K.C_DELIVERED])
+        if not self.deadlock:
+            t = self._advance(load, t, w0, w1, end, progress)
+        tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / self.k))
+        warm_wall = time.perf_counter() - t0
+        snap, stuck = self._snapshot(), self.deadlock
+        out = []
+        for sd in seeds:
+            self._restore(snap)
+            self.deadlock = stuck
+            _seed(branch_seed(sd))
+            t1 = time.perf_counter()
+            tb = self._advance(load, t, end, w1, end, progress) if not self.deadlock else t
+            if self.trace is not None:
+                self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
+            res = self._result(load, tb, time.perf_counter() - t1 + warm_wall / len(seeds), (w0, w1))
+            res.extra.update(warmup="shared", tail_accepted=tail, branch_seed=sd, warmup_wall_s=warm_wall, warmup_ticks=t,
+                             simulated_ns=(tb - t + t / len(seeds)) * self.p.tick_ns)
+            out.append(res)
+        return out
+
+    def _begin(self, load: float) -> tuple[int, int, int]:
+        """Fresh state for a run at ``load``, the kernel's generator seeded; the window and the end tick."""
         p, k = self.p, self.k
         if not 0.0 <= load <= 1.0:
             raise SimError(f"load must be a fraction of the link rate in [0, 1], got {load}")
@@ -258,12 +309,31 @@ class Simulator:
         self.g = self._scalars(w0, w1)
         self.deadlock: list[str] | None = None
         _seed(self.seed)
-        t0 = time.perf_counter()
+        return w0, w1, end
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return (self.s._replace(**{f: a.copy() for f, a in self.s._asdict().items()}), self.c.copy(),
+                self.frames.F.copy(), self.frames.free.copy(), self.nf)
+
+    def _restore(self, snap: tuple[Any, ...]) -> None:
+        s, c, F, free, nf = snap
+        self.s = s._replace(**{f: a.copy() for f, a in s._asdict().items()})
+        self.c = c.copy()
+        F2 = _aligned_rows(nf, K.NF_COLS, np.int32)
+        F2[:] = F
+        self.frames, self.nf = K.Frames(F2, free.copy()), nf
+        self.fr = _FrameView(F2)
+        self.deadlock = None
+
+    def _advance(self, load: float, t: int, limit: int, w1: int, end: int,
+                 progress: Callable[[int, int], None] | None) -> int:
+        """Tick from ``t`` to ``limit`` (or until the measured frames are delivered after the window, or a
+        deadlock: ``self.deadlock``); returns the tick reached."""
+        p, k = self.p, self.k
         check = max(1, p.stall_slots * k // 2)
         step = min(check, 256) if progress is not None else check
-        t = 0
-        while t < end:
-            stop = min(end, (t // step + 1) * step)
+        while t < limit:
+            stop = min(limit, (t // step + 1) * step)
             t = int(K.run_ticks(self.net, self.frames, self.s, self.c, self.g, self.fab, t, stop, float(load), self.H + 1))
             if self.c[K.C_NOLINE]:
                 self._no_line(int(self.c[K.C_BAD_STATE]))
@@ -281,9 +351,7 @@ class Simulator:
                     break
             if progress is not None:
                 progress(t, end)
-        if self.trace is not None:
-            self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
-        return self._result(load, t, time.perf_counter() - t0, (w0, w1))
+        return t
 
     def _no_line(self, state: int) -> None:
         ch = self.r.fw.ch
@@ -361,6 +429,12 @@ class Simulator:
             a = int(c[K.C_BAD_ACCT])
             res.extra["bad_example"] = self.r.channel(a // self.C, a % self.C)
         return res
+
+
+def branch_seed(seed: int) -> int:
+    """The kernel's seed for replication ``seed`` after a shared warm-up (a stream apart from the
+    warm-up's, which uses the small seeds themselves)."""
+    return (0x9E3779B1 * (int(seed) + 1)) & 0xFFFFFFFF
 
 
 def _seed(seed: int) -> None:
