@@ -96,7 +96,7 @@ def test_cli_fig12_shared_warm_up_has_intervals_in_the_csv(tmp_path, capsys) -> 
                "--no-plots", "--jobs", "1"])
     assert rc == 0
     own = list(csv.DictReader((tmp_path / "own" / "fig12.csv").open()))
-    assert own[0]["warmup"] == "own" and np.isnan(float(own[0]["tail_accepted"]))
+    assert own[0]["warmup"] == "own" and np.isnan(float(own[0]["tail_accepted"])) and own[0]["warmup_ticks"] == "400"
 
 
 def test_a_reaction_lengthened_warm_up_ends_early_only_when_nothing_paused(df: Routers) -> None:
@@ -106,7 +106,10 @@ def test_a_reaction_lengthened_warm_up_ends_early_only_when_nothing_paused(df: R
     un = run_branches(df, "COND-controller", "uniform", 0.2, p, [0, 1])
     assert all(r.extra["warmup_ticks"] == 600 and r.flips == 0 and r.conserved for r in un)
     adv = run_branches(df, "COND-controller", "adversarial", 0.3, p, [0, 1])
-    assert all(r.extra["warmup_ticks"] == 10_600 and r.flips > 0 and r.conserved for r in adv)
-    assert adv[0].ticks >= 11_200 and _key(adv[0]) != _key(adv[1])
+    # the full 10,600, then window-long blocks until two agree, then one more (the tail block)
+    w = adv[0].extra["warmup_ticks"]
+    assert w >= 10_600 + 600 and (w - 10_600) % 600 == 0 and adv[0].extra["settled"] is True
+    assert all(r.extra["warmup_ticks"] == w and r.flips > 0 and r.conserved for r in adv)
+    assert adv[0].ticks >= w + 600 and _key(adv[0]) != _key(adv[1])
     # COND-controller under ADV after its full warm-up: in steady state (last warm-up block ~ window)
     assert abs(adv[0].extra["tail_accepted"] - adv[0].accepted) < 0.03

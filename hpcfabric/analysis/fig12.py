@@ -38,7 +38,7 @@ PARAMS = dict(warmup_slots=500, window_slots=500, drain_slots=1000, switch="shar
 QUICK_PARAMS = dict(warmup_slots=300, window_slots=300, drain_slots=600, switch="shared")
 FIELDS = ("router", "pattern", "load", "seeds", "latency_ns", "latency_ci_ns", "p99_ns", "accepted", "accepted_ci",
           "unfinished", "refused", "lost", "conserved", "deadlock", "flips", "wall_s", "ticks", "hops", "simulated_ns",
-          "warmup", "tail_accepted")
+          "warmup", "warmup_ticks", "settled", "tail_accepted")
 
 _STATE: dict[str, Any] = {}  # the parent's routers, inherited by forked workers; a Dask worker's own
 

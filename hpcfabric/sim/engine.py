@@ -254,7 +254,8 @@ class Simulator:
         """Replications from one shared warm-up: warm up once with ``self.seed``'s stream, then per seed
         restore that state, reseed the kernel's generator with :func:`branch_seed` and run window and
         drain. A warm-up lengthened by the flip reaction (``Routers.params_for``) ends at the base warm-up
-        when no port has been paused by then (nothing is pending, the state is that of any reaction).
+        when no port has been paused by then (nothing is pending, the state is that of any reaction), else
+        goes on after the full warm-up until consecutive blocks agree (:meth:`_settle`; the window follows).
         ``extra``: ``warmup`` = ``"shared"``, ``warmup_ticks``, ``tail_accepted`` = frames delivered per host
         per frame time in the last window-long block of the warm-up (against ``accepted``: steady state)."""
         w0, w1, end = self._begin(load)
@@ -265,9 +266,13 @@ class Simulator:
         if extra >= p.window_slots * k:
             t = self._advance(load, 0, w0 - extra, w1, end, progress)
             if not self.s.flip_off.any() and not self.deadlock:  # no port ever paused: no flip pending, the
-                w0, w1, end = w0 - extra, w1 - extra, end - extra  # state is the same for any reaction
-                self.window = (w0, w1)
-                self.g[K.G_W0], self.g[K.G_W1] = w0, w1
+                w0, w1, end = self._shift(-extra, w0, w1, end)  # state is the same for any reaction
+            elif not self.deadlock:  # flips were pending: on to the full warm-up, then until it settles
+                B = p.window_slots * k
+                t = self._advance(load, t, w0 - B, w1, end, progress)
+                w0, w1, end = self._shift(3 * extra + B, w0, w1, end)  # out of reach while settling: nothing measured
+                t = self._settle(load, t, 3 * extra, w1, end, progress)
+                w0, w1, end = self._shift(t + B - w0, w0, w1, end)
         tail0 = max(t, w0 - p.window_slots * k)
         if not self.deadlock:
             t = self._advance(load, t, tail0, w1, end, progress)
@@ -288,9 +293,37 @@ class Simulator:
                 self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
             res = self._result(load, tb, time.perf_counter() - t1 + warm_wall / len(seeds), (w0, w1))
             res.extra.update(warmup="shared", tail_accepted=tail, branch_seed=sd, warmup_wall_s=warm_wall, warmup_ticks=t,
+                             settled=getattr(self, "settled", None),
                              simulated_ns=(tb - t + t / len(seeds)) * self.p.tick_ns)
             out.append(res)
         return out
+
+    def _shift(self, d: int, w0: int, w1: int, end: int) -> tuple[int, int, int]:
+        """Move the window (and the end) by ``d`` ticks; the kernel's window parameters with it."""
+        w0, w1, end = w0 + d, w1 + d, end + d
+        self.window = (w0, w1)
+        self.g[K.G_W0], self.g[K.G_W1] = w0, w1
+        if len(self.s.lat) < end + 2:
+            self.s = self.s._replace(lat=np.zeros(end + 2, dtype=np.int64))
+        return w0, w1, end
+
+    def _settle(self, load: float, t: int, most: int, w1: int, end: int,
+                progress: Callable[[int, int], None] | None) -> int:
+        """Warm up in window-long blocks from ``t`` until two consecutive blocks agree (delivered per host
+        within 2 % and the frames in the network changing by < 1 % of a block's deliveries in both), at
+        most ``most`` ticks more; returns the tick reached (``self.settled``: whether they agreed)."""
+        B, t_max = self.p.window_slots * self.k, t + most
+        prev: tuple[int, int] | None = None
+        self.settled = False
+        while t + B <= t_max and not self.deadlock:
+            d0, n0 = int(self.c[K.C_DELIVERED]), self.in_network()
+            t = self._advance(load, t, t + B, w1, end, progress)
+            d, dn = int(self.c[K.C_DELIVERED]) - d0, abs(self.in_network() - n0)
+            if prev is not None and abs(d - prev[0]) <= 0.02 * max(d, prev[0]) + 1 and max(dn, prev[1]) <= 0.01 * d + 1:
+                self.settled = True
+                break
+            prev = (d, dn)
+        return t
 
     def _begin(self, load: float) -> tuple[int, int, int]:
         """Fresh state for a run at ``load``, the kernel's generator seeded; the window and the end tick."""
@@ -422,6 +455,7 @@ class Simulator:
         res.extra["queued_at_hosts"] = int(self.s.sqlen.sum())
         res.extra["lost"] = res.bad + res.overflow
         res.extra["simulated_ns"] = t * tick
+        res.extra["warmup_ticks"] = window[0]
         res.extra["switch"] = self.p.switch
         res.extra["max_pool_used"] = int(c[K.C_MAXPOOL])
         res.extra["max_headroom_used"] = int(c[K.C_MAXHR])
