@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 
-import numpy as np
 import pytest
 
 from hpcfabric.sim import kernel as K
@@ -96,7 +95,7 @@ def test_cli_fig12_shared_warm_up_has_intervals_in_the_csv(tmp_path, capsys) -> 
                "--no-plots", "--jobs", "1"])
     assert rc == 0
     own = list(csv.DictReader((tmp_path / "own" / "fig12.csv").open()))
-    assert own[0]["warmup"] == "own" and np.isnan(float(own[0]["tail_accepted"])) and own[0]["warmup_ticks"] == "400"
+    assert own[0]["warmup"] == "own" and own[0]["tail_accepted"] == "" and own[0]["warmup_ticks"] == "400"
 
 
 def test_a_reaction_lengthened_warm_up_ends_early_only_when_nothing_paused(df: Routers) -> None:

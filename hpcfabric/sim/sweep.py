@@ -168,5 +168,5 @@ def summarise(runs: Iterable[RunResult]) -> dict[str, Any]:
         "warmup_ticks": int(max(r.extra.get("warmup_ticks", 0) for r in runs)),
         "settled": next((r.extra["settled"] for r in runs if r.extra.get("settled") is not None), ""),
         "tail_accepted": float(np.mean([r.extra["tail_accepted"] for r in runs])) if all(
-            "tail_accepted" in r.extra for r in runs) else float("nan"),
+            "tail_accepted" in r.extra for r in runs) else None,
     }
