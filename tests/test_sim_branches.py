@@ -104,6 +104,7 @@ def test_a_reaction_lengthened_warm_up_ends_early_only_when_nothing_paused(df: R
     p = SimParams(warmup_slots=600, window_slots=600, drain_slots=1500)
     un = run_branches(df, "COND-controller", "uniform", 0.2, p, [0, 1])
     assert all(r.extra["warmup_ticks"] == 600 and r.flips == 0 and r.conserved for r in un)
+    assert abs(un[0].extra["tail_accepted"] - 0.2) < 0.03  # the tail: the base warm-up's last block
     adv = run_branches(df, "COND-controller", "adversarial", 0.3, p, [0, 1])
     # the full 10,600, then window-long blocks until two agree, then one more (the tail block)
     w = adv[0].extra["warmup_ticks"]

@@ -262,24 +262,31 @@ class Simulator:
         t0 = time.perf_counter()
         p, k = self.p, self.k
         extra = -(-int(p.reaction_ns) // int(p.frame_ns)) * k  # the warm-up's lengthening for the reaction
-        t = 0
-        if extra >= p.window_slots * k:
-            t = self._advance(load, 0, w0 - extra, w1, end, progress)
-            if not self.s.flip_off.any() and not self.deadlock:  # no port ever paused: no flip pending, the
-                w0, w1, end = self._shift(-extra, w0, w1, end)  # state is the same for any reaction
-            elif not self.deadlock:  # flips were pending: on to the full warm-up, then until it settles
-                B = p.window_slots * k
-                t = self._advance(load, t, w0 - B, w1, end, progress)
+        B = p.window_slots * k
+
+        def upto(a: int, b: int) -> int:  # nothing more once a deadlock is found
+            return a if self.deadlock else self._advance(load, a, b, w1, end, progress)
+
+        t, tail0 = 0, None
+        if extra >= B:
+            base = w0 - extra
+            t = upto(0, max(0, base - B))
+            tb, db = t, int(self.c[K.C_DELIVERED])
+            t = upto(t, base)
+            if not self.s.flip_off.any():  # no port ever paused: no flip pending, the state is the
+                w0, w1, end = self._shift(-extra, w0, w1, end)  # same for any reaction: the window starts here
+                tail0, d0 = tb, db
+            else:  # flips were pending: on to the full warm-up, then until it settles
+                t = upto(t, w0 - B)
                 w0, w1, end = self._shift(3 * extra + B, w0, w1, end)  # out of reach while settling: nothing measured
                 t = self._settle(load, t, 3 * extra, w1, end, progress)
                 w0, w1, end = self._shift(t + B - w0, w0, w1, end)
-        tail0 = max(t, w0 - p.window_slots * k)
-        if not self.deadlock:
-            t = self._advance(load, t, tail0, w1, end, progress)
-        d0 = int(self.c[K.C_DELIVERED])
-        if not self.deadlock:
-            t = self._advance(load, t, w0, w1, end, progress)
-        tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / self.k))
+        if tail0 is None:
+            tail0 = max(t, w0 - B)
+            t = upto(t, tail0)
+            d0 = int(self.c[K.C_DELIVERED])
+        t = upto(t, w0)
+        tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / k))
         warm_wall = time.perf_counter() - t0
         snap, stuck = self._snapshot(), self.deadlock
         out = []
