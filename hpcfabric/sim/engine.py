@@ -317,15 +317,16 @@ class Simulator:
     def _settle(self, load: float, t: int, most: int, w1: int, end: int,
                 progress: Callable[[int, int], None] | None) -> int:
         """Warm up in window-long blocks from ``t`` until two consecutive blocks agree (delivered per host
-        within 2 % and the frames in the network changing by < 1 % of a block's deliveries in both), at
-        most ``most`` ticks more; returns the tick reached (``self.settled``: whether they agreed)."""
+        within 2 % and the frames in the network and the hosts' source queues changing by < 1 % of a
+        block's deliveries in both), at most ``most`` ticks more; returns the tick reached
+        (``self.settled``: whether they agreed)."""
         B, t_max = self.p.window_slots * self.k, t + most
         prev: tuple[int, int] | None = None
         self.settled = False
         while t + B <= t_max and not self.deadlock:
-            d0, n0 = int(self.c[K.C_DELIVERED]), self.in_network()
+            d0, n0 = int(self.c[K.C_DELIVERED]), self._backlog()
             t = self._advance(load, t, t + B, w1, end, progress)
-            d, dn = int(self.c[K.C_DELIVERED]) - d0, abs(self.in_network() - n0)
+            d, dn = int(self.c[K.C_DELIVERED]) - d0, abs(self._backlog() - n0)
             if prev is not None and abs(d - prev[0]) <= 0.02 * max(d, prev[0]) + 1 and max(dn, prev[1]) <= 0.01 * d + 1:
                 self.settled = True
                 break
@@ -412,6 +413,10 @@ class Simulator:
         heads = self.s.qhead[qs]
         mine = heads[fr.acct[heads] == account]
         return int(mine[np.argmin(fr.ready[mine])]) if len(mine) else -1
+
+    def _backlog(self) -> int:
+        """Frames in the network and in the hosts' source queues."""
+        return self.in_network() + int(self.s.sqlen.sum())
 
     def in_network(self) -> int:
         """Frames in switch buffers or on links, counted where they are."""
