@@ -3,7 +3,8 @@
 :func:`run` sweeps the routers of :data:`hpcfabric.sim.sweep.ROUTERS` (MIN, VAL, PB,
 conditional with ideal / switch-local / controller reaction) over loads and seeds on one fabric
 with the frame-level simulator (:mod:`hpcfabric.sim`; default switch model ``shared``), one task
-per router x pattern x seed, the tasks spread over ``jobs`` forked worker processes or over a Dask
+per router x pattern x seed (a router whose seeds share one warm-up per point, ``warmup``: one task
+per router x pattern, run first), the tasks spread over ``jobs`` forked worker processes or over a Dask
 cluster (:mod:`hpcfabric.analysis.distributed`); a task stops one load after it saturates (accepted
 < 90 % of offered or measured frames left undelivered). Points are summarised over their seeds
 (mean and 95 % interval). Writes ``fig12.csv`` (one row
