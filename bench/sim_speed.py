@@ -21,6 +21,9 @@ run did not finish) x its CPU time per tick here, summed over points and ``--see
 ``--jobs`` (``wall_min_two_free_cores``: CPU time, i.e. two free cores; ``wall_min_at_this_load``: with the wall
 time per tick of this run, i.e. at the machine's load now). Run it with another checkout first on
 ``PYTHONPATH`` to compare two versions.
+``--shared ROUTER:PATTERN:LOAD/...,...`` runs those points as the figure does for a router whose seeds
+share one warm-up (``--seeds`` branches, the figure's windows): one JSON line per point with where the
+window started, whether the warm-up settled, the warm-up's and the whole point's wall and CPU time.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 from hpcfabric.sim.params import SimParams
-from hpcfabric.sim.sweep import Routers, run_point
+from hpcfabric.sim.sweep import Routers, run_branches, run_point
 from hpcfabric.topology.loader import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +105,11 @@ def main() -> None:
     ap.add_argument("--fig-warmup", type=int, default=300)
     ap.add_argument("--fig-window", type=int, default=300)
     ap.add_argument("--fig-drain", type=int, default=400)
+    ap.add_argument("--shared", help="ROUTER:PATTERN:LOAD/LOAD,... with --seeds branches from one warm-up each")
     args = ap.parse_args()
+    if args.shared:
+        _shared(args)
+        return
     if args.fig12 or args.curves:
         _curves(args)
         return
@@ -154,6 +161,30 @@ def _curves(args: argparse.Namespace) -> None:
         print(json.dumps(cur), flush=True)
     if args.project:
         print(json.dumps(_projection(curves, args, tables_s)))
+    print(json.dumps({"peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+
+
+def _shared(args: argparse.Namespace) -> None:
+    fabric = load_topology(args.topology)
+    spec = [c.split(":") for c in args.shared.split(",")]
+    t0 = time.perf_counter()
+    rt = Routers(fabric)
+    for name in dict.fromkeys(c[0] for c in spec):
+        rt.router(name)
+    tables_s = round(time.perf_counter() - t0, 1)
+    print(json.dumps({"fabric": fabric.name, "hosts": len(fabric.hosts), "tables_s": tables_s}), flush=True)
+    p = SimParams(warmup_slots=args.fig_warmup, window_slots=args.fig_window, drain_slots=args.fig_drain, switch=args.switch)
+    for router, pattern, loads in spec:
+        for load in (float(x) for x in loads.split("/")):
+            cpu0, w0 = time.process_time(), time.perf_counter()
+            rs = run_branches(rt, router, pattern, load, p, list(range(args.seeds)))
+            x = rs[0].extra
+            print(json.dumps({"router": router, "pattern": pattern, "load": load, "seeds": len(rs),
+                              "warmup_ticks": x["warmup_ticks"], "settled": x["settled"],
+                              "tail_accepted": round(x["tail_accepted"], 4), "accepted": [round(r.accepted, 4) for r in rs],
+                              "latency_ns": [round(r.latency_ns, 1) for r in rs], "ticks": [r.ticks for r in rs],
+                              "warmup_wall_s": round(x["warmup_wall_s"], 1), "wall_s": round(time.perf_counter() - w0, 1),
+                              "cpu_s": round(time.process_time() - cpu0, 1)}), flush=True)
     print(json.dumps({"peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
 
 

@@ -40,3 +40,17 @@ def test_curves_and_projection() -> None:
     assert abs(proj["wall_min_two_free_cores"] - (cpu * 3 / 2 + proj["tables_s"]) / 60) < 0.06
     wall = sum(r[3] * p["ms_per_tick"] for r, p in zip(rows, pts)) / 1e3
     assert abs(proj["wall_s_per_seed_at_this_load"] - wall) < 0.06
+
+
+def test_shared_points() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench/sim_speed.py"), "--topology", str(ROOT / "topologies/dragonfly-a4-p2-h2.yaml"),
+         "--shared", "COND-controller:adversarial:0.2,COND-controller:uniform:0.2", "--fig-warmup", "500",
+         "--fig-window", "500", "--fig-drain", "1000", "--seeds", "3"],
+        capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    adv, un = [json.loads(x) for x in out.splitlines() if '"router"' in x]
+    assert adv["seeds"] == 3 and len(set(adv["accepted"])) == 3  # three branches, three results
+    assert adv["warmup_ticks"] > 10_500 and adv["settled"] is True and all(t > adv["warmup_ticks"] for t in adv["ticks"])
+    assert abs(adv["tail_accepted"] - 0.2) < 0.01 and all(abs(a - 0.2) < 0.01 for a in adv["accepted"])
+    assert un["warmup_ticks"] == 500  # nothing paused in the base warm-up: the reaction's 10,000 are skipped
+    assert 0 < adv["warmup_wall_s"] <= adv["wall_s"]

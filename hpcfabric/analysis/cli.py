@@ -216,7 +216,7 @@ def cmd_fig12(args: argparse.Namespace) -> int:
         raise ConfigError(f"expected 'local' or a scheduler address like tcp://host:8786, got {args.dask!r}", field="--dask")
     res, paths = fig12.run(fabric, args.out, quick=args.quick, routers=routers, patterns=patterns, loads=loads,
                            seeds=args.seeds, params=params, jobs=_jobs(args), plots=not args.no_plots,
-                           progress=progress, log=_log, dask=args.dask)  # fmt: skip
+                           progress=progress, log=_log, dask=args.dask, warmup=args.seed_warmup)  # fmt: skip
     if pb is not None:
         pb.close()
     return _report_points(res, paths, ("bounds", "timing"))
@@ -326,6 +326,9 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=None, metavar="SLOTS")
     p.add_argument("--window", type=int, default=None, metavar="SLOTS")
     p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
+    p.add_argument("--seed-warmup", choices=("auto", "shared", "own"), default="auto",
+                   help="seeds branch from one shared warm-up per point (shared), each warm up on its own (own), or "
+                        "shared only where a router's reaction lengthens the warm-up (auto: COND-controller)")
     outputs(p)
 
     p = an.add_parser("workload", help="workload-aware vs static Valiant intermediates in the simulator (docs/workload.md)",

@@ -3,7 +3,8 @@
 :func:`run` sweeps the routers of :data:`hpcfabric.sim.sweep.ROUTERS` (MIN, VAL, PB,
 conditional with ideal / switch-local / controller reaction) over loads and seeds on one fabric
 with the frame-level simulator (:mod:`hpcfabric.sim`; default switch model ``shared``), one task
-per router x pattern x seed, the tasks spread over ``jobs`` forked worker processes or over a Dask
+per router x pattern x seed (a router whose seeds share one warm-up per point, ``warmup``: one task
+per router x pattern, run first), the tasks spread over ``jobs`` forked worker processes or over a Dask
 cluster (:mod:`hpcfabric.analysis.distributed`); a task stops one load after it saturates (accepted
 < 90 % of offered or measured frames left undelivered). Points are summarised over their seeds
 (mean and 95 % interval). Writes ``fig12.csv`` (one row
@@ -23,7 +24,7 @@ from hpcfabric.analysis.distributed import map_tasks
 from hpcfabric.analysis.results import partial_path, plot_curves, write_csv, write_results
 from hpcfabric.sim.bounds import dragonfly_adv_closed_forms, saturation_bound
 from hpcfabric.sim.params import SimParams
-from hpcfabric.sim.sweep import ROUTERS, Routers, run_point, summarise
+from hpcfabric.sim.sweep import ROUTERS, Routers, run_branches, run_point, shares_warmup, summarise
 from hpcfabric.sim.tables import SimError
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.model import Fabric
@@ -37,7 +38,8 @@ QUICK_LOADS = {"uniform": (0.1, 0.4, 0.7), "adversarial": (0.05, 0.2, 0.4)}
 PARAMS = dict(warmup_slots=500, window_slots=500, drain_slots=1000, switch="shared")
 QUICK_PARAMS = dict(warmup_slots=300, window_slots=300, drain_slots=600, switch="shared")
 FIELDS = ("router", "pattern", "load", "seeds", "latency_ns", "latency_ci_ns", "p99_ns", "accepted", "accepted_ci",
-          "unfinished", "refused", "lost", "conserved", "deadlock", "flips", "wall_s", "ticks", "hops", "simulated_ns")
+          "unfinished", "refused", "lost", "conserved", "deadlock", "flips", "wall_s", "ticks", "hops", "simulated_ns",
+          "warmup", "warmup_ticks", "settled", "tail_accepted")
 
 _STATE: dict[str, Any] = {}  # the parent's routers, inherited by forked workers; a Dask worker's own
 
@@ -60,15 +62,17 @@ def _saturated(r: Any, load: float) -> bool:
     return bool(r.deadlock) or r.unfinished > 0 or r.accepted < 0.9 * load
 
 
-def _curve(task: tuple[Any, str, str, tuple[float, ...], int, SimParams]) -> list[tuple[str, str, float, Any]]:
-    """One router x pattern x seed over rising loads; stops one load after it saturates."""
-    fabric, name, pattern, loads, seed, params = task
+def _curve(task: tuple[Any, str, str, tuple[float, ...], tuple[int, ...], SimParams]) -> list[tuple[str, str, float, Any]]:
+    """One router x pattern x seed over rising loads; stops one load after it saturates. Several seeds:
+    they branch from one shared warm-up per load (``run_branches``) and stop after any saturates."""
+    fabric, name, pattern, loads, seeds, params = task
     routers = _routers(fabric)
     out = []
     for load in loads:
-        r = run_point(routers, name, pattern, load, params, seed)
-        out.append((name, pattern, load, r))
-        if _saturated(r, load):
+        rs = run_branches(routers, name, pattern, load, params, list(seeds)) if len(seeds) > 1 else \
+            [run_point(routers, name, pattern, load, params, seeds[0])]
+        out.extend((name, pattern, load, r) for r in rs)
+        if any(_saturated(r, load) for r in rs):
             break  # saturated: higher loads only cost time
     return out
 
@@ -89,8 +93,9 @@ def _points(runs: list[tuple[str, str, float, Any]]) -> list[dict[str, Any]]:
 def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, routers: Sequence[str] = ROUTERS,
         patterns: Sequence[str] = PATTERNS, loads: dict[str, Sequence[float]] | None = None, seeds: int | None = None,
         params: SimParams | None = None, jobs: int = 1, plots: bool = True, progress: Callable[[int, int], None] | None = None,
-        log: Callable[[str], None] | None = None, dask: str | None = None) -> tuple[dict[str, Any], list[Path]]:
-    """Sweep (module docstring); ``dask``: run the curves on a Dask cluster instead of ``jobs`` local processes."""
+        log: Callable[[str], None] | None = None, dask: str | None = None, warmup: str = "auto") -> tuple[dict[str, Any], list[Path]]:
+    """Sweep (module docstring); ``dask``: run the curves on a Dask cluster instead of ``jobs`` local processes;
+    ``warmup``: which routers' seeds branch from one shared warm-up (:data:`hpcfabric.sim.sweep.WARMUPS`)."""
     t0 = time.perf_counter()
     loads = dict(loads or (QUICK_LOADS if quick else LOADS))
     seeds = seeds or (1 if quick else 2)
@@ -117,7 +122,10 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
         except SimError as why:
             bounds["closed_forms_adversarial"] = str(why)
     ref: Any = fabric.params.get("source") if dask and fabric.params.get("source") else fabric
-    tasks = [(ref, n, pat, tuple(loads[pat]), seed, params) for pat in patterns for n in names for seed in range(seeds)]
+    shared = [n for n in names if seeds > 1 and shares_warmup(n, params, warmup)]
+    tasks = [(ref, n, pat, tuple(loads[pat]), tuple(range(seeds)), params) for n in shared for pat in patterns]
+    tasks += [(ref, n, pat, tuple(loads[pat]), (seed,), params) for pat in patterns for n in names if n not in shared
+              for seed in range(seeds)]  # the shared-warm-up curves first: the longest tasks
     runs: list[Any] = []
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +149,7 @@ def run(fabric: Fabric, out: str | os.PathLike[str], *, quick: bool = False, rou
     result = {
         "fabric": fabric.name, "switches": len(fabric.switches), "hosts": len(fabric.hosts), "quick": quick,
         "params": {k: v for k, v in params.as_dict().items() if k != "extra"}, "seeds": seeds, "routers": names,
+        "shared_warmup": shared,
         "bounds": bounds, "points": rows,
         "timing": {"wall_s": wall, "tables_s": t_tables, "jobs": jobs, "dask": dask,
                    "simulated_us_per_wall_s": sim_ns / 1e3 / max(sim_wall, 1e-9),

@@ -33,7 +33,7 @@ from hpcfabric.sim.params import SimParams
 from hpcfabric.sim.tables import Forwarding, SimError
 from hpcfabric.sim.traffic import Traffic
 
-__all__ = ["Simulator", "TableRouter", "RunResult"]
+__all__ = ["Simulator", "TableRouter", "RunResult", "branch_seed"]
 
 
 class TableRouter:
@@ -247,6 +247,98 @@ class Simulator:
 
     # -- run ---------------------------------------------------------------
     def run(self, load: float, progress: Callable[[int, int], None] | None = None) -> RunResult:
+        w0, w1, end = self._begin(load)
+        t0 = time.perf_counter()
+        t = self._advance(load, 0, end, w1, end, progress)
+        if self.trace is not None:
+            self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
+        return self._result(load, t, time.perf_counter() - t0, (w0, w1))
+
+    def run_branches(self, load: float, seeds: list[int], progress: Callable[[int, int], None] | None = None) -> list[RunResult]:
+        """Replications from one shared warm-up: warm up once with ``self.seed``'s stream, then per seed
+        restore that state, reseed the kernel's generator with :func:`branch_seed` and run window and
+        drain. A warm-up lengthened by the flip reaction (``Routers.params_for``) ends at the base warm-up
+        when no port has been paused by then (nothing is pending, the state is that of any reaction), else
+        goes on after the full warm-up until consecutive blocks agree (:meth:`_settle`; the window follows).
+        ``extra``: ``warmup`` = ``"shared"``, ``warmup_ticks``, ``tail_accepted`` = frames delivered per host
+        per frame time in the last window-long block of the warm-up (against ``accepted``: steady state)."""
+        w0, w1, end = self._begin(load)
+        t0 = time.perf_counter()
+        p, k = self.p, self.k
+        extra = -(-int(p.reaction_ns) // int(p.frame_ns)) * k  # the warm-up's lengthening for the reaction
+        B = p.window_slots * k
+
+        def upto(a: int, b: int) -> int:  # nothing more once a deadlock is found
+            return a if self.deadlock else self._advance(load, a, b, w1, end, progress)
+
+        t, tail0 = 0, None
+        if extra >= B:
+            base = w0 - extra
+            t = upto(0, max(0, base - B))
+            tb, db = t, int(self.c[K.C_DELIVERED])
+            t = upto(t, base)
+            if not self.s.flip_off.any():  # no port ever paused: no flip pending, the state is the
+                w0, w1, end = self._shift(-extra, w0, w1, end)  # same for any reaction: the window starts here
+                tail0, d0 = tb, db
+            else:  # flips were pending: on to the full warm-up, then until it settles
+                t = upto(t, w0 - B)
+                w0, w1, end = self._shift(3 * extra + B, w0, w1, end)  # out of reach while settling: nothing measured
+                t = self._settle(load, t, 3 * extra, w1, end, progress)
+                w0, w1, end = self._shift(t + B - w0, w0, w1, end)
+        if tail0 is None:
+            tail0 = max(t, w0 - B)
+            t = upto(t, tail0)
+            d0 = int(self.c[K.C_DELIVERED])
+        t = upto(t, w0)
+        tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / k))
+        warm_wall = time.perf_counter() - t0
+        snap, stuck = self._snapshot(), self.deadlock
+        out = []
+        for sd in seeds:
+            self._restore(snap)
+            self.deadlock = stuck
+            _seed(branch_seed(sd))
+            t1 = time.perf_counter()
+            tb = self._advance(load, t, end, w1, end, progress) if not self.deadlock else t
+            if self.trace is not None:
+                self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
+            res = self._result(load, tb, time.perf_counter() - t1 + warm_wall / len(seeds), (w0, w1))
+            res.extra.update(warmup="shared", tail_accepted=tail, branch_seed=sd, warmup_wall_s=warm_wall, warmup_ticks=t,
+                             settled=getattr(self, "settled", None),
+                             simulated_ns=(tb - t + t / len(seeds)) * self.p.tick_ns)
+            out.append(res)
+        return out
+
+    def _shift(self, d: int, w0: int, w1: int, end: int) -> tuple[int, int, int]:
+        """Move the window (and the end) by ``d`` ticks; the kernel's window parameters with it."""
+        w0, w1, end = w0 + d, w1 + d, end + d
+        self.window = (w0, w1)
+        self.g[K.G_W0], self.g[K.G_W1] = w0, w1
+        if len(self.s.lat) < end + 2:
+            self.s = self.s._replace(lat=np.zeros(end + 2, dtype=np.int64))
+        return w0, w1, end
+
+    def _settle(self, load: float, t: int, most: int, w1: int, end: int,
+                progress: Callable[[int, int], None] | None) -> int:
+        """Warm up in window-long blocks from ``t`` until two consecutive blocks agree (delivered per host
+        within 2 % and the frames in the network and the hosts' source queues changing by < 1 % of a
+        block's deliveries in both), at most ``most`` ticks more; returns the tick reached
+        (``self.settled``: whether they agreed)."""
+        B, t_max = self.p.window_slots * self.k, t + most
+        prev: tuple[int, int] | None = None
+        self.settled = False
+        while t + B <= t_max and not self.deadlock:
+            d0, n0 = int(self.c[K.C_DELIVERED]), self._backlog()
+            t = self._advance(load, t, t + B, w1, end, progress)
+            d, dn = int(self.c[K.C_DELIVERED]) - d0, abs(self._backlog() - n0)
+            if prev is not None and abs(d - prev[0]) <= 0.02 * max(d, prev[0]) + 1 and max(dn, prev[1]) <= 0.01 * d + 1:
+                self.settled = True
+                break
+            prev = (d, dn)
+        return t
+
+    def _begin(self, load: float) -> tuple[int, int, int]:
+        """Fresh state for a run at ``load``, the kernel's generator seeded; the window and the end tick."""
         p, k = self.p, self.k
         if not 0.0 <= load <= 1.0:
             raise SimError(f"load must be a fraction of the link rate in [0, 1], got {load}")
@@ -262,12 +354,31 @@ class Simulator:
         self.g = self._scalars(w0, w1)
         self.deadlock: list[str] | None = None
         _seed(self.seed)
-        t0 = time.perf_counter()
+        return w0, w1, end
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return (self.s._replace(**{f: a.copy() for f, a in self.s._asdict().items()}), self.c.copy(),
+                self.frames.F.copy(), self.frames.free.copy(), self.nf)
+
+    def _restore(self, snap: tuple[Any, ...]) -> None:
+        s, c, F, free, nf = snap
+        self.s = s._replace(**{f: a.copy() for f, a in s._asdict().items()})
+        self.c = c.copy()
+        F2 = _aligned_rows(nf, K.NF_COLS, np.int32)
+        F2[:] = F
+        self.frames, self.nf = K.Frames(F2, free.copy()), nf
+        self.fr = _FrameView(F2)
+        self.deadlock = None
+
+    def _advance(self, load: float, t: int, limit: int, w1: int, end: int,
+                 progress: Callable[[int, int], None] | None) -> int:
+        """Tick from ``t`` to ``limit`` (or until the measured frames are delivered after the window, or a
+        deadlock: ``self.deadlock``); returns the tick reached."""
+        p, k = self.p, self.k
         check = max(1, p.stall_slots * k // 2)
         step = min(check, 256) if progress is not None else check
-        t = 0
-        while t < end:
-            stop = min(end, (t // step + 1) * step)
+        while t < limit:
+            stop = min(limit, (t // step + 1) * step)
             t = int(K.run_ticks(self.net, self.frames, self.s, self.c, self.g, self.fab, t, stop, float(load), self.H + 1))
             if self.c[K.C_NOLINE]:
                 self._no_line(int(self.c[K.C_BAD_STATE]))
@@ -285,9 +396,7 @@ class Simulator:
                     break
             if progress is not None:
                 progress(t, end)
-        if self.trace is not None:
-            self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
-        return self._result(load, t, time.perf_counter() - t0, (w0, w1))
+        return t
 
     def _no_line(self, state: int) -> None:
         ch = self.r.fw.ch
@@ -308,6 +417,10 @@ class Simulator:
         heads = self.s.qhead[qs]
         mine = heads[fr.acct[heads] == account]
         return int(mine[np.argmin(fr.ready[mine])]) if len(mine) else -1
+
+    def _backlog(self) -> int:
+        """Frames in the network and in the hosts' source queues."""
+        return self.in_network() + int(self.s.sqlen.sum())
 
     def in_network(self) -> int:
         """Frames in switch buffers or on links, counted where they are."""
@@ -358,6 +471,7 @@ class Simulator:
         res.extra["queued_at_hosts"] = int(self.s.sqlen.sum())
         res.extra["lost"] = res.bad + res.overflow
         res.extra["simulated_ns"] = t * tick
+        res.extra["warmup_ticks"] = window[0]
         res.extra["switch"] = self.p.switch
         res.extra["max_pool_used"] = int(c[K.C_MAXPOOL])
         res.extra["max_headroom_used"] = int(c[K.C_MAXHR])
@@ -365,6 +479,12 @@ class Simulator:
             a = int(c[K.C_BAD_ACCT])
             res.extra["bad_example"] = self.r.channel(a // self.C, a % self.C)
         return res
+
+
+def branch_seed(seed: int) -> int:
+    """The kernel's seed for replication ``seed`` after a shared warm-up (a stream apart from the
+    warm-up's, which uses the small seeds themselves)."""
+    return (0x9E3779B1 * (int(seed) + 1)) & 0xFFFFFFFF
 
 
 def _seed(seed: int) -> None:

@@ -22,7 +22,8 @@ from hpcfabric.sim.tables import Forwarding, SimError, compile_policy
 from hpcfabric.sim.traffic import Traffic
 from hpcfabric.topology.model import Fabric
 
-__all__ = ["ROUTERS", "EXTRA_ROUTERS", "WA", "Routers", "run_point", "summarise", "t_quantile"]
+__all__ = ["ROUTERS", "EXTRA_ROUTERS", "WA", "WARMUPS", "Routers", "run_point", "run_branches", "shares_warmup", "summarise",
+           "t_quantile"]
 
 ROUTERS = ("MIN", "VAL", "PB", "COND-ideal", "COND-switch", "COND-controller")
 #: suffix of a router whose Valiant intermediates are chosen for the run's traffic matrix
@@ -105,6 +106,28 @@ def run_point(routers: Routers, name: str, pattern: str, load: float, params: Si
     return sim.run(load, progress)
 
 
+#: ``auto``: seeds share one warm-up where the router's reaction lengthens it past the base warm-up
+#: (COND-controller: 10,000 frame times); ``shared``: every router; ``own``: every seed its own warm-up
+WARMUPS = ("auto", "shared", "own")
+
+
+def shares_warmup(name: str, params: SimParams, mode: str = "auto") -> bool:
+    """Whether the seeds of ``name`` branch from one shared warm-up (:data:`WARMUPS`)."""
+    if mode != "auto":
+        return mode == "shared"
+    return Routers.params_for(name, params).warmup_slots > 2 * params.warmup_slots
+
+
+def run_branches(routers: Routers, name: str, pattern: str, load: float, params: SimParams, seeds: list[int],
+                 traffic: Traffic | None = None) -> list[RunResult]:
+    """One warm-up (with the first seed's stream), then window and drain once per seed from its state
+    (:meth:`hpcfabric.sim.engine.Simulator.run_branches`): replications from a common state."""
+    tr = traffic if traffic is not None else Traffic(routers.fabric, pattern)
+    sim = Simulator(routers.router(name, pattern if name.endswith(WA) else None), tr,
+                    Routers.params_for(name, params), seed=seeds[0])
+    return sim.run_branches(load, list(seeds))
+
+
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
@@ -141,4 +164,9 @@ def summarise(runs: Iterable[RunResult]) -> dict[str, Any]:
         "ticks": int(sum(r.ticks for r in runs)),
         "hops": int(sum(r.hops for r in runs)),
         "simulated_ns": float(sum(r.extra["simulated_ns"] for r in runs)),
+        "warmup": "shared" if any(r.extra.get("warmup") == "shared" for r in runs) else "own",
+        "warmup_ticks": int(max(r.extra.get("warmup_ticks", 0) for r in runs)),
+        "settled": next((r.extra["settled"] for r in runs if r.extra.get("settled") is not None), ""),
+        "tail_accepted": float(np.mean([r.extra["tail_accepted"] for r in runs])) if all(
+            "tail_accepted" in r.extra for r in runs) else None,
     }
