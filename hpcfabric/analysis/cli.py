@@ -315,10 +315,10 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--pause-from", choices=("receiver", "egress"), default="receiver",
                    help="what pauses a port for the PORT_STATE flips: its receiver's buffer (802.3x), or also "
                         "its own backlog (egress, the Mininet experiment's PAUSE emulator)")
-    p.add_argument("--switch", choices=("fifo", "voq", "shared", "iq"), default="shared",
+    p.add_argument("--switch", choices=("fifo", "voq", "shared", "iq", "iqvc"), default="shared",
                    help="switch model: shared-buffer output queues with PFC thresholds (commodity Ethernet, "
                         "default), virtual output queues, input FIFOs (head-of-line blocking), or BookSim2's "
-                        "input-queued router with credits (iq)")
+                        "input-queued router with credits (iq; iqvc: with its VC allocation per output VC)")
     p.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="run the sweep's points on a Dask cluster: a scheduler address (tcp://host:8786) or "
                         "'local' (a local cluster of --jobs worker processes)")
