@@ -211,3 +211,23 @@ def test_controller_etcd_scope_follows_mastered_partitions(tmp_path):
     app.ha.active = {}
     app.ha_agent.changed({part["g1s0"].name: "slave"})
     assert app.discovery.scope == frozenset() and app.status()["links_expected"] == 0
+
+
+def test_many_problems_at_once_are_logged_as_a_summary_not_a_flood(tmp_path, caplog):
+    """At 300k a bring-up reports ~60,000 cables missing at once: one line each up to LOG_EACH, then one line."""
+    from hpcfabric.controller.wiring import LOG_EACH
+    app = make_app(conf(tmp_path, ""))
+    rep = {"missing_links": [{"a": f"s{i}", "a_port": 1, "b": f"t{i}", "b_port": 2} for i in range(LOG_EACH + 30)]
+           + [{"a": "x", "a_port": 1, "b": "y", "b_port": 1, "switch_down": ["x"]}],
+           "miswired": [], "extra_links": [], "unknown_dpids": []}
+    with caplog.at_level("INFO", logger="hpcfabric.controller"):
+        app.wiring.log_problems(rep)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == LOG_EACH + 1 and warned[-1].startswith(f"discovery: 30 more new problem(s), {LOG_EACH + 30} in all")
+    assert all(" missing" in m for m in warned[:-1]) and not any("x:1" in m for m in warned)  # a down switch's links: not
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hpcfabric.controller"):
+        app.wiring.log_problems(dict(rep, missing_links=rep["missing_links"][:5]))  # all but five came up
+    resolved = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # nothing new
+    assert len(resolved) == LOG_EACH + 1 and resolved[-1] == "discovery: resolved: 25 more problem(s), 5 left"

@@ -41,6 +41,8 @@ SLICE = 128
 REPORT_SLICE = 128
 #: the discovery report is recomputed at most every REPORT_GAP_X x its own cost (<= ~2 % of the time)
 REPORT_GAP_X = 50
+#: discovery problems logged one line each per report; more at once (a bring-up at 300k: 60,000 cables) get one line
+LOG_EACH = 20
 
 
 def _hw(desc: Any) -> bytes:
@@ -331,10 +333,16 @@ class Wiring:
             problems.add(f"unexpected link {e['a']} - {e['b']}")
         for d in rep["unknown_dpids"]:
             problems.add(f"unknown dpid {d}")
-        for p in sorted(problems - self.logged):
+        new, gone = sorted(problems - self.logged), sorted(self.logged - problems)
+        for p in new[:LOG_EACH]:
             LOG.warning("discovery: %s", p)
-        for p in sorted(self.logged - problems):
+        if len(new) > LOG_EACH:
+            LOG.warning("discovery: %d more new problem(s), %d in all (every one in the status file's discovery "
+                        "report and the web page)", len(new) - LOG_EACH, len(problems))
+        for p in gone[:LOG_EACH]:
             LOG.info("discovery: resolved: %s", p)
+        if len(gone) > LOG_EACH:
+            LOG.info("discovery: resolved: %d more problem(s), %d left", len(gone) - LOG_EACH, len(problems))
         self.logged = problems
 
     def unknown_dpids(self) -> list[str]:
