@@ -172,11 +172,13 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     flips = sum(a.get("flips", 0) - b.get("flips", 0) for a, b in zip(after, before))
     fms = sum(a.get("flow_mods", 0) - b.get("flow_mods", 0) for a, b in zip(after, before))
     ctl = [x for a in after for x in a.get("reaction_ms", [])]
-    return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
+    return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p10_ms": pct(samples, 0.1),
+            "p50_ms": pct(samples, 0.5),
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
             "switch_p50_ms": pct(own, 0.5), "switch_p99_ms": pct(own, 0.99),
             "beyond_switch_p50_ms": pct([a - b for a, b in zip(samples, own)], 0.5),
+            "controller_p10_ms": pct(ctl, 0.1),
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
             "status_age_s": status_age(after_st, fresh), "controller_cpu_s": round(cpu_s, 2),
             "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,

@@ -222,13 +222,19 @@ def restore_packet_in_parser(parser: Callable[..., Any]) -> None:
     ofproto_parser._MSG_PARSERS[ofproto.OFPT_PACKET_IN] = parser
 
 
+_TPOOL: list[Any] = []  # eventlet's tpool once imported (None: not installed), not an import per call
+
+
 def run_native(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in a native thread (eventlet tpool) so the green threads keep running; inline if unavailable."""
-    try:
-        from eventlet import tpool
-    except ImportError:  # pragma: no cover
-        return fn(*args)
-    return tpool.execute(fn, *args)
+    if not _TPOOL:
+        try:
+            from eventlet import tpool
+        except ImportError:  # pragma: no cover
+            tpool = None
+        _TPOOL.append(tpool)
+    tpool = _TPOOL[0]
+    return fn(*args) if tpool is None else tpool.execute(fn, *args)
 
 
 class HttpServer:
