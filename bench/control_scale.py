@@ -229,11 +229,12 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
     extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
         f"[metrics]\npoll_interval = {args.poll_interval}\n" + (f"[web]\nlisten = {args.web_port}\n" if args.web else "")
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
-                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls)
+                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls,
+                connects=args.connects)
     out: dict = {"bench": "control_scale", "tls": tls, "fabric": c.fabric.name, "switches": len(c.names),
                  "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
                  "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
-                 "poll_interval": args.poll_interval}
+                 "poll_interval": args.poll_interval, "connects": args.connects or None}
 
     def stop(signum, frame):  # noqa: ARG001
         c.stop()
@@ -397,6 +398,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--web", action="store_true", help="serve the fabric page and measure PAUSE with it open")
     ap.add_argument("--web-port", type=int, default=19480, help="--web: the page's port on 127.0.0.1")
     ap.add_argument("--web-shot", default="", help="--web: save a screenshot of the drilled-down group here")
+    ap.add_argument("--connects", type=int, default=0, help="connects in flight per emulator process (TCP connect "
+                    "to the controller's HELLO, the TLS handshake included; 0: the emulator's default, 32)")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",

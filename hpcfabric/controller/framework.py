@@ -183,6 +183,10 @@ def restore_receive_loop(old: Callable[..., Any]) -> None:
     _mod("controller.controller").Datapath._recv_loop = old
 
 
+#: the OpenFlow listener's accept queue (the kernel caps it at net.core.somaxconn)
+LISTEN_BACKLOG = 1024
+
+
 def set_accept_hook(hook: Callable[[Any, Any, dict[str, Any], Callable[[Any, Any], None]], None]) -> Callable[[], None]:
     """Hand every connection the framework's OpenFlow listener accepts to ``hook(sock, addr, tls_args, serve)``
     instead of its own TLS wrap (process-wide; listeners made after this call).
@@ -201,6 +205,10 @@ def set_accept_hook(hook: Callable[[Any, Any, dict[str, Any], Callable[[Any, Any
         def __init__(self, listen_info: Any, handle: Any = None, backlog: Any = None, spawn: str = "default",
                      **tls_args: Any) -> None:
             super().__init__(listen_info, handle, backlog, spawn)
+            try:  # the framework listens with eventlet's backlog of 50: thousands of switches connect at once
+                self.server.listen(LISTEN_BACKLOG)
+            except (AttributeError, OSError):  # pragma: no cover - a framework without ``server``
+                pass
             self.handle = lambda sock, addr: hook(sock, addr, tls_args, handle)
 
     module.StreamServer = Listener
