@@ -172,11 +172,13 @@ def pauses(c: Cluster, n: int, gap: float, hold: float) -> dict:
     flips = sum(a.get("flips", 0) - b.get("flips", 0) for a, b in zip(after, before))
     fms = sum(a.get("flow_mods", 0) - b.get("flow_mods", 0) for a, b in zip(after, before))
     ctl = [x for a in after for x in a.get("reaction_ms", [])]
-    return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p50_ms": pct(samples, 0.5),
+    return {"injected": sent, "reacted": len(samples), "no_reaction": lost, "p10_ms": pct(samples, 0.1),
+            "p50_ms": pct(samples, 0.5),
             "p99_ms": pct(samples, 0.99), "max_ms": pct(samples, 1.0), "flips": flips, "flip_flow_mods": fms,
             "flow_mods_per_flip": round(fms / flips, 3) if flips else None,
             "switch_p50_ms": pct(own, 0.5), "switch_p99_ms": pct(own, 0.99),
             "beyond_switch_p50_ms": pct([a - b for a, b in zip(samples, own)], 0.5),
+            "controller_p10_ms": pct(ctl, 0.1),
             "controller_p50_ms": pct(ctl, 0.5), "controller_p99_ms": pct(ctl, 0.99), "gap_ms": gap * 1000,
             "status_age_s": status_age(after_st, fresh), "controller_cpu_s": round(cpu_s, 2),
             "controller_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
@@ -227,11 +229,12 @@ def run(name: str, args: argparse.Namespace, workdir: Path, tls: bool = False) -
     extra = ("deadlock_check = off\n" if not args.deadlock_check else "") + \
         f"[metrics]\npoll_interval = {args.poll_interval}\n" + (f"[web]\nlisten = {args.web_port}\n" if args.web else "")
     c = Cluster(topo, workdir, controllers=args.controllers, emulators=args.emulators, extra=extra,
-                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls)
+                lldp_interval=args.lldp_interval, artifact=args.artifact_dir or args.artifact, tls=tls,
+                connects=args.connects)
     out: dict = {"bench": "control_scale", "tls": tls, "fabric": c.fabric.name, "switches": len(c.names),
                  "hosts": len(c.fabric.hosts), "links": len(c.fabric.links), "controllers": len(c.parts),
                  "emulator_processes": args.emulators, "lldp_interval": args.lldp_interval,
-                 "poll_interval": args.poll_interval}
+                 "poll_interval": args.poll_interval, "connects": args.connects or None}
 
     def stop(signum, frame):  # noqa: ARG001
         c.stop()
@@ -395,6 +398,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--web", action="store_true", help="serve the fabric page and measure PAUSE with it open")
     ap.add_argument("--web-port", type=int, default=19480, help="--web: the page's port on 127.0.0.1")
     ap.add_argument("--web-shot", default="", help="--web: save a screenshot of the drilled-down group here")
+    ap.add_argument("--connects", type=int, default=0, help="connects in flight per emulator process (TCP connect "
+                    "to the controller's HELLO, the TLS handshake included; 0: the emulator's default, 32)")
     ap.add_argument("--bringup-only", action="store_true", help="stop after connect -> confirmed (no LLDP window, "
                     "PAUSEs, reroute, restart)")
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",

@@ -149,6 +149,25 @@ def test_partitioned_bringup_on_emulated_switches(tmp_path: Path) -> None:
         c.stop()
 
 
+def test_every_switch_connecting_at_once_is_queued_by_the_listener_not_dropped(tmp_path: Path) -> None:
+    """The OpenFlow listener's accept queue is LISTEN_BACKLOG (eventlet's own is 50): 114 switches connecting
+    at once (``connects``: no limit in flight in the emulator) all come up."""
+    from hpcfabric.controller.framework import LISTEN_BACKLOG
+
+    c = Cluster(str(ROOT / "topologies" / "dragonfly-a6-p3-h3.yaml"), tmp_path, connects=256)
+    try:
+        c.start_controllers()
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{c.ports[0]}"], capture_output=True, text=True, check=True)
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        assert [int(line.split()[2]) for line in out.stdout.splitlines()] == [min(LISTEN_BACKLOG, somaxconn)]
+        c.start_emulators()
+        c.wait("confirmed", 60)
+        s = c.status(0)
+        assert s["switches_confirmed"] == s["switches_expected"] == len(c.names) == 114
+    finally:
+        c.stop()
+
+
 def test_proc_stats_tells_the_main_threads_cpu_from_the_whole_process() -> None:
     """The benches' controller CPU: all threads (``cpu_s``) and the main thread, the hub (``main_cpu_s``)."""
     import threading

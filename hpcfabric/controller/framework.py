@@ -183,6 +183,10 @@ def restore_receive_loop(old: Callable[..., Any]) -> None:
     _mod("controller.controller").Datapath._recv_loop = old
 
 
+#: the OpenFlow listener's accept queue (the kernel caps it at net.core.somaxconn)
+LISTEN_BACKLOG = 1024
+
+
 def set_accept_hook(hook: Callable[[Any, Any, dict[str, Any], Callable[[Any, Any], None]], None]) -> Callable[[], None]:
     """Hand every connection the framework's OpenFlow listener accepts to ``hook(sock, addr, tls_args, serve)``
     instead of its own TLS wrap (process-wide; listeners made after this call).
@@ -201,6 +205,10 @@ def set_accept_hook(hook: Callable[[Any, Any, dict[str, Any], Callable[[Any, Any
         def __init__(self, listen_info: Any, handle: Any = None, backlog: Any = None, spawn: str = "default",
                      **tls_args: Any) -> None:
             super().__init__(listen_info, handle, backlog, spawn)
+            try:  # the framework listens with eventlet's backlog of 50: thousands of switches connect at once
+                self.server.listen(LISTEN_BACKLOG)
+            except (AttributeError, OSError):  # pragma: no cover - a framework without ``server``
+                pass
             self.handle = lambda sock, addr: hook(sock, addr, tls_args, handle)
 
     module.StreamServer = Listener
@@ -222,13 +230,19 @@ def restore_packet_in_parser(parser: Callable[..., Any]) -> None:
     ofproto_parser._MSG_PARSERS[ofproto.OFPT_PACKET_IN] = parser
 
 
+_TPOOL: list[Any] = []  # eventlet's tpool once imported (None: not installed), not an import per call
+
+
 def run_native(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in a native thread (eventlet tpool) so the green threads keep running; inline if unavailable."""
-    try:
-        from eventlet import tpool
-    except ImportError:  # pragma: no cover
-        return fn(*args)
-    return tpool.execute(fn, *args)
+    if not _TPOOL:
+        try:
+            from eventlet import tpool
+        except ImportError:  # pragma: no cover
+            tpool = None
+        _TPOOL.append(tpool)
+    tpool = _TPOOL[0]
+    return fn(*args) if tpool is None else tpool.execute(fn, *args)
 
 
 class HttpServer:

@@ -147,7 +147,8 @@ class Cluster:
 
     def __init__(self, topology: str, workdir: Path, *, controllers: int = 1, emulators: int = 1,
                  extra: str = "", lldp_interval: float = 1.0, mgmt: bool = False, log_level: str = "WARNING",
-                 artifact: bool | str = False, tls: bool | dict[str, Any] = False, openflow: str = "") -> None:
+                 artifact: bool | str = False, tls: bool | dict[str, Any] = False, openflow: str = "",
+                 connects: int = 0) -> None:
         from hpcfabric.topology.loader import load_topology
 
         self.topology = str(Path(topology).resolve())
@@ -159,6 +160,7 @@ class Cluster:
         self.artifact = Path(artifact) if isinstance(artifact, str) and artifact else \
             self.workdir / "compiled" if artifact else None
         self.n_emu = emulators
+        self.connects = connects  # connects in flight per emulator process (0: the emulator's default)
         self.extra, self.lldp_interval, self.log_level = extra, lldp_interval, log_level
         self.ports = [free_port() for _ in self.parts]
         self.udp_base = free_range(emulators, socket.SOCK_DGRAM)
@@ -278,6 +280,8 @@ class Cluster:
                "--udp-base", str(udp_base or free_range(procs, socket.SOCK_DGRAM))]
         if self.mgmt_base:
             cmd += ["--mgmt-base", str(self.mgmt_base)]
+        if self.connects:
+            cmd += ["--connects", str(self.connects)]
         if tls and self.pki is not None and "switches" in self.pki:
             cmd += [] if "--tls-ca" in args else ["--tls-ca", str(self.pki["ca"])]
             cmd += [] if "--tls-cert" in args else ["--tls-dir", str(self.pki["switches"])]

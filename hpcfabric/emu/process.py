@@ -44,6 +44,8 @@ from hpcfabric.emu.switch import EmuSwitch, Port
 from hpcfabric.emu.tls import TlsClient
 from hpcfabric.protocols.pause import build_pause, build_pfc
 
+#: connects (TCP connect, TLS handshake, the controller's HELLO) in flight per emulator process, by default
+CONNECTS = 32
 
 def hw_addr(dpid: int, port: int) -> bytes:
     return bytes([0x02, dpid >> 16 & 0xFF, dpid >> 8 & 0xFF, dpid & 0xFF, port >> 8 & 0xFF, port & 0xFF])
@@ -132,7 +134,7 @@ class EmuProcess:
 
     def __init__(self, fabric: Any, index: int, procs: int, targets: dict[str, tuple[str, int]],
                  default: tuple[str, int], udp_base: int, mgmt_base: int = 0,
-                 tls: dict[str, str] | None = None) -> None:
+                 tls: dict[str, str] | None = None, connects: int = CONNECTS) -> None:
         self.fabric = fabric
         self.index, self.procs = index, procs
         self.targets, self.default = targets, default
@@ -160,7 +162,7 @@ class EmuProcess:
         self.stdin_buf = b""
         self.waiting: collections.deque[EmuSwitch] = collections.deque()
         self.in_flight = 0
-        self.max_in_flight = 32
+        self.max_in_flight = max(1, connects)
         self.tls = tls  # {"ca": ..., "dir": ...} or {"ca": ..., "cert": ..., "key": ...}
         self.contexts: dict[str, ssl.SSLContext] = {}
 
@@ -399,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tls-dir", default="", help="TLS: each switch's NAME-cert.pem / NAME-privkey.pem")
     ap.add_argument("--tls-cert", default="", help="TLS: one certificate for every switch (with --tls-key)")
     ap.add_argument("--tls-key", default="")
+    ap.add_argument("--connects", type=int, default=CONNECTS, help="connects in flight (to HELLO) in this process")
     a = ap.parse_args(argv)
     from hpcfabric.errors import HpcfabricError
     from hpcfabric.topology.loader import load_topology
@@ -416,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     tls = None
     if a.tls_ca:
         tls = {"ca": a.tls_ca, "cert": a.tls_cert, "key": a.tls_key} if a.tls_cert else {"ca": a.tls_ca, "dir": a.tls_dir}
-    proc = EmuProcess(fabric, a.index, a.procs, targets, (host, int(port)), a.udp_base, a.mgmt_base, tls)
+    proc = EmuProcess(fabric, a.index, a.procs, targets, (host, int(port)), a.udp_base, a.mgmt_base, tls, a.connects)
     try:
         proc.tls_contexts()
     except (OSError, ssl.SSLError) as err:
