@@ -122,10 +122,12 @@ def test_a_burst_of_records_is_read_in_a_few_reads_and_large_sends_arrive_whole(
     conn.sendall(big)  # green, in this thread's hub
     reader.join(10)
     assert back == big
-    threading.Thread(target=unwrap, args=(cli,), daemon=True).start()  # close_notify
+    closing = threading.Thread(target=unwrap, args=(cli,), daemon=True)  # close_notify
+    closing.start()
     assert conn.recv(1 << 16) == b""
     conn.close()
-    cli.close()
+    closing.join(10)  # unwrap reads on cli's descriptor until conn's end: closing cli under it let that read
+    cli.close()       # take the next test's socket, which reused the number (a handshake that never came)
 
 
 class CountingTls:
