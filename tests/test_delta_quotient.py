@@ -20,10 +20,10 @@ import pytest
 from hpcfabric.config import load_config
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import Failures
-from hpcfabric.verify.incremental import delta
+from hpcfabric.verify.incremental import delta, quotient
 from hpcfabric.verify.incremental.delta import ProofState
 from hpcfabric.verify.incremental.deltawalk import NodeSet
-from hpcfabric.verify.incremental.quotient import QuotientReach
+from hpcfabric.verify.incremental.quotient import DenseReach, QuotientReach
 
 from test_ops_fakes import ROOT
 
@@ -53,15 +53,26 @@ def assert_same_base(dense, quot) -> None:
         assert np.array_equal(a, b), dense.cols.names[c]
 
 
-@pytest.mark.parametrize("name", SHIPPED + ["palmtree"])
-def test_quotient_base_equals_the_dense_base(name, tmp_path):
+@pytest.fixture
+def mapped(monkeypatch):
+    """The quotient's reach mapped at each lookup (as at 300k), not materialised as every column's bit rows."""
+    monkeypatch.setattr(quotient, "DENSE_REACH_BYTES", 0)
+
+
+@pytest.mark.parametrize("name,rows", [(n, False) for n in SHIPPED + ["palmtree"]] + [("palmtree", True)])
+def test_quotient_base_equals_the_dense_base(name, rows, tmp_path, monkeypatch):
+    """``rows``: the small fabric's reach materialised from the representatives' rows (the default below 256 MB),
+    else mapped at each lookup."""
+    if not rows:
+        monkeypatch.setattr(quotient, "DENSE_REACH_BYTES", 0)
     cfg = config(name, tmp_path)
     compiled = Repairer(cfg, prove=True).compiled
     dense = ProofState.build(compiled, symmetry=False)
     quot = ProofState.build(compiled)
     sym = quot.report["symmetry"]
     assert sym["used"] and not dense.report["symmetry"]["used"], sym
-    assert isinstance(quot.reached, QuotientReach) and sym["columns_walked"] < len(quot.cols.want)
+    assert isinstance(quot.reached, DenseReach if rows else QuotientReach)
+    assert sym["columns_walked"] < len(quot.cols.want)
     if name == "palmtree":
         assert sym["kept"] == ["rotate-groups"] and sym["group"] == 19
     assert_same_base(dense, quot)
@@ -86,7 +97,7 @@ def summary(plan) -> tuple:
 
 @pytest.mark.parametrize("name,seed,one_row", [("dragonfly-a4-p2-h2.conf", 27, False), ("fb-2d-4x4.conf", 5, True),
                                                ("palmtree", 3, False), ("palmtree", 4, True)])
-def test_plans_equal_on_dense_and_quotient_bases(name, seed, one_row, tmp_path, monkeypatch):
+def test_plans_equal_on_dense_and_quotient_bases(name, seed, one_row, tmp_path, monkeypatch, mapped):
     """Same failure sequence (each plan applied when proven, else discarded; sometimes back to no failures)
     through a planner on each base: same plans, and the same base after each step. ``rows``: the quotient's node
     sets hold one column as bit rows, the rest in sorted arrays (as at 300k)."""
@@ -110,7 +121,7 @@ def test_plans_equal_on_dense_and_quotient_bases(name, seed, one_row, tmp_path, 
     assert verdicts & {"proven", "proven, pairs lost"}, verdicts
 
 
-def test_off_by_one_rotation_is_caught(tmp_path):
+def test_off_by_one_rotation_is_caught(tmp_path, mapped):
     """The mutation: each column's element one rotation off, or each edge canonicalised one rotation off -- the
     base differs from the dense one (the equality tests above fail on it)."""
     cfg = config("palmtree", tmp_path)

@@ -39,6 +39,9 @@ from hpcfabric.verify.union.unions import walk_union
 __all__ = ["DenseReach", "QuotientReach", "Symmetry", "quotient_base"]
 
 MAX_GROUP = 1 << 14  # group elements enumerated at most (300k: rotate-groups, 463)
+#: every column's reach as bit rows up to this size (Table III: 2,071 x 20 KB), mapped once from the
+#: representatives' (lookups as fast as the dense base's); beyond it (300k: ~22 GB) mapped at each lookup
+DENSE_REACH_BYTES = 1 << 28
 
 
 class DenseReach:
@@ -62,6 +65,10 @@ class DenseReach:
 
     def row(self, c: int) -> np.ndarray:
         return self.bits[c]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bits.nbytes)
 
     def mark(self) -> int:
         return len(self._journal)
@@ -243,6 +250,22 @@ class QuotientReach:
         r = np.arange(self.n, dtype=np.int64)
         return np.packbits(self.has(np.full(self.n, c, dtype=np.int64), r))
 
+    def dense(self) -> DenseReach:
+        """Every column's row, mapped (no flips yet): one permutation of the reach index per group element."""
+        sym = self.sym
+        out = np.zeros((len(sym.col_row), self.rows.shape[1]), dtype=np.uint8)
+        elems, inv = np.unique(sym.col_exp, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        for e, exp in enumerate(elems):
+            cols = np.flatnonzero(inv == e)
+            y = self.rs_of[sym.apply(self.reach_states.copy(), np.broadcast_to(-exp, (self.n, len(exp))))]
+            ok = y >= 0
+            for c in cols.tolist():
+                bits = np.zeros(self.n, dtype=np.uint8)
+                bits[ok] = np.unpackbits(self.rows[sym.col_row[c]])[y[ok]]
+                out[c] = np.packbits(bits)
+        return DenseReach(out)
+
     def mark(self) -> np.ndarray:
         return self.flips  # never changed in place: a commit makes a new array
 
@@ -298,8 +321,10 @@ def quotient_base(inputs: Any, timings: dict[str, float], max_failures: int = 20
     from hpcfabric.verify.union.unions import reach_index
 
     reach, rs_of = reach_index(ch)
-    reached = QuotientReach(walk.reached, sym, reach, rs_of)
+    reached: Any = QuotientReach(walk.reached, sym, reach, rs_of)
+    if len(cols.want) * walk.reached.shape[1] <= DENSE_REACH_BYTES:
+        reached = reached.dense()
     cdg["channels"] *= sym.size  # orbits of channels, each the group's size (free)
     info.update({"used": True, "columns_walked": int(len(sel)), "group": sym.size,
-                 "reach_mb": round(reached.nbytes / 1e6, 1)})
+                 "reach": type(reached).__name__, "reach_mb": round(reached.nbytes / 1e6, 1)})
     return (reached, walk, rank, cdg), info
