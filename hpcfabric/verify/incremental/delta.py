@@ -141,8 +141,9 @@ class ProofState:
         self._decided: dict[str, tuple[Any, SwitchDecisions]] = {}  # switch -> (its table, decisions): reuse
         self._surviving: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # failures -> surviving(): reuse
         self._buffers: list[np.ndarray] = []  # node sets' zeroed bit buffers (nodeset), touched now, not mid-repair
-        for _ in range(3 if isinstance(reached, DenseReach) else 0):  # the quotient's: rows as columns come
-            buf = np.empty((len(self.cols.want), (ch.n_states + 7) // 8), dtype=np.uint8)
+        width = (ch.n_states + 7) // 8
+        for _ in range(3):  # rows for every column, or as many as NODESET_BYTES holds (300k: ~390 of 16,668)
+            buf = np.empty((min(len(self.cols.want), max(1, NODESET_BYTES // width)), width), dtype=np.uint8)
             buf.fill(0)
             self._buffers.append(buf)
         self._lent: list[NodeSet] = []
@@ -182,7 +183,7 @@ class ProofState:
     def nodeset(self) -> NodeSet:
         """An empty node set for a walk of this check (buffers reused: :meth:`_release` at the check's end)."""
         got = NodeSet(len(self.cols.want), self.ch.n_states, self._buffers.pop() if self._buffers else None,
-                      max(1, NODESET_BYTES // ((self.ch.n_states + 7) // 8)))
+                      max(1, NODESET_BYTES // ((self.ch.n_states + 7) // 8)))  # a test may lower the budget
         self._lent.append(got)
         return got
 
