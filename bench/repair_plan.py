@@ -15,7 +15,10 @@ REV, ... (the load drifts: each side goes first as often); one JSON line per pla
 side's best of its rounds) and the ratio this/REV, and a summary (docs/scale.md "The plan's decisions kept per class").
 
 Usage: .venv/bin/python bench/repair_plan.py [--config configs/dragonfly-table3.conf] [--links 4] [--stride 97]
-       [--many] [--local N] [--gc both|default|frozen] [--ref main [--rounds 2]]
+       [--many] [--local N] [--gc both|default|frozen] [--ref main [--rounds 2]] [--base quotient|dense]
+
+``--base dense`` builds the base by walking every column (as before the quotient, issue 27 at 300k); the
+default walks one column per symmetry orbit when one serves (:mod:`hpcfabric.verify.incremental.quotient`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import gc
 import json
 import random
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -76,7 +80,8 @@ def switch_and_ten(fabric, seed: int = 27) -> tuple[str, list]:
 def line(kind: str, link: str, plan, wall: float) -> dict:
     return {"plan": kind, "link": link, "wall_s": round(wall, 3), "gc_s": round(CLOCK.seconds, 3),
             "gc_full": CLOCK.full, "verdict": plan.verdict.get("verdict"),
-            "changed": len(plan.changed), "timings": {k: round(v, 3) for k, v in plan.timings.items()},
+            "changed": len(plan.changed), "waves": plan.verdict.get("waves"),
+            "columns": plan.verdict.get("columns"), "new_edges": plan.verdict.get("new_edges"), "timings": {k: round(v, 3) for k, v in plan.timings.items()},
             "proof_stages": {k: round(v, 3) for k, v in (plan.verdict.get("timings") or {}).items()}}
 
 
@@ -90,6 +95,8 @@ def main() -> int:
     ap.add_argument("--gc", choices=("both", "default", "frozen"), default="both")
     ap.add_argument("--ref", help="the revision (git) to time side by side, first")
     ap.add_argument("--rounds", type=int, default=1, help="with --ref: runs per side, alternating which goes first")
+    ap.add_argument("--base", choices=("quotient", "dense"), default="quotient",
+                    help="the proof base: one column per symmetry orbit when it serves (default), or every column")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ref:
@@ -98,10 +105,17 @@ def main() -> int:
     fabric = cfg.fabric
     t0 = time.perf_counter()
     rep = Repairer(cfg, prove=True)
+    if args.base == "dense":
+        from hpcfabric.verify.incremental.delta import ProofState
+
+        rep.state = ProofState.build(rep.compiled, symmetry=False)
     rep.base()
+    sym = rep.state.report.get("symmetry") or {}
     print(json.dumps({"bench": "repair_plan", "fabric": fabric.name, "switches": len(fabric.switches),
-                      "base_s": round(time.perf_counter() - t0, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}),
-          flush=True)
+                      "base": args.base, "base_s": round(time.perf_counter() - t0, 2),
+                      "base_ok": rep.state.report["ok"], "quotient": sym.get("used"), "group": sym.get("group"),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "load_avg_1m": round(os.getloadavg()[0], 2)}), flush=True)
     globs = [link for link in fabric.links if link.kind == "global"]
     cases = []
     for i in range(args.links):

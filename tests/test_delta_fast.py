@@ -153,31 +153,39 @@ def test_topo_rank_as_the_level_by_level_removal():
     assert 5 < cyclic < 30
 
 
-def test_restore_puts_the_reach_back_from_the_journal():
-    """``snapshot`` keeps a journal mark instead of a copy of the reach bit sets: after commits (one plan's, then a
-    nested snapshot's too), ``restore`` gives the bit sets, ``extra`` and the graph back exactly; a discarded plan
-    leaves the base as it was and the next plan equal to a fresh one's (fast27b)."""
+def reach_rows(st) -> np.ndarray:
+    """Every column's reach bit set (dense or quotient base alike)."""
+    return np.array([st.reached.row(c) for c in range(len(st.cols.want))])
+
+
+@pytest.mark.parametrize("symmetry", [False, True])
+def test_restore_puts_the_reach_back_from_the_journal(symmetry):
+    """``snapshot`` keeps a journal mark instead of a copy of the reach bit sets (the quotient base: its flips):
+    after commits (one plan's, then a nested snapshot's too), ``restore`` gives the bit sets, ``extra`` and the
+    graph back exactly; a discarded plan leaves the base as it was and the next plan equal to a fresh one's
+    (fast27b)."""
     cfg = load_config(ROOT / "configs" / "dragonfly-a4-p2-h2.conf")
     fabric = cfg.fabric
     rep = Repairer(cfg, prove=True)
-    st = rep.base()
-    before = (st.reached.copy(), st.extra.copy(), st.graph.edges.copy())
+    rep.state = st = delta.ProofState.build(rep.compiled, symmetry=symmetry)
+    assert st.report["symmetry"]["used"] == symmetry
+    before = (reach_rows(st), st.extra.copy(), st.graph.edges.copy())
     rng = random.Random(5)
     changed_any = False
     for _ in range(4):
         links = rng.sample(fabric.links, 3)
         plan = rep.plan(Failures.of(fabric, [(link.a, link.a_port) for link in links], []))
         if plan.proven:
-            changed_any |= not np.array_equal(st.reached, before[0])
+            changed_any |= not np.array_equal(reach_rows(st), before[0])
             outer = st.snapshot()  # nested: a second change on top of the first, then back to the first
-            mid = st.reached.copy()
+            mid = reach_rows(st)
             again = st.check(initial_tables(rep), plan.changed, mix=True)
             if again.acyclic:
                 st.commit()
             st.restore(outer)
-            assert np.array_equal(st.reached, mid)
+            assert np.array_equal(reach_rows(st), mid)
         rep.discard(plan)
-        assert np.array_equal(st.reached, before[0]) and np.array_equal(st.extra, before[1])
+        assert np.array_equal(reach_rows(st), before[0]) and np.array_equal(st.extra, before[1])
         assert np.array_equal(st.graph.edges, before[2])
     assert changed_any  # the plans did change the reach: the restores had something to undo
 

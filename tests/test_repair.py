@@ -111,9 +111,9 @@ def test_incremental_base_stays_exact(name, seed):
         st, fresh = rep.state, ProofState.build(rep.compiled)
         assert np.array_equal(st.graph.edges, fresh.graph.edges) and np.array_equal(st.graph.count, fresh.graph.count)
         for c, col in enumerate(st.cols.names):
-            got = set(st.reach[np.unpackbits(st.reached[c])[:len(st.reach)] == 1].tolist())
+            got = set(st.reach[np.unpackbits(st.reached.row(c))[:len(st.reach)] == 1].tolist())
             f = fresh.cols.names.index(col)
-            want = set(fresh.reach[np.unpackbits(fresh.reached[f])[:len(fresh.reach)] == 1].tolist())
+            want = set(fresh.reach[np.unpackbits(fresh.reached.row(f))[:len(fresh.reach)] == 1].tolist())
             assert got == want, col
 
 

@@ -47,16 +47,23 @@ import numpy as np
 from hpcfabric.errors import VerificationError
 from hpcfabric.topology.failures import NO_FAILURES
 from hpcfabric.verify.union.choices import egress_offset
-from hpcfabric.verify.codes import DEAD, PCP_SLOTS
+from hpcfabric.verify.codes import PCP_SLOTS
 from hpcfabric.verify.union.pairs import structural_splits_of
 from hpcfabric.verify.engine import forward_data_flows
-from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries, set_bits
+from hpcfabric.verify.incremental.deltawalk import ChangeWalk, NodeSet, entries
+from hpcfabric.verify.incremental.quotient import DenseReach, quotient_base
+from hpcfabric.verify.incremental.survive import link_ends, surviving
 from hpcfabric.verify.incremental.depgraph import DepGraph, not_in, union, unique
 from hpcfabric.verify.union.pairs import Inputs, cdg_verdict, channel_namer, prepare
 from hpcfabric.verify.incremental.redecide import Prior, SwitchDecisions, decide_switches
 from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["NotIncremental", "DeltaReport", "ProofState", "surviving"]
+
+
+#: bit rows a node set of a check holds at most (3 at a time); the columns beyond in sorted arrays (at Table III
+#: every column fits: 2,071 x 74 KB; at 300k ~390 of 16,668 columns x 1.35 MB)
+NODESET_BYTES = 1 << 29
 
 
 class NotIncremental(Exception):
@@ -99,70 +106,21 @@ class DeltaReport:
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
-def surviving(ch: Any, failures: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(next state or final code per (switch, port, PCP slot), connected component per switch) of the
-    fabric with ``failures`` out (None: none)."""
-    fabric = ch.fabric
-    egress = ch.egress_codes.copy()
-    dead = failures.dead_ports(fabric) if failures else {}
-    failed = failures.switches if failures else frozenset()
-    for s in ch.names:
-        first = int(ch.state_base[ch.sw_index[s]])
-        ports = fabric.ports(s) if s in failed else dead.get(s, ())
-        for p in ports:
-            egress[first + p * PCP_SLOTS: first + (p + 1) * PCP_SLOTS] = DEAD
-    for s in failed:  # nothing arrives from a failed switch either
-        for p, peer in fabric.fabric_ports(s).items():
-            first = int(ch.state_base[ch.sw_index[peer.node]])
-            egress[first + peer.port * PCP_SLOTS: first + (peer.port + 1) * PCP_SLOTS] = DEAD  # type: ignore[operator]
-    a, b = link_ends(ch)
-    live = np.array([link.a_port not in dead.get(link.a, ()) and link.a not in failed and link.b not in failed
-                     for link in fabric.links], dtype=bool)
-    return egress, components(len(ch.names), a[live], b[live])
-
-
-def link_ends(ch: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Switch indices of both ends of every fabric link, in ``fabric.links`` order (kept on ``ch``)."""
-    got = getattr(ch, "_link_ends", None)
-    if got is None:
-        links = ch.fabric.links
-        got = (np.array([ch.sw_index[link.a] for link in links], dtype=np.int64),
-               np.array([ch.sw_index[link.b] for link in links], dtype=np.int64))
-        ch._link_ends = got
-    return got
-
-
-def components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Connected component label (its lowest member) of each of ``n`` nodes joined by the edges ``a``-``b``:
-    labels lowered along the edges and by pointer jumping until they hold still (a few rounds for a
-    low-diameter fabric)."""
-    label = np.arange(n, dtype=np.int64)
-    while True:
-        low = np.minimum(label[a], label[b])
-        new = label.copy()
-        np.minimum.at(new, a, low)
-        np.minimum.at(new, b, low)
-        new = new[new]
-        if np.array_equal(new, label):
-            return label
-        label = new
-
-
 class ProofState:
     """A base for incremental proofs (module docstring); :meth:`build` makes one."""
 
-    def __init__(self, inputs: Inputs, compiled: Any, reached: np.ndarray, edges: np.ndarray, counts: np.ndarray,
-                 report: dict[str, Any]) -> None:
+    def __init__(self, inputs: Inputs, compiled: Any, reached: Any, edges: np.ndarray, counts: np.ndarray,
+                 report: dict[str, Any], rank: np.ndarray | None = None) -> None:
         self.inputs, self.ch, self.cols = inputs, inputs.ch, inputs.cols
         ch = self.ch
         self.compiled = self.built = compiled  # the tables in force; the tables the base was built on
         self.relevant = dict(inputs.relevant)
         self.reach, self.rs_of = reach_index(ch)
-        self.reached = reached
+        self.reached = reached  # DenseReach or QuotientReach (:mod:`hpcfabric.verify.incremental.quotient`)
         #: reach outside the bit set: node keys (column * states + state) of states without a base line, sorted
         self.extra = np.zeros(0, dtype=np.int64)
         self._extra_states: tuple[np.ndarray, np.ndarray] = (self.extra, self.extra)  # (extra, its states): a cache
-        self.graph = DepGraph(edges, counts, ch.n_states)  # the dependency graph, exactly, with edge counts
+        self.graph = DepGraph(edges, counts, ch.n_states, rank)  # the dependency graph, exactly, with edge counts
         self.report = report
         #: switches decided again (a committed change, or states no walk reached before)
         self.switches: dict[str, SwitchDecisions] = {}
@@ -183,36 +141,49 @@ class ProofState:
         self._decided: dict[str, tuple[Any, SwitchDecisions]] = {}  # switch -> (its table, decisions): reuse
         self._surviving: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # failures -> surviving(): reuse
         self._buffers: list[np.ndarray] = []  # node sets' zeroed bit buffers (nodeset), touched now, not mid-repair
-        for _ in range(3):
-            buf = np.empty((len(self.cols.want), (ch.n_states + 7) // 8), dtype=np.uint8)
+        width = (ch.n_states + 7) // 8
+        for _ in range(3):  # rows for every column, or as many as NODESET_BYTES holds (300k: ~390 of 16,668)
+            buf = np.empty((min(len(self.cols.want), max(1, NODESET_BYTES // width)), width), dtype=np.uint8)
             buf.fill(0)
             self._buffers.append(buf)
         self._lent: list[NodeSet] = []
-        self._journal: list[tuple[np.ndarray, np.ndarray]] = []  # (reach bytes, their values before a commit)
 
     @classmethod
-    def build(cls, compiled: Any) -> "ProofState":
-        """The full union walk of ``compiled`` (every column, recording its reach) as a base; ``report``
-        holds its verdict (``ok``, ``undelivered``, ``cycle``, ...)."""
+    def build(cls, compiled: Any, *, symmetry: bool = True) -> "ProofState":
+        """The union walk of ``compiled`` (every column's reach recorded) as a base; ``report`` holds its verdict
+        (``ok``, ``undelivered``, ``cycle``, ...). ``symmetry``: one column per orbit when the quotient serves
+        (:mod:`hpcfabric.verify.incremental.quotient`: same reach, graph and verdict), else every column."""
         t0 = time.perf_counter()
         inputs = prepare(compiled, every_port=True)
         ch, cols = inputs.ch, inputs.cols
-        start_col, start_state = cols.starts()
-        t1 = time.perf_counter()
-        walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False, record=True,
-                          components=cols.components)
-        cdg = cdg_verdict(ch, walk.edges)
-        timings = {**inputs.timings, "walk": time.perf_counter() - t1}
+        timings = dict(inputs.timings)
+        got, info = None, {"used": False, "why": "not asked"}
+        if getattr(compiled, "failures", None):  # an automorphism need not map failed links onto failed links
+            info["why"] = "failures in force"
+        elif symmetry:
+            got, info = quotient_base(inputs, timings)
+        rank = None
+        if got is not None:
+            reached, walk, rank, cdg = got
+        else:
+            start_col, start_state = cols.starts()
+            t1 = time.perf_counter()
+            walk = walk_union(ch, cols.cls, cols.want, cols.probe, start_col, start_state, loops=False, record=True,
+                              components=cols.components)
+            cdg = cdg_verdict(ch, walk.edges)
+            timings["walk"] = time.perf_counter() - t1
+            reached = DenseReach(walk.reached)  # type: ignore[arg-type]
         report = {"ok": not walk.bad and not walk.bad_probe and cdg["cycle"] is None,
                   "undelivered": dict(walk.bad), "probe_failures": dict(walk.bad_probe), "acyclic": cdg["cycle"] is None,
                   "cycle": list(cdg["cycle"]) if cdg["cycle"] else None, "channels": cdg["channels"],
-                  "dependencies": len(walk.edges), "unreachable": cols.unreachable,
+                  "dependencies": len(walk.edges), "unreachable": cols.unreachable, "symmetry": info,
                   "seconds": round(time.perf_counter() - t0, 3), "timings": {k: round(v, 3) for k, v in timings.items()}}
-        return cls(inputs, compiled, walk.reached, walk.edges, walk.counts, report)  # type: ignore[arg-type]
+        return cls(inputs, compiled, reached, walk.edges, walk.counts, report, rank)  # type: ignore[arg-type]
 
     def nodeset(self) -> NodeSet:
         """An empty node set for a walk of this check (buffers reused: :meth:`_release` at the check's end)."""
-        got = NodeSet(len(self.cols.want), self.ch.n_states, self._buffers.pop() if self._buffers else None)
+        got = NodeSet(len(self.cols.want), self.ch.n_states, self._buffers.pop() if self._buffers else None,
+                      max(1, NODESET_BYTES // ((self.ch.n_states + 7) // 8)))  # a test may lower the budget
         self._lent.append(got)
         return got
 
@@ -227,7 +198,7 @@ class ProofState:
         rs = self.rs_of[x]
         ok = rs >= 0
         r = rs[ok]
-        out[ok] = (self.reached[c[ok], r >> 3] >> (7 - (r & 7)).astype(np.uint8)) & 1 == 1
+        out[ok] = self.reached.has(c[ok], r)
         if len(self.extra) and (~ok).any():
             keys = c[~ok] * self.ch.n_states + x[~ok]
             at = np.minimum(np.searchsorted(self.extra, keys), len(self.extra) - 1)
@@ -476,15 +447,11 @@ class ProofState:
             self.switches[s] = dec
             self.overlaid[ch.sw_index[s]] = True
             self.back_ok[ch.sw_index[s]] = dec.back_ok
-        flat = self.reached.reshape(-1)
         for keys, on in ((p["below"], False), (p["visited"], True)):  # the reach below the change, walked anew
             c, x = keys // ch.n_states, keys % ch.n_states
             rs = self.rs_of[x]
             ok = rs >= 0
-            r = rs[ok]
-            byte = unique(c[ok] * self.reached.shape[1] + (r >> 3))
-            self._journal.append((byte, flat[byte]))  # the bytes as they were: restore() puts them back
-            set_bits(self.reached, c[ok], (r & ~7) | (7 - (r & 7)), on)  # the reach bit sets are big-endian per byte
+            self.reached.set(c[ok], rs[ok], on)
             if on:
                 self.extra = union(self.extra, keys[~ok])
             else:
@@ -494,25 +461,22 @@ class ProofState:
         self._pending = None
 
     def snapshot(self) -> tuple[Any, ...]:
-        """What :meth:`commit` changes, copied (the reach bit sets: a mark in the journal of the bytes commits
-        changed, not a copy of ~200 MB at Table III): :meth:`restore` goes back to it. Snapshots nest (restore
-        the later first); :meth:`forget` once none is needed any more."""
+        """What :meth:`commit` changes, copied (the reach: a mark -- in the journal of the bytes commits changed,
+        not a copy of ~200 MB at Table III; the quotient's flips): :meth:`restore` goes back to it. Snapshots nest
+        (restore the later first); :meth:`forget` once none is needed any more."""
         return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
-                len(self._journal), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
+                self.reached.mark(), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
                 self.comp)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, mark, self.extra,
          self.graph.edges, self.graph.count, self.graph.rank, self.egress, self.comp) = snap
-        flat = self.reached.reshape(-1)
-        while len(self._journal) > mark:  # the commits since the snapshot undone, the last first
-            byte, old = self._journal.pop()
-            flat[byte] = old
+        self.reached.undo(mark)  # the commits since the snapshot undone
         self._pending = None
 
     def forget(self) -> None:
         """No snapshot taken so far will be restored: the journal of changed reach bytes is dropped."""
-        self._journal = []
+        self.reached.forget()
 
     def _splits_unchanged(self, moved: dict[str, tuple[set, set]]) -> None:
         """Columns stay columns: no entry of a changed switch tells the hosts of a shared column apart (``moved``:

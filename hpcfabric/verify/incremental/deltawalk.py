@@ -24,7 +24,7 @@ from hpcfabric.verify.incremental.depgraph import union, unique
 from hpcfabric.verify.incremental.redecide import SwitchDecisions
 from hpcfabric.verify.union.unions import Counter
 
-__all__ = ["ChangeWalk", "NodeSet", "entries", "set_bits"]
+__all__ = ["ChangeWalk", "NodeSet", "SortedKeys", "entries", "set_bits"]
 
 
 
@@ -48,35 +48,92 @@ def set_bits(bits: np.ndarray, rows: np.ndarray, pos: np.ndarray, on: bool) -> N
 
 
 class NodeSet:
-    """A set of nodes (column, state) as a bit per pair: adding and testing many at once, no sorting."""
+    """A set of nodes (column, state): a row of bits per column that holds some (rows given out as columns come,
+    at most ``max_rows``: a change can touch every one of a 300k fabric's columns, ~1.4 MB of bits each), the
+    columns beyond in sorted key arrays (:class:`SortedKeys`); adding and testing many at once."""
 
-    def __init__(self, n_cols: int, n_states: int, bits: np.ndarray | None = None) -> None:
+    def __init__(self, n_cols: int, n_states: int, bits: np.ndarray | None = None, max_rows: int | None = None) -> None:
         self.n = n_states
-        #: a zeroed buffer to reuse (:meth:`clear` zeroes it again): touching fresh pages costs more than the walk
-        self.bits = bits if bits is not None else np.zeros((n_cols, (n_states + 7) // 8), dtype=np.uint8)
+        #: zeroed rows to reuse (:meth:`clear` zeroes them again): touching fresh pages costs more than the walk
+        self.bits = bits if bits is not None else np.zeros((0, (n_states + 7) // 8), dtype=np.uint8)
+        self.slot = np.full(n_cols, -1, dtype=np.int64)  # per column: its row, -1 none (yet), -2 in ``more``
+        self.max_rows = n_cols if max_rows is None else max_rows
+        self.used = 0
+        self.more = SortedKeys()
         self.parts: list[np.ndarray] = []
 
     def clear(self) -> np.ndarray:
         """Empty the set; its buffer, all zeros again, for another set of the same shape."""
         keys = self.keys()
-        self.bits[keys // self.n, (keys % self.n) >> 3] = 0
+        row = self.slot[keys // self.n]
+        at = row >= 0
+        self.bits[row[at], (keys[at] % self.n) >> 3] = 0
+        self.slot[:] = -1
+        self.used = 0
+        self.more = SortedKeys()
         self.parts = []
         return self.bits
 
     def has(self, keys: np.ndarray) -> np.ndarray:
         c, x = keys // self.n, keys % self.n
-        return (self.bits[c, x >> 3] >> (x & 7).astype(np.uint8)) & 1 == 1
+        row = self.slot[c]
+        out = np.zeros(len(keys), dtype=bool)
+        ok = row >= 0
+        out[ok] = (self.bits[row[ok], x[ok] >> 3] >> (x[ok] & 7).astype(np.uint8)) & 1 == 1
+        far = row == -2
+        if far.any():
+            out[far] = self.more.has(keys[far])
+        return out
 
     def add(self, keys: np.ndarray) -> np.ndarray:
         """Add ``keys``; the ones that were not in yet (each once)."""
         keys = unique(keys)
+        cols = unique(keys // self.n)
+        cols = cols[self.slot[cols] == -1]
+        if len(cols):
+            rows = cols[:max(0, self.max_rows - self.used)]
+            self.slot[cols[len(rows):]] = -2
+            need = self.used + len(rows)
+            if need > len(self.bits):
+                grown = np.zeros((min(max(need, 2 * len(self.bits)), self.max_rows), self.bits.shape[1]),
+                                 dtype=np.uint8)
+                grown[:self.used] = self.bits[:self.used]
+                self.bits = grown
+            self.slot[rows] = self.used + np.arange(len(rows))
+            self.used = need
         new = keys[~self.has(keys)]
-        set_bits(self.bits, new // self.n, new % self.n, True)
+        row = self.slot[new // self.n]
+        at = row >= 0
+        set_bits(self.bits, row[at], new[at] % self.n, True)
+        if not at.all():
+            self.more.add(new[~at])
         self.parts.append(new)
         return new
 
     def keys(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int64)
+
+
+class SortedKeys:
+    """A set of int64 keys as a few sorted arrays of growing size (merged when one grows as big as the one
+    before): membership by a binary search in each."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def has(self, keys: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(keys), dtype=bool)
+        for run in self.runs:
+            at = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+            out |= run[at] == keys
+        return out
+
+    def add(self, new: np.ndarray) -> None:
+        """Add sorted keys none of which is in yet."""
+        self.runs.append(new)
+        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+            last = self.runs.pop()
+            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]))
 
 
 class ChangeWalk:

@@ -64,9 +64,10 @@ def not_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
 class DepGraph:
     """Edges (sorted, packed), their counts, and ranks of ``n`` nodes (module docstring)."""
 
-    def __init__(self, edges: np.ndarray, count: np.ndarray, n: int) -> None:
+    def __init__(self, edges: np.ndarray, count: np.ndarray, n: int, rank: np.ndarray | None = None) -> None:
+        """``rank``: ranks known to grow along every edge (the quotient's: :mod:`.quotient`), else computed."""
         self.edges, self.count, self.n = edges, count, n
-        self.rank = topo_rank(edges, n)
+        self.rank = rank if rank is not None else topo_rank(edges, n)
 
     def commit(self, edges: np.ndarray, count: np.ndarray, fresh: np.ndarray) -> None:
         """Take the graph :meth:`updated` made (``fresh``: its new edges)."""

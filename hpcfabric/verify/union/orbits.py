@@ -57,6 +57,8 @@ class Reduction:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     size: np.ndarray | None = None  # per walked column: the columns of its orbit
+    #: per kept generator: (column map, state map, switch map) -- the incremental base's quotient uses them
+    maps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.size is None:
@@ -218,7 +220,7 @@ def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: n
                               "(columns per host)"}, np.arange(cols.n_host_columns), np.arange(ch.n_states))
     starts = _starts(ch, cols, start_col, start_state)
     dropped: dict[str, str] = {}
-    maps: list[tuple[np.ndarray, np.ndarray]] = []
+    maps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     kept: list[str] = []
     for name, m in candidate_generators(fabric):
         a, why = automorphism(fabric, name, m)
@@ -228,13 +230,13 @@ def reduce_columns(ch: Choices, cols: Any, start_col: np.ndarray, start_state: n
             dropped[name] = why
             continue
         kept.append(name)
-        maps.append((cmap, P))  # type: ignore[arg-type]
+        maps.append((cmap, P, np.array([ch.sw_index[a.switch[x]] for x in ch.names], dtype=np.int64)))  # type: ignore
     if not kept:
         return Reduction((), dropped, np.arange(cols.n_host_columns), np.arange(ch.n_states),
                          time.perf_counter() - t0)
     nh = cols.n_host_columns
-    lab = union_find(nh, [(np.arange(nh, dtype=np.int64), c) for c, _ in maps])
+    lab = union_find(nh, [(np.arange(nh, dtype=np.int64), c) for c, _, _ in maps])
     walk, size = np.unique(lab, return_counts=True)
-    states = [np.flatnonzero(P >= 0) for _, P in maps]
-    orbit = union_find(ch.n_states, [(s, P[s]) for s, (_, P) in zip(states, maps)])
-    return Reduction(tuple(kept), dropped, walk, orbit, time.perf_counter() - t0, size=size)
+    states = [np.flatnonzero(P >= 0) for _, P, _ in maps]
+    orbit = union_find(ch.n_states, [(s, P[s]) for s, (_, P, _) in zip(states, maps)])
+    return Reduction(tuple(kept), dropped, walk, orbit, time.perf_counter() - t0, size=size, maps=maps)
