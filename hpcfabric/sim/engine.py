@@ -265,6 +265,7 @@ class Simulator:
         w0, w1, end = self._begin(load)
         t0 = time.perf_counter()
         p, k = self.p, self.k
+        self.settled: bool | None = None  # set by _settle when the warm-up goes on after its full length
         extra = -(-int(p.reaction_ns) // int(p.frame_ns)) * k  # the warm-up's lengthening for the reaction
         B = p.window_slots * k
 
@@ -304,7 +305,7 @@ class Simulator:
                 self.trace.append(self.s.trace[: int(self.c[K.C_NTRACE])].copy())
             res = self._result(load, tb, time.perf_counter() - t1 + warm_wall / len(seeds), (w0, w1))
             res.extra.update(warmup="shared", tail_accepted=tail, branch_seed=sd, warmup_wall_s=warm_wall, warmup_ticks=t,
-                             settled=getattr(self, "settled", None),
+                             settled=self.settled,
                              simulated_ns=(tb - t + t / len(seeds)) * self.p.tick_ns)
             out.append(res)
         return out
