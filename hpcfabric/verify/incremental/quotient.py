@@ -31,10 +31,11 @@ import numpy as np
 
 from hpcfabric.verify.codes import PCP_SLOTS
 from hpcfabric.verify.graphs import LOW32
+from hpcfabric.verify.incremental.deltawalk import set_bits
 from hpcfabric.verify.incremental.depgraph import topo_rank, unique
 from hpcfabric.verify.union.orbits import reduce_columns
 from hpcfabric.verify.union.pairs import cdg_verdict, checked_columns
-from hpcfabric.verify.union.unions import walk_union
+from hpcfabric.verify.union.unions import reach_index, walk_union
 
 __all__ = ["DenseReach", "QuotientReach", "Symmetry", "quotient_base"]
 
@@ -56,8 +57,6 @@ class DenseReach:
         return (self.bits[c, r >> 3] >> (7 - (r & 7)).astype(np.uint8)) & 1 == 1
 
     def set(self, c: np.ndarray, r: np.ndarray, on: bool) -> None:
-        from hpcfabric.verify.incremental.deltawalk import set_bits
-
         flat = self.bits.reshape(-1)
         byte = unique(c * self.bits.shape[1] + (r >> 3))
         self._journal.append((byte, flat[byte]))  # the bytes as they were: undo() puts them back
@@ -318,8 +317,6 @@ def quotient_base(inputs: Any, timings: dict[str, float], max_failures: int = 20
     walk.edges, walk.counts = sym.expand(canon, counts)
     rank = None if qrank is None else qrank[sym.canonical(np.arange(ch.n_states, dtype=np.int64))]
     timings["expand"] = time.perf_counter() - t1
-    from hpcfabric.verify.union.unions import reach_index
-
     reach, rs_of = reach_index(ch)
     reached: Any = QuotientReach(walk.reached, sym, reach, rs_of)
     if len(cols.want) * walk.reached.shape[1] <= DENSE_REACH_BYTES:
