@@ -52,5 +52,6 @@ def test_shared_points() -> None:
     assert adv["seeds"] == 3 and len(set(adv["accepted"])) == 3  # three branches, three results
     assert adv["warmup_ticks"] > 10_500 and adv["settled"] is True and all(t > adv["warmup_ticks"] for t in adv["ticks"])
     assert abs(adv["tail_accepted"] - 0.2) < 0.01 and all(abs(a - 0.2) < 0.01 for a in adv["accepted"])
-    assert un["warmup_ticks"] == 500  # nothing paused in the base warm-up: the reaction's 10,000 are skipped
+    # nothing paused: the reaction's 10,000 are skipped once two blocks after the base warm-up agree
+    assert 500 + 2 * 500 <= un["warmup_ticks"] < 10_500 and un["settled"] is True
     assert 0 < adv["warmup_wall_s"] <= adv["wall_s"]

@@ -328,7 +328,7 @@ def add_analyze_parser(sub: Any) -> None:
     p.add_argument("--drain", type=int, default=None, metavar="SLOTS")
     p.add_argument("--seed-warmup", choices=("auto", "shared", "own"), default="auto",
                    help="seeds branch from one shared warm-up per point (shared), each warm up on its own (own), or "
-                        "shared only where a router's reaction lengthens the warm-up (auto: COND-controller)")
+                        "shared for the routers that flip on PAUSE, warmed up until steady (auto: COND-*)")
     outputs(p)
 
     p = an.add_parser("workload", help="workload-aware vs static Valiant intermediates in the simulator (docs/workload.md)",

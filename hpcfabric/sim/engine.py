@@ -257,40 +257,43 @@ class Simulator:
     def run_branches(self, load: float, seeds: list[int], progress: Callable[[int, int], None] | None = None) -> list[RunResult]:
         """Replications from one shared warm-up: warm up once with ``self.seed``'s stream, then per seed
         restore that state, reseed the kernel's generator with :func:`branch_seed` and run window and
-        drain. A warm-up lengthened by the flip reaction (``Routers.params_for``) ends at the base warm-up
-        when no port has been paused by then (nothing is pending, the state is that of any reaction), else
-        goes on after the full warm-up until consecutive blocks agree (:meth:`_settle`; the window follows).
+        drain. A warm-up lengthened by the flip reaction (``Routers.params_for``) goes on from the base
+        warm-up in window-long blocks until two agree (:meth:`_settle`) as long as no port has been paused
+        (nothing is pending: the state is that of any reaction); once one is, or the blocks do not agree
+        within the lengthening, it runs its full length and then until the blocks agree. A network still
+        filling towards its first PAUSE (adversarial traffic at a low load) is not steady: ending there
+        measured MIN's plateau instead of the reaction. The window starts after the last (agreeing) block.
+        Without such a lengthening (COND-ideal, COND-switch; any router with ``--seed-warmup shared``) the
+        base warm-up is followed by the same blocks, at most :data:`SETTLE_BLOCKS` of them.
         ``extra``: ``warmup`` = ``"shared"``, ``warmup_ticks``, ``tail_accepted`` = frames delivered per host
         per frame time in the last window-long block of the warm-up (against ``accepted``: steady state)."""
         w0, w1, end = self._begin(load)
         t0 = time.perf_counter()
         p, k = self.p, self.k
-        self.settled: bool | None = None  # set by _settle when the warm-up goes on after its full length
+        self.settled: bool | None = None  # set by _settle when the warm-up goes on past its base length
         extra = -(-int(p.reaction_ns) // int(p.frame_ns)) * k  # the warm-up's lengthening for the reaction
         B = p.window_slots * k
 
         def upto(a: int, b: int) -> int:  # nothing more once a deadlock is found
             return a if self.deadlock else self._advance(load, a, b, w1, end, progress)
 
-        t, tail0 = 0, None
+        t = 0
         if extra >= B:
-            base = w0 - extra
-            t = upto(0, max(0, base - B))
-            tb, db = t, int(self.c[K.C_DELIVERED])
-            t = upto(t, base)
-            if not self.s.flip_off.any():  # no port ever paused: no flip pending, the state is the
-                w0, w1, end = self._shift(-extra, w0, w1, end)  # same for any reaction: the window starts here
-                tail0, d0 = tb, db
-            else:  # flips were pending: on to the full warm-up, then until it settles
-                t = upto(t, w0 - B)
-                w0, w1, end = self._shift(3 * extra + B, w0, w1, end)  # out of reach while settling: nothing measured
-                t = self._settle(load, t, 3 * extra, w1, end, progress)
-                w0, w1, end = self._shift(t + B - w0, w0, w1, end)
-        if tail0 is None:
-            tail0 = max(t, w0 - B)
-            t = upto(t, tail0)
-            d0 = int(self.c[K.C_DELIVERED])
-        t = upto(t, w0)
+            full = w0 - B  # the full warm-up's last block starts here
+            t = upto(0, max(0, w0 - extra - B))  # the base warm-up's last block is the first compared
+            w0, w1, end = self._shift(4 * extra + B, w0, w1, end)  # out of reach while settling: nothing measured
+            if not self.s.flip_off.any():
+                t = self._settle(load, t, full - t, w1, end, progress, paused=True)
+            if not self.settled:  # flips pending (or the network not steady): the full warm-up, then until it settles
+                t = self._settle(load, upto(t, full), 3 * extra, w1, end, progress)
+            tail0, d0 = self._block
+            w0, w1, end = self._shift(t - w0, w0, w1, end)  # the window starts after the last block
+        else:  # the base warm-up (its last block the first compared), then until two blocks agree
+            t = upto(0, max(0, w0 - B))
+            w0, w1, end = self._shift(SETTLE_BLOCKS * B + B, w0, w1, end)  # out of reach while settling
+            t = self._settle(load, t, SETTLE_BLOCKS * B, w1, end, progress)
+            tail0, d0 = self._block
+            w0, w1, end = self._shift(t - w0, w0, w1, end)  # the window starts after the last block
         tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / k))
         warm_wall = time.perf_counter() - t0
         snap, stuck = self._snapshot(), self.deadlock
@@ -320,18 +323,23 @@ class Simulator:
         return w0, w1, end
 
     def _settle(self, load: float, t: int, most: int, w1: int, end: int,
-                progress: Callable[[int, int], None] | None) -> int:
+                progress: Callable[[int, int], None] | None, paused: bool = False) -> int:
         """Warm up in window-long blocks from ``t`` until two consecutive blocks agree (delivered per host
         within 2 % and the frames in the network and the hosts' source queues changing by < 1 % of a
-        block's deliveries in both), at most ``most`` ticks more; returns the tick reached
-        (``self.settled``: whether they agreed)."""
+        block's deliveries in both), at most ``most`` ticks more, or (``paused``) until a port has been
+        paused; returns the tick reached (``self.settled``: whether they agreed; ``self._block``: the last
+        block's first tick and the frames delivered before it)."""
         B, t_max = self.p.window_slots * self.k, t + most
         prev: tuple[int, int] | None = None
         self.settled = False
+        self._block = (t, int(self.c[K.C_DELIVERED]))
         while t + B <= t_max and not self.deadlock:
             d0, n0 = int(self.c[K.C_DELIVERED]), self._backlog()
+            self._block = (t, d0)
             t = self._advance(load, t, t + B, w1, end, progress)
             d, dn = int(self.c[K.C_DELIVERED]) - d0, abs(self._backlog() - n0)
+            if paused and self.s.flip_off.any():
+                break
             if prev is not None and abs(d - prev[0]) <= 0.02 * max(d, prev[0]) + 1 and max(dn, prev[1]) <= 0.01 * d + 1:
                 self.settled = True
                 break
@@ -480,6 +488,11 @@ class Simulator:
             a = int(c[K.C_BAD_ACCT])
             res.extra["bad_example"] = self.r.channel(a // self.C, a % self.C)
         return res
+
+
+#: the most window-long blocks a shared warm-up without a reaction lengthening runs past its base length
+#: (a saturated point never settles: its backlog grows; 40 blocks = 20,000 frame times with the defaults)
+SETTLE_BLOCKS = 40
 
 
 def branch_seed(seed: int) -> int:

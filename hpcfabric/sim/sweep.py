@@ -106,8 +106,9 @@ def run_point(routers: Routers, name: str, pattern: str, load: float, params: Si
     return sim.run(load, progress)
 
 
-#: ``auto``: seeds share one warm-up where the router's reaction lengthens it past the base warm-up
-#: (COND-controller: 10,000 frame times); ``shared``: every router; ``own``: every seed its own warm-up
+#: ``auto``: the COND-* routers' seeds share one warm-up that goes on until the network is steady (their
+#: flips come only once PAUSEs have backed up: at Table III under ADV that is thousands of frame times past
+#: the base warm-up); ``shared``: every router; ``own``: every seed its own warm-up of the base length
 WARMUPS = ("auto", "shared", "own")
 
 
@@ -115,7 +116,7 @@ def shares_warmup(name: str, params: SimParams, mode: str = "auto") -> bool:
     """Whether the seeds of ``name`` branch from one shared warm-up (:data:`WARMUPS`)."""
     if mode != "auto":
         return mode == "shared"
-    return Routers.params_for(name, params).warmup_slots > 2 * params.warmup_slots
+    return name.startswith("COND-")
 
 
 def run_branches(routers: Routers, name: str, pattern: str, load: float, params: SimParams, seeds: list[int],
