@@ -11,8 +11,9 @@ runner's deadlock-free versions of BookSim's ``val``/``ugal``, :mod:`hpcfabric.s
 ``VAL`` (our compiled Valiant, fixed intermediates) vs ``val4``; ``UGAL-L`` vs ``ugal4`` (the same
 algorithm) and ``PB`` (ours) vs ``ugal4``. Every point runs BookSim once (``dragonfly_base.cfg``,
 its convergence rules) and ours once per switch model (``iq``, BookSim's router with a calibrated
-output queue, first and timed; ``iqvc``, BookSim's router with its VC allocation per output VC, the
-closer one at BookSim's horizon, below); one JSON line per point: both accepted loads (flits/cycle/node =
+output queue, first and timed; ``iqvc``, BookSim's router with its VC allocation per output VC and its
+output buffer bound only by credits, within 5 % of every BookSim saturation point at BookSim's horizon,
+below); one JSON line per point: both accepted loads (flits/cycle/node =
 fraction of the link rate), both mean latencies in cycles and ns, cycles simulated, wall times,
 and the ratio BookSim wall / ours (the default model's). BookSim runs one at a time beside
 nothing of ours (both single-threaded). Last line: the targets (saturation points within 5 % /

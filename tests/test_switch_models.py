@@ -20,7 +20,9 @@ import pytest
 
 import numpy as np
 
+from hpcfabric.sim.booksim import booksim_dragonfly, booksim_params
 from hpcfabric.sim.bounds import saturation_bound
+from hpcfabric.sim.engine import Simulator
 from hpcfabric.sim.params import ParamError, SimParams
 from hpcfabric.sim.sweep import Routers, run_point
 from hpcfabric.sim.traffic import Traffic
@@ -122,6 +124,25 @@ def test_iqvc_holds_an_output_vc_for_a_step(one: Routers) -> None:
     assert acc("iqvc", 2) >= 0.98  # VC allocation and switch allocation in the two steps of a frame time
     assert acc("iqvc", 1) == pytest.approx(0.5, rel=0.02)  # one step: the output VC is free every other frame time
     assert acc("iq", 1) >= 0.98  # iq has no output VCs: one round suffices for a permutation
+
+
+def test_iqvc_output_queue_is_bound_by_credits_per_vc() -> None:
+    # BookSim's output buffer has no bound of its own (output_buffer_size = -1): a frame enters it with
+    # a credit of its VC downstream, so a port queues up to one buffer per VC. Valiant under UN on
+    # BookSim's k=2 Dragonfly piles its overload up there, ahead of the local links (BookSim: ~670
+    # flits per local output port at cycle 6,000-12,000, 4 VCs of 256): a port-wide bound of one
+    # buffer (iqvc's earlier 256 frames) blocks every VC of the port once one fills it, and VAL-R UN
+    # decayed to 0.562 over BookSim's span where BookSim holds 0.601 (docs/simulation.md).
+    rt = Routers(booksim_dragonfly(2))
+    p = booksim_params(warmup_slots=2000, window_slots=2000, drain_slots=0, switch="iqvc")
+    sim = Simulator(rt.router("VAL-R"), Traffic(rt.fabric, "uniform"), Routers.params_for("VAL-R", p), seed=1)
+    r = sim.run(1.0)
+    assert r.overflow == 0 and r.bad == 0
+    backlog = sim.s.busy - r.ticks  # ticks of frames granted ahead of the wire, per output port (K = 1)
+    assert backlog[sim.net.kind == 2].max() > 2 * p.buffer_frames  # several VCs' worth at a local port
+    assert backlog.max() <= sim.C * p.buffer_frames + p.ticks(p.switch_ns)  # never more than the credits
+    assert sim.s.cred.max() <= p.buffer_frames  # each VC within its credits
+    assert p.output_queue(sim.C) == 4 * 256 and SimParams(switch="iqvc", output_frames=8).output_queue(4) == 8
 
 
 def test_switch_parameters_are_checked() -> None:

@@ -147,7 +147,8 @@ class Simulator:
         delay = np.select([pm.kind == 1, pm.kind == 3], [t(params.host_ns), t(params.global_ns)], t(params.local_ns))
         self.delay = _i64(delay)
         self.D = int(self.delay.max(initial=0)) + 1  # pause history depth
-        outq = params.outq * k
+        self.outq = params.output_queue(C)  # frames per output port (iq/iqvc)
+        outq = self.outq * k
         if params.switch == "iqvc":  # a frame reaches the wire switch_ns after its grant (hpcfabric.sim.kernel_vc)
             outq += params.ticks(params.switch_ns)
         self.L = int(self.delay.max(initial=0)) + k + 1 + outq  # calendar length
@@ -239,7 +240,7 @@ class Simulator:
                 K.G_EGRESS: int(p.pause_from == "egress"), K.G_W0: w0, K.G_W1: w1,
                 K.G_TRAFFIC: {"uniform": 0, "lists": 1, "weighted": 2}[self.tr.kind],
                 K.G_THRESH: getattr(self.r, "threshold", 0), K.G_NH: self.H, K.G_TRACE: int(self.trace_on),
-                K.G_ALPHA16: int(round(16 * p.shared_alpha)), K.G_OUTQ: p.outq,
+                K.G_ALPHA16: int(round(16 * p.shared_alpha)), K.G_OUTQ: self.outq,
                 K.G_BATCH: int(self.batch)}
         for i, v in vals.items():
             g[i] = v

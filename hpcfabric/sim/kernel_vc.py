@@ -12,7 +12,8 @@ frame's output VC is (its output port, its class on the next link). Per frame ti
    input VCs that hold an output VC with a credit downstream (and room in the output queue), then
    every output port one of the input ports that picked it (round robin, iSLIP-like: a pointer
    moves past the winner only on a grant). The winner's frame crosses into the output queue
-   (``outq`` frame times of it; BookSim's is bounded by credits only), releases its output VC (a
+   (``outq`` frame times of it; by default C buffers, so only the credits per VC bind it on a link, as
+   BookSim's unbounded output buffer: SimParams.output_queue), releases its output VC (a
    1-frame packet's tail) and returns a credit upstream; it reaches the wire ``dsw`` ticks later
    (``switch_ns``: BookSim's crossbar and output stages come after the allocations, and a frame
    is allocated from the tick it arrives);

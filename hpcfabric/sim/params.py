@@ -60,7 +60,8 @@ class SimParams:
     shared_frames: int | None = None  # shared model: buffer pool per switch (default buffer_frames x its ports)
     shared_alpha: float = 1.0  # shared model: an ingress account may hold alpha x the free pool before XOFF
     output_frames: int | None = None  # iq/iqvc: frames an output port may hold granted ahead of the wire (its output
-    #                                   queue); default iq 2 (calibrated), iqvc 256 (BookSim's is bound by credits only)
+    #                                   queue); default iq 2 (calibrated), iqvc its credit bound, classes x buffer_frames
+    #                                   (BookSim's output buffer is unbounded: only the downstream credits per VC bind it)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,12 +106,17 @@ class SimParams:
         """Allocation rounds per frame time (``iterations``, default 2 for iq and iqvc, 3 otherwise)."""
         return self.iterations if self.iterations is not None else (2 if self.switch in ("iq", "iqvc") else 3)
 
-    @property
-    def outq(self) -> int:
-        """Output queue of the iq models in frames (``output_frames``; default iq 2, iqvc 256, else 0)."""
+    def output_queue(self, classes: int) -> int:
+        """Output queue of the iq models in frames per port (``output_frames``; default iq 2, iqvc
+        ``classes`` x ``buffer_frames``, else 0). iqvc's default is BookSim's: its output buffer has no
+        bound of its own (``output_buffer_size = -1``), a frame enters it with a credit of its VC
+        downstream, so a port holds at most one buffer per VC; the per-VC credit check binds first
+        on every link, this bound only on host ports (no credits)."""
         if self.output_frames is not None:
             return self.output_frames
-        return {"iq": 2, "iqvc": 256}.get(self.switch, 0)
+        if self.switch == "iqvc":
+            return classes * self.buffer_frames
+        return 2 if self.switch == "iq" else 0
 
     @property
     def reaction_ns(self) -> float:
