@@ -7,7 +7,7 @@
 * the mutation: without the proof step, some installed table set has a dependency cycle (the property
   above fails on it);
 * the incremental proof base stays exact through a sequence of failures and recoveries: its dependency
-  graph (with counts) and every column's reach equal a full walk of the tables in force;
+  graph (with counts), its nodes' depths and every column's reach equal a full walk of the tables in force;
 * flap damping (pure) and ``hpcfabric prove --config --fail``.
 """
 
@@ -26,6 +26,7 @@ from hpcfabric.failover.damping import FlapDamper
 from hpcfabric.repair.plan import Repairer
 from hpcfabric.topology.failures import Failures, parse_failures
 from hpcfabric.verify.incremental.delta import ProofState
+from hpcfabric.verify.incremental.depgraph import topo_rank
 from hpcfabric.verify.union.proof import prove
 
 from test_ops_fakes import ROOT
@@ -110,6 +111,7 @@ def test_incremental_base_stays_exact(name, seed):
         rep.apply(plan)
         st, fresh = rep.state, ProofState.build(rep.compiled)
         assert np.array_equal(st.graph.edges, fresh.graph.edges) and np.array_equal(st.graph.count, fresh.graph.count)
+        assert np.array_equal(st.graph.depth, topo_rank(fresh.graph.edges, st.ch.n_states))  # kept by the commits
         for c, col in enumerate(st.cols.names):
             got = set(st.reach[np.unpackbits(st.reached.row(c))[:len(st.reach)] == 1].tolist())
             f = fresh.cols.names.index(col)

@@ -135,7 +135,7 @@ def prepare(cfg: Any, niced: bool, t0: float) -> tuple[Any, dict[str, Any]]:
     if niced and not nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
         LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
     return rep, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
-                 "dependencies": len(rep.state.graph.edges) if rep.state is not None else 0}
+                 "dependencies": rep.state.graph.size if rep.state is not None else 0}
 
 
 def serve(rep: Any, inp: BinaryIO, out: BinaryIO, ready: dict[str, Any]) -> int:

@@ -142,8 +142,9 @@ class ProofState:
         self._surviving: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # failures -> surviving(): reuse
         self._buffers: list[np.ndarray] = []  # node sets' zeroed bit buffers (nodeset), touched now, not mid-repair
         width = (ch.n_states + 7) // 8
+        self.nodeset_rows = max(1, NODESET_BYTES // width)  # bit rows of a node set (a test may lower the budget)
         for _ in range(3):  # rows for every column, or as many as NODESET_BYTES holds (300k: ~390 of 16,668)
-            buf = np.empty((min(len(self.cols.want), max(1, NODESET_BYTES // width)), width), dtype=np.uint8)
+            buf = np.empty((min(len(self.cols.want), self.nodeset_rows), width), dtype=np.uint8)
             buf.fill(0)
             self._buffers.append(buf)
         self._lent: list[NodeSet] = []
@@ -183,7 +184,7 @@ class ProofState:
     def nodeset(self) -> NodeSet:
         """An empty node set for a walk of this check (buffers reused: :meth:`_release` at the check's end)."""
         got = NodeSet(len(self.cols.want), self.ch.n_states, self._buffers.pop() if self._buffers else None,
-                      max(1, NODESET_BYTES // ((self.ch.n_states + 7) // 8)))  # a test may lower the budget
+                      self.nodeset_rows)
         self._lent.append(got)
         return got
 
@@ -337,12 +338,13 @@ class ProofState:
         walk.run(ec, es, below)
         timings["walk"] = time.perf_counter() - t1
         t1 = time.perf_counter()
-        edges, count, fresh = self.graph.updated(old.removed, walk.added)
-        mixed = not_in(not_in(walk.mixed_edges(), edges), fresh)
-        cycle, full = self.graph.cycle(edges, union(fresh, mixed), self.name)
+        change = self.graph.updated(old.removed, walk.added)  # an overlay over the base graph: O(change)
+        fresh = change.fresh
+        mixed = self.graph.missing(walk.mixed_edges(), change)
+        cycle, full = self.graph.cycle(change, union(fresh, mixed), self.name)
         timings["cdg"] = time.perf_counter() - t1
         self._pending = {"compiled": compiled, "new": new, "relevant": relevant, "below": below.keys(),
-                         "visited": walk.visited(), "fresh": fresh, "edges": edges, "count": count,
+                         "visited": walk.visited(), "change": change,
                          "egress": egress, "comp": comp}
         self._release()
         return DeltaReport(len(names), len(unique(sc)), len(ec), walk.nodes, len(fresh), walk.bad, walk.describe(),
@@ -456,7 +458,7 @@ class ProofState:
                 self.extra = union(self.extra, keys[~ok])
             else:
                 self.extra = not_in(self.extra, unique(keys[~ok]))
-        self.graph.commit(p["edges"], p["count"], p["fresh"])
+        self.graph.commit(p["change"])
         self.egress, self.comp = p["egress"], p["comp"]
         self._pending = None
 
@@ -465,12 +467,12 @@ class ProofState:
         not a copy of ~200 MB at Table III; the quotient's flips): :meth:`restore` goes back to it. Snapshots nest
         (restore the later first); :meth:`forget` once none is needed any more."""
         return (self.compiled, dict(self.relevant), dict(self.switches), self.overlaid.copy(), self.back_ok.copy(),
-                self.reached.mark(), self.extra, self.graph.edges, self.graph.count, self.graph.rank, self.egress,
-                self.comp)
+                self.reached.mark(), self.extra, self.graph.snapshot(), self.egress, self.comp)
 
     def restore(self, snap: tuple[Any, ...]) -> None:
         (self.compiled, self.relevant, self.switches, self.overlaid, self.back_ok, mark, self.extra,
-         self.graph.edges, self.graph.count, self.graph.rank, self.egress, self.comp) = snap
+         graph, self.egress, self.comp) = snap
+        self.graph.restore(graph)
         self.reached.undo(mark)  # the commits since the snapshot undone
         self._pending = None
 
