@@ -278,7 +278,6 @@ class Simulator:
         def upto(a: int, b: int) -> int:  # nothing more once a deadlock is found
             return a if self.deadlock else self._advance(load, a, b, w1, end, progress)
 
-        t = 0
         if extra >= B:
             full = w0 - B  # the full warm-up's last block starts here
             t = upto(0, max(0, w0 - extra - B))  # the base warm-up's last block is the first compared
@@ -287,14 +286,12 @@ class Simulator:
                 t = self._settle(load, t, full - t, w1, end, progress, paused=True)
             if not self.settled:  # flips pending (or the network not steady): the full warm-up, then until it settles
                 t = self._settle(load, upto(t, full), 3 * extra, w1, end, progress)
-            tail0, d0 = self._block
-            w0, w1, end = self._shift(t - w0, w0, w1, end)  # the window starts after the last block
         else:  # the base warm-up (its last block the first compared), then until two blocks agree
             t = upto(0, max(0, w0 - B))
             w0, w1, end = self._shift(SETTLE_BLOCKS * B + B, w0, w1, end)  # out of reach while settling
             t = self._settle(load, t, SETTLE_BLOCKS * B, w1, end, progress)
-            tail0, d0 = self._block
-            w0, w1, end = self._shift(t - w0, w0, w1, end)  # the window starts after the last block
+        tail0, d0 = self._block
+        w0, w1, end = self._shift(t - w0, w0, w1, end)  # the window starts after the last block
         tail = (int(self.c[K.C_DELIVERED]) - d0) / (self.H * max(1, (t - tail0) / k))
         warm_wall = time.perf_counter() - t0
         snap, stuck = self._snapshot(), self.deadlock
