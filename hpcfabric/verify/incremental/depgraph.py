@@ -64,8 +64,7 @@ def not_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     """The elements of ``keys`` not in ``sorted_keys`` (sorted, unique): a search per key, no sort of the big one."""
     if not len(keys) or not len(sorted_keys):
         return keys
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return keys[sorted_keys[at] != keys]
+    return keys[~member(keys, sorted_keys)]
 
 
 class Overlay(NamedTuple):
