@@ -87,8 +87,9 @@ def settle_heap() -> None:
 
 #: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up) ...
 BUILD_NICE = 10
-#: ... for this many seconds at most: a host whose controllers' steady work (LLDP, stats polling) keeps every core busy
-#: would starve it (dragonfly-300k, 8 partitions on 2 cores: ~3 % of a core, no base 6 min after the bring-up)
+#: ... for this many seconds at most, then at ``PLAN_NICE``: no repair is proven without it, and a host whose controllers'
+#: steady work (LLDP, stats polling) keeps every core busy starves it even at normal priority (dragonfly-300k, 8
+#: partitions on 2 cores: ~3 % of a core at +10, ~16 % at 0 -- half an hour for its ~6 min of CPU)
 BUILD_GRACE_S = 120.0
 #: niceness once the base is built, where permitted (root): a plan is on the fabric's critical path, ahead of the
 #: host's controllers' background work; idle between plans, it costs them nothing (docs/ha.md)
@@ -114,7 +115,7 @@ def set_nice(value: int) -> bool:
 
 class Priority:
     """The planner's niceness: ``BUILD_NICE`` while the proof base is built (``BUILD_GRACE_S`` at most), then
-    ``PLAN_NICE`` (or normal where that is not permitted) once :meth:`planning` says it is built."""
+    ``PLAN_NICE`` (or normal where that is not permitted), for the rest of the build and the plans."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -127,10 +128,20 @@ class Priority:
             self.timer.start()
 
     def grace(self) -> None:
+        """The bring-up has had its head start: no repair can be proven before the base is built."""
         with self.lock:
-            if not self.built and set_nice(0):
-                LOG.info("proof base not built after %.0f s at nice +%d: at normal priority now", BUILD_GRACE_S,
-                         BUILD_NICE)
+            if not self.built:
+                niceness = self.raise_priority()
+                LOG.info("proof base not built after %.0f s at nice +%d: at nice %d now", BUILD_GRACE_S, BUILD_NICE,
+                         niceness)
+
+    def raise_priority(self) -> int:
+        """``PLAN_NICE``, else normal priority, else (no permission) where it was; the niceness in force."""
+        if set_nice(PLAN_NICE):
+            return PLAN_NICE
+        if set_nice(0):
+            return 0
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def planning(self) -> int:
         """The base is built: plans from now on at ``PLAN_NICE`` where permitted; the niceness in force."""
@@ -138,14 +149,10 @@ class Priority:
             self.built = True
             if self.timer is not None:
                 self.timer.cancel()
-            if set_nice(PLAN_NICE):
-                return PLAN_NICE
-            if set_nice(0):
-                return 0
-            if self.niced:
-                LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
-                return BUILD_NICE
-            return os.getpriority(os.PRIO_PROCESS, 0)
+            niceness = self.raise_priority()
+            if niceness > 0:
+                LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", niceness)
+            return niceness
 
 
 def main(argv: list[str] | None = None) -> int:
