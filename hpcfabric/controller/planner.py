@@ -142,7 +142,8 @@ class Planner:
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "ready": self.ready, "pid": self.proc.pid if self.proc is not None else os.getpid(),
-                "base_seconds": self.info.get("seconds"), "dependencies": self.info.get("dependencies")}
+                "base_seconds": self.info.get("seconds"), "dependencies": self.info.get("dependencies"),
+                "nice": self.info.get("nice")}
 
     def _read(self) -> Any:
         proc = self.proc

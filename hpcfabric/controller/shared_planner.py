@@ -223,6 +223,7 @@ class SharedPlanner:
     def as_dict(self) -> dict[str, Any]:
         return {"mode": "shared", "ready": self.ready, "pid": self.info.get("pid"), "socket": self.path,
                 "base_seconds": self.info.get("seconds"), "dependencies": self.info.get("dependencies"),
+                "nice": self.info.get("nice"),
                 "generation": self.epoch[0] or self.info.get("generation"), "epoch": self.epoch[1],
                 "started_here": self.started_here, "lost": self.lost, "failed_starts": self.failed_starts,
                 "planner_plans": (self.last or {}).get("planner_plans")}  # plans the shared planner made in all

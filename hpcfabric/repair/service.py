@@ -3,8 +3,8 @@
 The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
 Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
 ``python -m hpcfabric.repair.service CONFIG`` loads the same config (the first message, ``("config", text)``,
-is the INI text the controller loaded: a file changed since is not read), builds the proof base (at nice +10: the
-controller's bring-up goes first; then back to normal priority where permitted), says ``ready``, then
+is the INI text the controller loaded: a file changed since is not read), builds the proof base (at nice +10 for two minutes at
+most: the controller's bring-up goes first), then plans at nice -5 where permitted (:class:`Priority`), says ``ready``, then
 answers requests read from stdin, one at a time, each a length-prefixed pickle:
 
 * ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs, as
@@ -33,12 +33,13 @@ import os
 import pickle
 import struct
 import sys
+import threading
 import time
 from typing import Any, BinaryIO, Mapping
 
 from hpcfabric.repair.patch import make_patch
 
-__all__ = ["read_message", "write_message", "slim", "settle_heap", "nice", "main"]
+__all__ = ["read_message", "write_message", "slim", "settle_heap", "set_nice", "Priority", "main"]
 
 LOG = logging.getLogger("hpcfabric.repair")
 
@@ -84,17 +85,74 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-#: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up)
+#: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up) ...
 BUILD_NICE = 10
+#: ... for this many seconds at most, then at ``PLAN_NICE``: no repair is proven without it, and a host whose controllers'
+#: steady work (LLDP, stats polling) keeps every core busy starves it even at normal priority (dragonfly-300k, 8
+#: partitions on 2 cores: ~3 % of a core at +10, ~16 % at 0 -- half an hour for its ~6 min of CPU)
+BUILD_GRACE_S = 120.0
+#: niceness once the base is built, where permitted (root): a plan is on the fabric's critical path, ahead of the
+#: host's controllers' background work; idle between plans, it costs them nothing (docs/ha.md)
+PLAN_NICE = -5
 
 
-def nice(step: int) -> bool:
-    """``os.nice(step)``; False where not permitted."""
+def set_nice(value: int) -> bool:
+    """Every thread of this process at niceness ``value`` (Linux keeps one per thread; a thread started later
+    inherits its starter's); False where not permitted."""
     try:
-        os.nice(step)
-        return True
-    except OSError:
-        return False
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # pragma: no cover - not Linux
+        tids = [0]
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, value)
+        except ProcessLookupError:  # that thread has ended
+            continue
+        except OSError:
+            return False
+    return True
+
+
+class Priority:
+    """The planner's niceness: ``BUILD_NICE`` while the proof base is built (``BUILD_GRACE_S`` at most), then
+    ``PLAN_NICE`` (or normal where that is not permitted), for the rest of the build and the plans."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.built = False
+        self.niced = set_nice(BUILD_NICE)  # the base is built while the switches come up: the controllers go first
+        self.timer: threading.Timer | None = None
+        if self.niced:
+            self.timer = threading.Timer(BUILD_GRACE_S, self.grace)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def grace(self) -> None:
+        """The bring-up has had its head start: no repair can be proven before the base is built."""
+        with self.lock:
+            if not self.built:
+                niceness = self.raise_priority()
+                LOG.info("proof base not built after %.0f s at nice +%d: at nice %d now", BUILD_GRACE_S, BUILD_NICE,
+                         niceness)
+
+    def raise_priority(self) -> int:
+        """``PLAN_NICE``, else normal priority, else (no permission) where it was; the niceness in force."""
+        if set_nice(PLAN_NICE):
+            return PLAN_NICE
+        if set_nice(0):
+            return 0
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    def planning(self) -> int:
+        """The base is built: plans from now on at ``PLAN_NICE`` where permitted; the niceness in force."""
+        with self.lock:
+            self.built = True
+            if self.timer is not None:
+                self.timer.cancel()
+            niceness = self.raise_priority()
+            if niceness > 0:
+                LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", niceness)
+            return niceness
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but messages on the pipe
     t0 = time.monotonic()
-    niced = nice(BUILD_NICE)  # the base is built while the switches come up: the controller goes first
+    priority = Priority()
     first = read_message(inp)  # ("config", text): the INI text the controller loaded
     if first is None or first[0] == "stop":
         return 0
@@ -115,26 +173,25 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:  # cannot happen with the controller's own text; said in one line if it does
         LOG.error("cannot load the config: %s", err)
         return 2
-    rep, ready = prepare(cfg, niced, t0)
+    rep, ready = prepare(cfg, priority, t0)
     try:
         return serve(rep, inp, out, ready)
     except BrokenPipeError:  # the controller went away: nothing left to plan for
         return 0
 
 
-def prepare(cfg: Any, niced: bool, t0: float) -> tuple[Any, dict[str, Any]]:
+def prepare(cfg: Any, priority: Priority, t0: float) -> tuple[Any, dict[str, Any]]:
     """A :class:`~hpcfabric.repair.plan.Repairer` of ``cfg`` ready to plan (its proof base built, the fast-failover
-    analysis of the tables in force kept, the heap settled, back to normal priority if ``niced``), and the ``ready``
-    message (``t0``: when the planner started)."""
+    analysis of the tables in force kept, the heap settled, at the planning priority), and the ``ready`` message
+    (``t0``: when the planner started; ``nice``: the niceness plans run at)."""
     from hpcfabric.repair.plan import Repairer, proves
 
     rep = Repairer(cfg, prove=proves(cfg))
     report = rep.base().report if rep.prove else None
     rep.failover_analysis()  # fast_failover: the analysis of the tables in force, kept for the repairs
     settle_heap()
-    if niced and not nice(-BUILD_NICE):  # repairs are urgent: back to the controller's priority if we may
-        LOG.warning("repairs are planned at nice +%d (no permission to raise the priority again)", BUILD_NICE)
-    return rep, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report,
+    niceness = priority.planning()
+    return rep, {"ready": True, "seconds": round(time.monotonic() - t0, 3), "report": report, "nice": niceness,
                  "dependencies": rep.state.graph.size if rep.state is not None else 0}
 
 

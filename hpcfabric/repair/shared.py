@@ -5,7 +5,7 @@ whole fabric's proof base: at dragonfly-300k ~6.5 GB and ~6 min apiece, eight of
 ``python -m hpcfabric.repair.shared SOCKET`` (started by the first controller of the host, a lock file decides:
 :mod:`hpcfabric.controller.shared_planner`; the INI text it loaded comes on stdin) loads the fabric whole -- every
 switch, whatever ``[ha] partition`` the text names --, listens on ``SOCKET`` at once, builds the proof base once
-(nice +10), and answers each controller over its own connection, one request at a time across all of them:
+(nice +10 for two minutes at most; plans at nice -5 where permitted: :class:`hpcfabric.repair.service.Priority`), and answers each controller over its own connection, one request at a time across all of them:
 
 * ``("hello", names)`` (the switches that controller manages) -> ``ready`` (once the base is built) with the
   planner's ``generation`` (its pid and start time);
@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from hpcfabric.repair.patch import changes, make_patch
-from hpcfabric.repair.service import BUILD_NICE, nice, prepare, read_message, write_message
+from hpcfabric.repair.service import Priority, prepare, read_message, write_message
 
 __all__ = ["Epochs", "SharedPlanner", "main"]
 
@@ -301,15 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     text = sys.stdin.read()
     server = Server(path)
+    priority = Priority()  # before the accept loop starts: its threads inherit the niceness
     threading.Thread(target=server.accept_loop, daemon=True).start()
-    niced = nice(BUILD_NICE)
     try:
         cfg = load_whole(config_path, text)
     except ConfigError as err:
         LOG.error("cannot load the config: %s", err)
         server.close()
         return 2
-    rep, ready = prepare(cfg, niced, t0)
+    rep, ready = prepare(cfg, priority, t0)
     generation = f"{os.getpid()}@{time.time():.6f}"
     server.planner = SharedPlanner(rep, cfg.flow_control == "pfc", generation)
     server.info = {**ready, "shared": True, "generation": generation, "pid": os.getpid(),
