@@ -3,9 +3,10 @@
 The controller's hub must keep answering PAUSEs while a repair is compiled and proven (seconds of numpy and
 Python at Table III, and a minute to build the proof base at start), so the planner runs beside it:
 ``python -m hpcfabric.repair.service CONFIG`` loads the same config (the first message, ``("config", text)``,
-is the INI text the controller loaded: a file changed since is not read), builds the proof base (at nice +10 for two minutes at
-most: the controller's bring-up goes first), then plans at nice -5 where permitted (:class:`Priority`), says ``ready``, then
-answers requests read from stdin, one at a time, each a length-prefixed pickle:
+is the INI text the controller loaded: a file changed since is not read), builds the proof base (at nice +10 for
+two minutes at most: the controller's bring-up goes first; then at nice -5 where permitted, as every plan after it:
+:class:`Priority`), says ``ready``, then answers requests read from stdin, one at a time, each a length-prefixed
+pickle:
 
 * ``("plan", failures)`` -> the plan for that set of failures (:func:`slim`: what the controller installs, as
   patches of the tables in force, and what is proven -- not the whole fabric's tables);
@@ -87,9 +88,9 @@ def settle_heap() -> None:
 
 #: niceness while the proof base is built (a minute of CPU at Table III, beside the controller's bring-up) ...
 BUILD_NICE = 10
-#: ... for this many seconds at most, then at ``PLAN_NICE``: no repair is proven without it, and a host whose controllers'
-#: steady work (LLDP, stats polling) keeps every core busy starves it even at normal priority (dragonfly-300k, 8
-#: partitions on 2 cores: ~3 % of a core at +10, ~16 % at 0 -- half an hour for its ~6 min of CPU)
+#: ... for this many seconds at most, then at ``PLAN_NICE``: no repair is proven without it, and a host whose
+#: controllers' steady work (LLDP, stats polling) keeps every core busy starves it even at normal priority
+#: (dragonfly-300k, 8 partitions on 2 cores: ~3 % of a core at +10, ~16 % at 0 -- half an hour for its ~6 min of CPU)
 BUILD_GRACE_S = 120.0
 #: niceness once the base is built, where permitted (root): a plan is on the fabric's critical path, ahead of the
 #: host's controllers' background work; idle between plans, it costs them nothing (docs/ha.md)

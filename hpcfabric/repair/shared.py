@@ -5,7 +5,9 @@ whole fabric's proof base: at dragonfly-300k ~6.5 GB and ~6 min apiece, eight of
 ``python -m hpcfabric.repair.shared SOCKET`` (started by the first controller of the host, a lock file decides:
 :mod:`hpcfabric.controller.shared_planner`; the INI text it loaded comes on stdin) loads the fabric whole -- every
 switch, whatever ``[ha] partition`` the text names --, listens on ``SOCKET`` at once, builds the proof base once
-(nice +10 for two minutes at most; plans at nice -5 where permitted: :class:`hpcfabric.repair.service.Priority`), and answers each controller over its own connection, one request at a time across all of them:
+(nice +10 for two minutes at most; then, and for every plan, nice -5 where permitted:
+:class:`hpcfabric.repair.service.Priority`), and answers each controller over its own connection, one request at a
+time across all of them:
 
 * ``("hello", names)`` (the switches that controller manages) -> ``ready`` (once the base is built) with the
   planner's ``generation`` (its pid and start time);
